@@ -1,0 +1,97 @@
+// engine/model.h — the boundary between the protocol loop (engine/serve_loop.cpp and friends) and the
+// model math (gguf reader, kernels, architecture builders).
+//
+// Contract:
+//  - The protocol side knows only this header: token ids in, logits out, KV caches it owns and copies.
+//  - The math side knows nothing of the protocol, slots, sessions or stdin/stdout.
+//  - Everything here is single-caller: the protocol loop calls in from one thread; the math side
+//    parallelises internally with its own thread pool (sized by model_params.n_threads).
+//  - Results never depend on n_threads (reductions are split in a fixed order), so a seed reproduces
+//    across thread counts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct strata_model;  // opaque: weights (mmap'd GGUF), thread pool, scratch buffers
+struct kv_cache;      // opaque: one sequence's K and V, (n_layer, n_ctx, n_embd_kv) each
+
+enum kv_type : int32_t {
+    KV_TYPE_F16  = 0,
+    KV_TYPE_Q8_0 = 1,
+};
+
+struct model_params {
+    std::string path;        // the GGUF file
+    int32_t n_threads = 0;   // 0 = physical cores
+    int32_t n_batch = 512;   // most tokens one model_eval call may carry (scratch is sized for it)
+};
+
+// What the protocol loop needs to know about the loaded model (filled from GGUF metadata).
+struct model_info {
+    std::string arch;          // general.architecture: "llama", "qwen2", "qwen3"
+    std::string name;          // general.name, may be empty
+    int32_t n_vocab = 0;
+    int32_t n_ctx_train = 0;
+    int32_t n_layer = 0;
+    int32_t n_embd = 0;
+    int32_t n_head = 0;
+    int32_t n_head_kv = 0;
+    int32_t head_dim = 0;
+    int32_t n_threads = 0;     // threads actually used
+    // special ids from tokenizer.ggml.* metadata and the vocabulary; -1 when absent
+    int32_t bos_id = -1;
+    int32_t eos_id = -1;       // tokenizer.ggml.eos_token_id
+    int32_t eot_id = -1;       // tokenizer.ggml.eot_token_id, or "<|im_end|>" looked up in the vocabulary
+    int32_t im_start_id = -1;  // "<|im_start|>" looked up in the vocabulary
+    int32_t endoftext_id = -1; // "<|endoftext|>" looked up in the vocabulary
+    size_t weights_bytes = 0;  // bytes of tensor data mapped
+};
+
+// Loads the model. On failure returns nullptr and sets *err to one line naming the file, the tensor (when
+// there is one) and the reason. Never aborts on a bad file.
+strata_model* model_load(const model_params& params, std::string* err);
+void model_free(strata_model* model);
+const model_info& model_get_info(const strata_model* model);
+
+// One sequence's cache, room for n_ctx positions.
+kv_cache* kv_cache_init(const strata_model* model, int32_t n_ctx, kv_type type);
+void kv_cache_free(kv_cache* kv);
+int32_t kv_cache_n_ctx(const kv_cache* kv);
+// Bytes that positions [0, n_pos) occupy (for memory accounting and session files).
+size_t kv_cache_bytes(const kv_cache* kv, int32_t n_pos);
+// Copies positions [0, n_pos) of src into dst (same model, same type; dst->n_ctx >= n_pos).
+void kv_cache_copy(kv_cache* dst, const kv_cache* src, int32_t n_pos);
+// Raw access for SAVE/RESTORE: the bytes of positions [0, n_pos) of one layer's K or V, as a contiguous
+// block of kv_cache_row_bytes(kv) * n_pos bytes (layout: (n_pos, n_embd_kv) in the cache's type).
+size_t kv_cache_row_bytes(const kv_cache* kv);
+void kv_cache_read_rows(const kv_cache* kv, int32_t layer, bool is_v, int32_t n_pos, void* out);
+void kv_cache_write_rows(kv_cache* kv, int32_t layer, bool is_v, int32_t n_pos, const void* in);
+
+// One evaluation step over any mix of sequences: entry i feeds token[i] at position pos[i] of sequence
+// seq[i] (an index into kvs). Within one sequence, entries are consecutive and their positions rise by 1;
+// positions < the first pos of a sequence must already be filled in its cache. Every entry's K/V is written
+// to its cache. For entries with want_logits[i] != 0 the logits (n_vocab floats) are written to
+// logits + k * n_vocab, k counting only those entries, in entry order.
+// A prompt chunk is one sequence with n entries (weights are read once per call, not once per token);
+// a batched decode step is one entry per busy slot.
+struct eval_batch {
+    int32_t n = 0;
+    const int32_t* token = nullptr;       // (n)
+    const int32_t* pos = nullptr;         // (n)
+    const int32_t* seq = nullptr;         // (n) index into kvs
+    const uint8_t* want_logits = nullptr; // (n)
+    kv_cache* const* kvs = nullptr;       // (n_seq)
+    int32_t n_seq = 0;
+};
+// Returns 0 on success, -1 on bad input (n > n_batch, pos out of range, ...) with *err set.
+int model_eval(strata_model* model, const eval_batch& batch, float* logits, std::string* err);
+
+// Convenience for the common case: one sequence, tokens[0..n) at positions pos0.., logits of the last.
+int model_eval_seq(strata_model* model, kv_cache* kv, const int32_t* tokens, int32_t n, int32_t pos0,
+                   float* logits_last, std::string* err);
+
+// CPU features found at start and the kernel set chosen ("avx512_vnni", "avx2", "scalar").
+const char* model_kernel_name();

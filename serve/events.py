@@ -1,0 +1,139 @@
+"""The one internal request and the one event stream that every HTTP API translates to and from.
+
+Role: `serve/openai.py` and `serve/anthropic.py` are translators. Each turns its wire request into one
+`ChatRequest` (or `CompletionRequest` for raw text), hands it to `Service.run(...)`, and turns the
+`Event`s that come back into its own wire format (JSON body or SSE chunks). Nothing in this module knows
+HTTP, pipes or token ids.
+
+Public surface: `Message`, `ToolSpec`, `ChatRequest`, `CompletionRequest`, `Event`, `Done`,
+`BadRequest` (the one exception type the HTTP boundary turns into a 400 with a message that says what to
+change, in the caller's API's error shape), and the event `KIND_*` names.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class BadRequest(ValueError):
+    """Client input that cannot be served as sent. `param` names the field when there is one."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400,
+                 code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.status = status  # 400, or 413 for bodies/prompts over a limit
+        self.code = code
+
+
+@dataclass
+class ToolCall:
+    """A tool call in the history (assistant turn) or produced by the model."""
+    id: str
+    name: str
+    arguments: dict | str  # parsed JSON object; a string only when the model wrote unparsable arguments
+
+
+@dataclass
+class Message:
+    """One chat turn, already normalised by the translator.
+
+    role: "system" | "user" | "assistant" | "tool".
+    content: plain text (multi-part text content is joined by the translator; images are refused there).
+    reasoning: an assistant turn's earlier thinking text, when the client sent it back.
+    tool_calls: an assistant turn's calls. tool_call_id / name: a tool result's call id and tool name.
+    """
+    role: str
+    content: str = ""
+    reasoning: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+@dataclass
+class ToolSpec:
+    name: str
+    description: str = ""
+    parameters: dict = field(default_factory=dict)  # JSON schema of the arguments object
+
+
+@dataclass
+class Sampling:
+    """Request sampling fields; None = not set by the request (the merge order fills it)."""
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    penalty_last_n: int | None = None
+    seed: int | None = None
+    logit_bias: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass
+class ChatRequest:
+    messages: list[Message]
+    tools: list[ToolSpec] = field(default_factory=list)
+    tool_choice: str | dict = "auto"   # "auto" | "none" | "required" | {"name": NAME}
+    parallel_tool_calls: bool = True
+    max_new: int | None = None         # None or <= 0: the rest of the context
+    sampling: Sampling = field(default_factory=Sampling)
+    stop: list[str] = field(default_factory=list)
+    stream: bool = False
+    reasoning_effort: str | None = None          # normalised: "none" | "low" | "medium" | "high" | None
+    reasoning_budget_tokens: int | None = None
+    answer_room: bool = True
+    reasoning_close_retry: bool = False
+    model: str | None = None
+    api: str = "openai"                # "openai" | "anthropic": for logs and history only
+    extra: dict[str, Any] = field(default_factory=dict)  # strata_* extensions, passed through
+
+
+@dataclass
+class CompletionRequest:
+    """/v1/completions: raw prompt text, no template."""
+    prompt: str
+    max_new: int | None = None
+    sampling: Sampling = field(default_factory=Sampling)
+    stop: list[str] = field(default_factory=list)
+    stream: bool = False
+    echo: bool = False
+    model: str | None = None
+
+
+KIND_PING = "ping"            # nothing to say yet (a long prompt is being read): send a keep-alive
+KIND_CONTENT = "content"      # text: answer text
+KIND_REASONING = "reasoning"  # text: thinking text
+KIND_TOOL_START = "tool_start"  # index, call_id, name: a call's name is known
+KIND_TOOL_ARGS = "tool_args"  # index, text: a piece of the arguments' JSON text (pieces concatenate)
+KIND_TOOL_CALL = "tool_call"  # index, call: the finished call (ToolCall)
+
+
+@dataclass
+class Event:
+    kind: str
+    text: str = ""
+    index: int = 0
+    call_id: str = ""
+    name: str = ""
+    call: ToolCall | None = None
+
+
+@dataclass
+class Done:
+    """The last thing a run yields.
+
+    finish: "stop" | "length" | "cancel" | "tool_calls" (the translator maps it to its API's names).
+    Figures the engine never reported are None, never 0.
+    """
+    finish: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int | None = None
+    reasoning_tokens: int = 0
+    stop_sequence: str | None = None
+    timings: dict = field(default_factory=dict)  # llama.cpp names: prompt_n, prompt_ms, predicted_n, ...
