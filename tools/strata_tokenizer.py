@@ -1,0 +1,685 @@
+"""Byte-level BPE tokenizer that gives exactly the model's token ids, read from the model's GGUF.
+
+Role: the server renders chat prompts and tokenises them itself (the engine knows only token ids). This
+module turns text into ids and ids into text; it knows nothing of HTTP, chat templates or the engine.
+
+Public surface:
+    extract(gguf_path, out_dir) -> Path       write out_dir/tokenizer/{vocab.json, merges.txt, token_type.json,
+                                              tokenizer.json, chat_template.jinja}; returns that directory
+    Tokenizer.from_gguf(path, cache_dir=None) / Tokenizer.from_dir(dir)
+    ByteTokenizer()                           bytes 0-255 plus specials from 256, same interface (tests, mock)
+    tok.encode(text, parse_special=False, plain=None) -> ids
+    tok.encode_marked(text, parse_special=True, plain=None) -> (ids, marks)
+    tok.decode(ids, errors="replace"), tok.token_bytes(id), tok.stream_decoder() -> StreamDecoder
+    PromptEncoder(tok, keep=4).encode(text, plain=None, store=True), .forget(ids)
+
+Algorithm (matches llama.cpp's BPE tokenizer for the supported `tokenizer.ggml.pre` names):
+  1. Special tokens are split out first, scanning left to right and taking the longest literal at each
+     position. Control tokens (GGUF type 3) match only with parse_special=True; user-defined tokens
+     (type 4) always. Characters inside a `plain` span (start, end) never belong to a special match.
+  2. Each text fragment between specials is cut by the pre-tokenizer regex of its `pre` name.
+  3. Each piece's UTF-8 bytes start as one symbol per byte (GPT-2 byte->unicode map); the adjacent pair of
+     lowest merge rank is merged, leftmost on ties, until no pair has a rank. Symbols are token ids.
+No BOS is added. Decoding concatenates token bytes (control and user-defined tokens give their text).
+
+Marks: for each special token matched, (char offset just after it, number of ids up to and including it).
+Text after a mark is tokenised independently of the text before it, which PromptEncoder uses to re-encode
+only the tail of a growing chat.
+
+Thread safety: tokenizers are immutable after construction except for their piece cache, a dict whose
+single get/set operations are atomic under the GIL (a lost entry only costs a recompute). PromptEncoder
+guards its kept prompts with one lock. Any number of threads may encode concurrently.
+"""
+
+import bisect
+import codecs
+import heapq
+import json
+import os
+import pathlib
+import threading
+from itertools import chain
+
+import regex
+
+from tools import gguf_meta
+
+TOKEN_TYPE_NORMAL = 1
+TOKEN_TYPE_CONTROL = 3
+TOKEN_TYPE_USER_DEFINED = 4
+
+PIECE_CACHE_MAX_ENTRIES = 1 << 18  # ~260K pieces: covers any real vocabulary of words, bounded memory
+PIECE_CACHE_MAX_CHARS = 256        # longer pieces (whitespace runs, unbroken CJK) are rare; not cached
+SMALL_PIECE_SYMBOLS = 128          # up to this many bytes, the list merge loop beats the heap loop
+
+# Pre-tokenizer patterns, one `regex` pattern per llama.cpp `pre` family. `regex`'s \s is Unicode
+# White_Space, the same set as llama.cpp's whitespace table. Where llama.cpp leaves text unmatched by its
+# regex, it keeps that text as a piece of its own; the trailing `|\s+` does the same here (the only text the
+# GPT-2 alternatives leave unmatched is one whitespace character before a non-space).
+_GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+# smollm = split off every digit (\p{N}), then GPT-2 on each remaining stretch. One pass: digits first, and
+# the GPT-2 look-ahead "(?!\S)" becomes "not followed by a non-space non-digit", since a digit ends a stretch.
+_SMOLLM_PATTERN = r"\p{N}|'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?[^\s\p{L}\p{N}]+|\s+(?![^\s\p{N}])|\s+"
+_LLAMA3_PATTERN = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
+                   r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2_PATTERN = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
+                  r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN35_PATTERN = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+"
+                   r"|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# pre name -> (pattern, ignore_merges: a piece that is itself a token is emitted whole, as llama.cpp does)
+PRE_TOKENIZERS = {
+    "smollm": (_SMOLLM_PATTERN, False),
+    "gpt2": (_GPT2_PATTERN, False),
+    "llama-bpe": (_LLAMA3_PATTERN, True),
+    "llama3": (_LLAMA3_PATTERN, True),
+    "qwen2": (_QWEN2_PATTERN, False),
+    "qwen35": (_QWEN35_PATTERN, False),
+}
+
+_LONE_SURROGATE = regex.compile(r"[\ud800-\udfff]")
+_SPECIAL_NAMES = {"<|endoftext|>": "endoftext", "<|im_start|>": "im_start", "<|im_end|>": "im_end"}
+
+
+def _gpt2_byte_chars():
+    """The GPT-2 byte -> printable character table: 256 one-char strings."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    table = {}
+    extra = 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return [table[b] for b in range(256)]
+
+
+BYTE_CHARS = _gpt2_byte_chars()
+CHAR_BYTES = {c: b for b, c in enumerate(BYTE_CHARS)}
+_BYTES_TO_CHARS = {b: c for b, c in enumerate(BYTE_CHARS)}  # str.translate table over latin-1 text
+
+
+def check_text(text):
+    """Raise ValueError if `text` cannot be UTF-8 encoded (lone surrogates)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, not {type(text).__name__}")
+    m = _LONE_SURROGATE.search(text)
+    if m:
+        raise ValueError(f"text has a lone surrogate U+{ord(m.group()):04X} at offset {m.start()}; "
+                         "it cannot be encoded as UTF-8")
+
+
+def normalize_spans(spans, length):
+    """Sorted, disjoint, non-empty (start, end) spans clipped to [0, length]; touching spans are joined."""
+    if not spans:
+        return []
+    out = []
+    for start, end in sorted((max(0, int(s)), min(length, int(e))) for s, e in spans):
+        if end <= start:
+            continue
+        if out and start <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
+
+
+def _open_segments(length, plain):
+    """Complement of the normalized plain spans within [0, length]: where specials may match."""
+    pos = 0
+    for start, end in plain:
+        if start > pos:
+            yield pos, start
+        pos = end
+    if pos < length:
+        yield pos, length
+
+
+class StreamDecoder:
+    """Turns a stream of ids into text without splitting a UTF-8 character across outputs.
+
+    feed(id) returns the complete characters now available; flush() returns what is held (an incomplete
+    sequence becomes U+FFFD). Concatenated outputs equal tokenizer.decode(all ids). Not thread-safe: one
+    decoder per stream.
+    """
+
+    def __init__(self, tokenizer, errors="replace"):
+        self._token_bytes = tokenizer.token_bytes
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors=errors)
+
+    def feed(self, token_id):
+        return self._decoder.decode(self._token_bytes(token_id))
+
+    def flush(self):
+        out = self._decoder.decode(b"", final=True)
+        self._decoder.reset()
+        return out
+
+
+class _BaseTokenizer:
+    """Special-token splitting, marks, decoding; subclasses supply _encode_text and the token tables."""
+
+    n_vocab = 0
+    pre = ""
+    chat_template = None
+
+    def _init_specials(self, token_texts, token_types):
+        """Build the special-token matchers from parallel lists of token text and GGUF type."""
+        control, user = {}, {}
+        for tid, (text, ttype) in enumerate(zip(token_texts, token_types)):
+            if not text:
+                continue
+            if ttype == TOKEN_TYPE_CONTROL:
+                control[text] = tid
+            elif ttype == TOKEN_TYPE_USER_DEFINED:
+                user[text] = tid
+        self._special_to_id = {**control, **user}
+        self._special_pattern_all = self._literal_pattern(self._special_to_id)
+        self._special_pattern_user = self._literal_pattern(user)
+        self.max_special_chars = max((len(t) for t in self._special_to_id), default=0)
+
+    @staticmethod
+    def _literal_pattern(literals):
+        if not literals:
+            return None
+        ordered = sorted(literals, key=lambda t: (-len(t), t))  # longest literal first
+        return regex.compile("|".join(regex.escape(t) for t in ordered))
+
+    def special_pattern(self, parse_special=True):
+        """The compiled literal pattern of the specials that match under `parse_special` (or None)."""
+        return self._special_pattern_all if parse_special else self._special_pattern_user
+
+    def encode(self, text, parse_special=False, plain=None):
+        """Token ids of `text`. `plain`: (start, end) char spans never matched as special tokens."""
+        return self._encode(text, parse_special, plain, None)
+
+    def encode_marked(self, text, parse_special=True, plain=None):
+        """(ids, marks); marks: for each special matched, (char offset after it, ids up to and including it)."""
+        marks = []
+        ids = self._encode(text, parse_special, plain, marks)
+        return ids, marks
+
+    def _encode(self, text, parse_special, plain, marks):
+        check_text(text)
+        length = len(text)
+        spans = normalize_spans(plain, length)
+        ids = []
+        pattern = self.special_pattern(parse_special)
+        pos = 0  # start of the text not yet encoded
+        if pattern is not None:
+            special_to_id = self._special_to_id
+            for seg_start, seg_end in _open_segments(length, spans):
+                search = pattern.search
+                q = seg_start
+                while True:
+                    m = search(text, q, seg_end)
+                    if m is None:
+                        break
+                    start, end = m.span()
+                    if start > pos:
+                        self._encode_text(text[pos:start], ids)
+                    ids.append(special_to_id[m.group()])
+                    if marks is not None:
+                        marks.append((end, len(ids)))
+                    pos = q = end
+        if pos < length:
+            self._encode_text(text[pos:], ids)
+        return ids
+
+    def token_to_id(self, text):
+        return self._text_to_id.get(text)
+
+    def id_to_token(self, token_id):
+        if not 0 <= token_id < self.n_vocab:
+            raise ValueError(f"token id {token_id} out of range [0, {self.n_vocab})")
+        return self._id_text[token_id]
+
+    def token_bytes(self, token_id):
+        if not 0 <= token_id < self.n_vocab:
+            raise ValueError(f"token id {token_id} out of range [0, {self.n_vocab})")
+        return self._id_bytes[token_id]
+
+    def decode(self, ids, errors="replace"):
+        ids = list(ids)
+        if ids and (min(ids) < 0 or max(ids) >= self.n_vocab):
+            bad = next(i for i in ids if not 0 <= i < self.n_vocab)
+            raise ValueError(f"token id {bad} out of range [0, {self.n_vocab})")
+        return b"".join(map(self._id_bytes.__getitem__, ids)).decode("utf-8", errors)
+
+    def stream_decoder(self):
+        return StreamDecoder(self)
+
+
+class ByteTokenizer(_BaseTokenizer):
+    """Ids 0-255 are bytes; specials from 256 (first three control, the rest user-defined). For tests."""
+
+    DEFAULT_SPECIALS = (("<|endoftext|>", TOKEN_TYPE_CONTROL), ("<|im_start|>", TOKEN_TYPE_CONTROL),
+                        ("<|im_end|>", TOKEN_TYPE_CONTROL), ("<think>", TOKEN_TYPE_USER_DEFINED),
+                        ("</think>", TOKEN_TYPE_USER_DEFINED), ("<tool_call>", TOKEN_TYPE_USER_DEFINED),
+                        ("</tool_call>", TOKEN_TYPE_USER_DEFINED))
+
+    def __init__(self, specials=DEFAULT_SPECIALS):
+        texts = list(BYTE_CHARS) + [t for t, _ in specials]
+        types = [TOKEN_TYPE_NORMAL] * 256 + [ty for _, ty in specials]
+        self.n_vocab = len(texts)
+        self.pre = "bytes"
+        self.chat_template = None
+        self.token_types = types
+        self._id_text = texts
+        self._text_to_id = {t: i for i, t in enumerate(texts)}
+        self._id_bytes = [bytes([b]) for b in range(256)] + [t.encode("utf-8") for t, _ in specials]
+        self._init_specials(texts, types)
+        self.special_ids = {name: self._text_to_id[t] for t, name in _SPECIAL_NAMES.items()
+                            if t in self._text_to_id}
+        if "im_end" in self.special_ids:
+            self.special_ids["eos"] = self.special_ids["eot"] = self.special_ids["im_end"]
+
+    def _encode_text(self, text, out):
+        out.extend(text.encode("utf-8"))
+
+
+_PAIR_SHIFT = 22                       # symbol ids < 4M: vocab plus internal (non-token) merge results
+_SYM_MASK = (1 << _PAIR_SHIFT) - 1
+_NO_MERGE = 1 << 62                    # larger than any rank << _PAIR_SHIFT
+
+
+class Tokenizer(_BaseTokenizer):
+    """Byte-level BPE over a GGUF vocabulary (tokenizer.ggml.model == "gpt2")."""
+
+    def __init__(self, tokens, token_types, merges, pre, special_ids=None, chat_template=None,
+                 add_bos=False):
+        if pre not in PRE_TOKENIZERS:
+            raise ValueError(f"unknown tokenizer pre-tokenizer {pre!r} (tokenizer.ggml.pre); supported: "
+                             + ", ".join(sorted(PRE_TOKENIZERS)))
+        if len(token_types) != len(tokens):
+            raise ValueError(f"{len(tokens)} tokens but {len(token_types)} token types")
+        if len(tokens) >= 1 << (_PAIR_SHIFT - 1):
+            raise ValueError(f"vocabulary of {len(tokens)} tokens is too large")
+        self.n_vocab = len(tokens)
+        self.pre = pre
+        self.chat_template = chat_template
+        self.add_bos = bool(add_bos)
+        self.token_types = list(token_types)
+        pattern, self._ignore_merges = PRE_TOKENIZERS[pre]
+        self.pre_pattern = pattern
+        self._findall = regex.compile(pattern).findall
+        self._id_text = list(tokens)
+        self._text_to_id = {}
+        for tid, text in enumerate(tokens):
+            self._text_to_id[text] = tid  # a duplicated text maps to its last id, as in llama.cpp
+        self._id_bytes = [self._bytes_of(t, ty) for t, ty in zip(tokens, token_types)]
+        self._init_specials(tokens, token_types)
+        self._build_merges(merges)
+        self._cache = {}
+        self.special_ids = dict(special_ids or {})
+        for text, name in _SPECIAL_NAMES.items():
+            if text in self._text_to_id and name not in self.special_ids:
+                self.special_ids[name] = self._text_to_id[text]
+        if "eot" not in self.special_ids and "im_end" in self.special_ids:
+            self.special_ids["eot"] = self.special_ids["im_end"]
+
+    @staticmethod
+    def _bytes_of(text, ttype):
+        if ttype in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED):
+            return text.encode("utf-8", "surrogateescape")
+        try:
+            return bytes(CHAR_BYTES[c] for c in text)
+        except KeyError:  # not a byte-mapped text: take it literally
+            return text.encode("utf-8", "surrogateescape")
+
+    def _symbol(self, text):
+        """Symbol id of a BPE symbol text: its token id, or an internal id past the vocabulary."""
+        sid = self._text_to_id.get(text)
+        if sid is None:
+            sid = self._internal.get(text)
+            if sid is None:
+                sid = self.n_vocab + len(self._internal_text)
+                self._internal[text] = sid
+                self._internal_text.append(text)
+        return sid
+
+    def _build_merges(self, merges):
+        self._internal = {}
+        self._internal_text = []
+        self._byte_symbol = [self._symbol(c) for c in BYTE_CHARS]
+        table = {}
+        for rank, line in enumerate(merges):
+            cut = line.find(" ", 1)  # a left part may itself start with a space
+            if cut < 0:
+                raise ValueError(f"malformed merge #{rank}: {line!r}")
+            left, right = line[:cut], line[cut + 1:]
+            key = (self._symbol(left) << _PAIR_SHIFT) | self._symbol(right)
+            if key not in table:  # the first rank of a repeated merge wins, as in llama.cpp
+                table[key] = (rank << _PAIR_SHIFT) | self._symbol(left + right)
+        if self.n_vocab + len(self._internal_text) > _SYM_MASK:
+            raise ValueError("too many BPE symbols")
+        self._merge_get = table.get
+        self.n_merges = len(merges)
+
+    def _encode_text(self, text, out):
+        pieces = self._findall(text)
+        cache = self._cache
+        got = list(map(cache.get, pieces))
+        if None in got:
+            if len(cache) > PIECE_CACHE_MAX_ENTRIES:
+                cache.clear()
+            for i, ids in enumerate(got):
+                if ids is None:
+                    piece = pieces[i]
+                    ids = self._bpe(piece)
+                    if len(piece) <= PIECE_CACHE_MAX_CHARS:
+                        cache[piece] = ids
+                    got[i] = ids
+        out.extend(chain.from_iterable(got))
+
+    def _bpe(self, piece):
+        """Token ids of one pre-token piece (a tuple)."""
+        data = piece.encode("utf-8")
+        if self._ignore_merges:
+            tid = self._text_to_id.get(data.decode("latin-1").translate(_BYTES_TO_CHARS))
+            if tid is not None:
+                return (tid,)
+        syms = [self._byte_symbol[b] for b in data]
+        if len(syms) <= SMALL_PIECE_SYMBOLS:
+            self._merge_small(syms)
+        else:
+            syms = self._merge_heap(syms)
+        if max(syms) >= self.n_vocab:
+            return tuple(self._spell_out(syms))
+        return tuple(syms)
+
+    def _merge_small(self, syms):
+        """In place: repeatedly merge the lowest-rank adjacent pair, leftmost on ties (O(n^2) in C loops)."""
+        get = self._merge_get
+        pairs = [get((a << _PAIR_SHIFT) | b, _NO_MERGE) for a, b in zip(syms, syms[1:])]
+        while pairs:
+            best = min(pairs)
+            if best == _NO_MERGE:
+                break
+            i = pairs.index(best)  # leftmost among equal ranks
+            merged = best & _SYM_MASK
+            syms[i] = merged
+            del syms[i + 1]
+            del pairs[i]
+            if i < len(pairs):
+                pairs[i] = get((merged << _PAIR_SHIFT) | syms[i + 1], _NO_MERGE)
+            if i > 0:
+                pairs[i - 1] = get((syms[i - 1] << _PAIR_SHIFT) | merged, _NO_MERGE)
+
+    def _merge_heap(self, syms):
+        """Same merges as _merge_small in O(n log n): a heap of (rank, position) over a linked list."""
+        get = self._merge_get
+        n = len(syms)
+        nxt = list(range(1, n + 1))
+        nxt[-1] = -1
+        prv = list(range(-1, n - 1))
+        heap = []
+        for i in range(n - 1):
+            value = get((syms[i] << _PAIR_SHIFT) | syms[i + 1])
+            if value is not None:
+                heap.append((value, i))
+        heapq.heapify(heap)
+        pop, push = heapq.heappop, heapq.heappush
+        while heap:
+            value, i = pop(heap)
+            j = nxt[i]
+            if syms[i] < 0 or j < 0 or get((syms[i] << _PAIR_SHIFT) | syms[j]) != value:
+                continue  # stale: one side was merged since this pair was queued
+            merged = value & _SYM_MASK
+            syms[i] = merged
+            syms[j] = -1
+            k = nxt[j]
+            nxt[i] = k
+            if k >= 0:
+                prv[k] = i
+                value = get((merged << _PAIR_SHIFT) | syms[k])
+                if value is not None:
+                    push(heap, (value, i))
+            h = prv[i]
+            if h >= 0:
+                value = get((syms[h] << _PAIR_SHIFT) | merged)
+                if value is not None:
+                    push(heap, (value, h))
+        return [s for s in syms if s >= 0]
+
+    def _spell_out(self, syms):
+        """A final symbol that is not a token falls back to single-byte tokens of its text, as llama.cpp."""
+        out = []
+        for s in syms:
+            if s < self.n_vocab:
+                out.append(s)
+                continue
+            for b in self._internal_text[s - self.n_vocab].encode("utf-8"):
+                tid = self._text_to_id.get(chr(b))
+                if tid is not None:
+                    out.append(tid)
+        return out
+
+    # -- construction from files -------------------------------------------------------------------
+
+    @classmethod
+    def from_metadata(cls, meta):
+        """Build from a GGUF metadata dict (see gguf_meta.read_metadata)."""
+        model = meta.get("tokenizer.ggml.model")
+        if model != "gpt2":
+            raise ValueError(f"tokenizer model {model!r} is not supported (only byte-level BPE, 'gpt2')")
+        tokens = meta["tokenizer.ggml.tokens"]
+        types = meta.get("tokenizer.ggml.token_type") or [TOKEN_TYPE_NORMAL] * len(tokens)
+        return cls(tokens, types, meta.get("tokenizer.ggml.merges", []),
+                   meta.get("tokenizer.ggml.pre", "gpt2"), _special_ids_from_meta(meta, len(tokens)),
+                   meta.get("tokenizer.chat_template"), meta.get("tokenizer.ggml.add_bos_token", False))
+
+    @classmethod
+    def from_gguf(cls, path, cache_dir=None):
+        """Read the tokenizer from a GGUF; with cache_dir, extract there once and reuse the files."""
+        if cache_dir is None:
+            return cls.from_metadata(gguf_meta.read_metadata(path, keys=_TOKENIZER_KEYS))
+        tok_dir = pathlib.Path(cache_dir) / "tokenizer"
+        try:
+            with open(tok_dir / "tokenizer.json", encoding="utf-8") as f:
+                fresh = json.load(f).get("source") == _source_stamp(path)
+        except (OSError, ValueError):
+            fresh = False
+        if not fresh:
+            extract(path, cache_dir)
+        return cls.from_dir(tok_dir)
+
+    @classmethod
+    def from_dir(cls, tokenizer_dir):
+        """Read the files written by extract()."""
+        d = pathlib.Path(tokenizer_dir)
+        with open(d / "tokenizer.json", encoding="utf-8") as f:
+            info = json.load(f)
+        with open(d / "vocab.json", encoding="utf-8") as f:
+            vocab = json.load(f)
+        with open(d / "token_type.json", encoding="utf-8") as f:
+            types = json.load(f)
+        with open(d / "merges.txt", encoding="utf-8") as f:
+            merges = f.read().split("\n")
+        if merges and merges[-1] == "":
+            merges.pop()
+        tokens = [""] * len(types)
+        for text, tid in vocab.items():
+            tokens[tid] = text
+        for tid, text in info.get("duplicate_tokens", {}).items():
+            tokens[int(tid)] = text
+        template = None
+        if (d / "chat_template.jinja").exists():
+            template = (d / "chat_template.jinja").read_text(encoding="utf-8")
+        return cls(tokens, types, merges, info["pre"], info.get("special_ids"), template,
+                   info.get("add_bos_token", False))
+
+
+_TOKENIZER_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens",
+                   "tokenizer.ggml.token_type", "tokenizer.ggml.merges", "tokenizer.ggml.bos_token_id",
+                   "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id",
+                   "tokenizer.ggml.padding_token_id", "tokenizer.ggml.add_bos_token", "tokenizer.chat_template")
+
+
+def _special_ids_from_meta(meta, n_vocab):
+    out = {}
+    for name in ("bos", "eos", "eot", "eom"):
+        tid = meta.get(f"tokenizer.ggml.{name}_token_id")
+        if isinstance(tid, int) and 0 <= tid < n_vocab:
+            out[name] = tid
+    return out
+
+
+def _source_stamp(path):
+    st = os.stat(path)
+    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def extract(gguf_path, out_dir):
+    """Write out_dir/tokenizer/ from the GGUF's tokenizer metadata; returns that directory."""
+    meta = gguf_meta.read_metadata(gguf_path, keys=_TOKENIZER_KEYS)
+    tok = Tokenizer.from_metadata(meta)  # validates (pre name, model) before anything is written
+    d = pathlib.Path(out_dir) / "tokenizer"
+    d.mkdir(parents=True, exist_ok=True)
+    tokens = meta["tokenizer.ggml.tokens"]
+    vocab, duplicates = {}, {}
+    for tid, text in enumerate(tokens):
+        if text in vocab:
+            duplicates[str(tid)] = text
+        else:
+            vocab[text] = tid
+    merges = meta.get("tokenizer.ggml.merges", [])
+    info = {"model": "gpt2", "pre": tok.pre, "vocab_size": tok.n_vocab, "n_merges": len(merges),
+            "special_ids": tok.special_ids, "add_bos_token": tok.add_bos,
+            "pre_pattern": tok.pre_pattern,
+            "pre_pattern_source": "llama.cpp llama-vocab.cpp regex list for this pre name",
+            "source": _source_stamp(gguf_path)}
+    if duplicates:
+        info["duplicate_tokens"] = duplicates
+    files = {"vocab.json": json.dumps(vocab, ensure_ascii=False),
+             "merges.txt": "".join(m + "\n" for m in merges),
+             "token_type.json": json.dumps(tok.token_types),
+             "chat_template.jinja": tok.chat_template}
+    for name, content in files.items():
+        if content is not None:
+            _write_atomic(d / name, content)
+    _write_atomic(d / "tokenizer.json", json.dumps(info, ensure_ascii=False, indent=1))  # last: marks done
+    return d
+
+
+def _write_atomic(path, text):
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+LCP_CHUNK_CHARS = 4096  # common-prefix search compares this many chars per slice before bisecting
+
+
+def common_prefix_len(a, b):
+    """Length of the longest common prefix of two strings, in C-speed slices (no per-char Python loop)."""
+    n = min(len(a), len(b))
+    pos = 0
+    while pos < n:
+        end = min(n, pos + LCP_CHUNK_CHARS)
+        if a[pos:end] == b[pos:end]:
+            pos = end
+            continue
+        lo, hi = pos, end  # a[:lo] == b[:lo]; the first difference is before hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if a[lo:mid] == b[lo:mid]:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+    return n
+
+
+class _Kept:
+    """One kept prompt: its text, normalized plain spans, ids and special-token marks (immutable)."""
+
+    __slots__ = ("text", "plain", "ids", "marks", "mark_offsets")
+
+    def __init__(self, text, plain, ids, marks):
+        self.text, self.plain, self.ids, self.marks = text, plain, ids, marks
+        self.mark_offsets = [m[0] for m in marks]
+
+
+class PromptEncoder:
+    """Encodes chat prompts with parse_special=True, re-encoding only what a kept prompt does not share.
+
+    For each kept prompt, the longest common text prefix is mapped back to the last special-token mark
+    at or before it; the ids up to that mark are reused and only the text after it is encoded. A mark is
+    used only if the plain spans before it are the same and no special literal in the new text straddles
+    it, so the result always equals tokenizer.encode(text, True, plain). One prompt per conversation is
+    kept (the one it extends is replaced), `keep` in all, least recently used dropped first.
+    """
+
+    MAX_MARK_TRIES = 8  # marks tried backwards from the common prefix before encoding from scratch
+
+    def __init__(self, tokenizer, keep=4):
+        self.tokenizer = tokenizer
+        self.keep = max(0, int(keep))
+        self._lock = threading.Lock()  # guards _kept (the list; its _Kept items are immutable)
+        self._kept = []                # most recently used last
+        self.reused_ids = 0            # ids reused by the last encode (for tests and metrics)
+
+    def encode(self, text, plain=None, store=True):
+        check_text(text)
+        spans = normalize_spans(plain, len(text))
+        with self._lock:
+            kept = list(self._kept)
+        base, cut, n_ids, mark_index = None, 0, 0, 0
+        for entry in kept:
+            found = self._reuse_point(entry, text, spans)
+            if found is not None and (base is None or found[0] > cut):
+                base, (cut, n_ids, mark_index) = entry, found
+        tail = text[cut:]
+        tail_spans = [(s - cut, e - cut) for s, e in spans if e > cut]
+        tail_ids, tail_marks = self.tokenizer.encode_marked(tail, True, tail_spans)
+        if base is None:
+            ids, marks = tail_ids, tail_marks
+        else:
+            ids = base.ids[:n_ids] + tail_ids
+            marks = base.marks[:mark_index] + [(o + cut, k + n_ids) for o, k in tail_marks]
+        self.reused_ids = n_ids
+        if store and self.keep:
+            self._store(_Kept(text, spans, ids, marks), base)
+        return ids
+
+    def _reuse_point(self, entry, text, spans):
+        """(char offset, ids before it, marks before it) reusable from `entry`, or None."""
+        if not entry.marks:
+            return None
+        lcp = common_prefix_len(entry.text, text)
+        k = bisect.bisect_right(entry.mark_offsets, lcp)
+        pattern = self.tokenizer.special_pattern(True)
+        reach = self.tokenizer.max_special_chars
+        for idx in range(k - 1, max(-1, k - 1 - self.MAX_MARK_TRIES), -1):
+            cut, n_ids = entry.marks[idx]
+            if _clip(entry.plain, cut) != _clip(spans, cut):
+                continue
+            if any((m := pattern.match(text, q)) and m.end() > cut for q in range(max(0, cut - reach + 1), cut)):
+                continue  # a special in the new text would straddle the mark
+            return cut, n_ids, idx + 1
+        return None
+
+    def _store(self, new, base):
+        with self._lock:
+            kept = [e for e in self._kept if e is not base]
+            kept.append(new)
+            self._kept = kept[-self.keep:]
+
+    def forget(self, ids):
+        """Drop the kept prompt whose ids are `ids` (a prompt the engine refused)."""
+        ids = list(ids)
+        with self._lock:
+            self._kept = [e for e in self._kept if e.ids != ids]
+
+
+def _clip(spans, cut):
+    """The normalized spans restricted to [0, cut)."""
+    out = []
+    for s, e in spans:
+        if s >= cut:
+            break
+        out.append((s, min(e, cut)))
+    return out
