@@ -367,9 +367,11 @@ class Tokenizer(_BaseTokenizer):
             for i, ids in enumerate(got):
                 if ids is None:
                     piece = pieces[i]
-                    ids = self._bpe(piece)
-                    if len(piece) <= PIECE_CACHE_MAX_CHARS:
-                        cache[piece] = ids
+                    ids = cache.get(piece)  # may have been computed earlier in this loop
+                    if ids is None:
+                        ids = self._bpe(piece)
+                        if len(piece) <= PIECE_CACHE_MAX_CHARS:
+                            cache[piece] = ids
                     got[i] = ids
         out.extend(chain.from_iterable(got))
 
