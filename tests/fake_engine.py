@@ -1,0 +1,210 @@
+"""A protocol-faithful fake of `strata-engine --serve` (shared/PROTOCOL.md), scripted per test.
+
+It is a separate process that speaks the same lines as the real engine, so StrataEngine, Service and the
+HTTP server are tested exactly as they run, in milliseconds. Token ids are ByteTokenizer ids: 0-255 are
+bytes, then 256 `<|endoftext|>`, 257 `<|im_start|>`, 258 `<|im_end|>` (n_vocab 263).
+
+Usage: `python tests/fake_engine.py [--script FILE.json] --serve [engine flags]`. Engine flags it does not
+use are accepted and ignored (`--max-context N` sets the context unless the script does).
+
+Script (JSON object, every key optional):
+  ctx            context size (default: --max-context, else 2048)
+  ready_delay_s  sleep before READY;  exit_before_ready: exit code to die with before READY
+  no_stop        READY without `stop` (the engine then ignores STOP)
+  info           extra INFO k=v text;  raw_start: lines (latin-1 escapes allowed) written before READY
+  record         file to append every received command to ("<pid> <line>")
+  state          directory that counts starts, so `starts` can script each (re)start differently
+  starts         list of objects merged over the script for start 0, 1, ... (the last one repeats)
+  turns          list of turn objects for GEN 1, 2, ... of this process (the last one repeats)
+A turn: text (answer; its UTF-8 bytes are the token ids) or ids (list); repeat (times the text is sent);
+eos (default true: end with 258); token_delay_s; first_delay_s (after the prompt is read); pp_chunk (default
+512) and pp_delay_s (per prompt chunk); die_after (exit 3 after that many tokens); silent_after (then write
+nothing and ignore STOP); raw (lines written verbatim, latin-1, before the tokens); err (answer ERR with it);
+nonfinite (finish nonfinite, no tokens).
+"""
+import json
+import os
+import queue
+import sys
+import threading
+import time
+
+EOS_IDS = (256, 258)
+IM_START = 257
+N_VOCAB = 263
+CTX_SLACK = 8
+DEFAULT_TURN = {"text": "Hello from the fake engine."}
+
+out_lock = threading.Lock()
+
+
+def emit(line):
+    data = line.encode("latin-1") if isinstance(line, str) and any(ord(c) > 127 for c in line) \
+        else (line.encode() if isinstance(line, str) else line)
+    with out_lock:
+        sys.stdout.buffer.write(data + b"\n")
+        sys.stdout.buffer.flush()
+
+
+def load_script(argv):
+    script, ctx_flag = {}, None
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--script":
+            with open(argv[i + 1], encoding="utf-8") as f:
+                script = json.load(f)
+            i += 2
+            continue
+        if argv[i] == "--max-context" and i + 1 < len(argv):
+            ctx_flag = int(argv[i + 1])
+        i += 1
+    if "state" in script:
+        os.makedirs(script["state"], exist_ok=True)
+        path = os.path.join(script["state"], "starts")
+        n = int(open(path).read()) if os.path.exists(path) else 0
+        with open(path, "w") as f:
+            f.write(str(n + 1))
+        starts = script.get("starts") or [{}]
+        script = {**script, **starts[min(n, len(starts) - 1)]}
+    script.setdefault("ctx", ctx_flag or 2048)
+    return script
+
+
+class Engine:
+    def __init__(self, script):
+        self.s = script
+        self.stop = threading.Event()
+        self.commands = queue.Queue()
+        self.session = []
+        self.n_gen = 0
+        self.record = script.get("record")
+
+    def log(self, line):
+        if self.record:
+            with open(self.record, "a", encoding="utf-8") as f:
+                f.write(f"{os.getpid()} {line[:200]}\n")
+
+    def reader(self):
+        for raw in sys.stdin.buffer:
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            self.log(line)
+            if line == "STOP":
+                self.stop.set()
+            else:
+                self.commands.put(line)
+        self.commands.put("QUIT")
+
+    def run(self):
+        s = self.s
+        for line in s.get("raw_start", []):
+            emit(line)
+        if s.get("ready_delay_s"):
+            time.sleep(s["ready_delay_s"])
+        if "exit_before_ready" in s:
+            sys.stderr.write("fake engine: dying before READY as scripted\n")
+            sys.exit(int(s["exit_before_ready"]))
+        emit(f"INFO engine=fake-1 arch=fake n_vocab={N_VOCAB} n_ctx_train=8192 context={s['ctx']} "
+             f"batch_slots=0 batch_groups=1 slot_cache=0 conversation_cache_slots=0 im_start={IM_START} "
+             f"eos=256,258 threads=1 backend=cpu {s.get('info', '')}".rstrip())
+        emit(f"READY {s['ctx']}" + ("" if s.get("no_stop") else " stop"))
+        threading.Thread(target=self.reader, daemon=True).start()
+        while True:
+            line = self.commands.get()
+            word = line.split(" ", 1)[0]
+            if word == "QUIT":
+                sys.exit(0)
+            elif word == "GEN":
+                self.gen(line)
+            elif word == "VRAM":
+                emit("VRAM ram_used_mib=10 ram_total_mib=100")
+            elif word in ("SAVE", "RESTORE"):
+                emit(f"{'SAVED' if word == 'SAVE' else 'RESTORED'} {len(self.session)} 100 1.0")
+            else:
+                emit(f"ERR unknown command {word[:40]}")
+
+    def turn(self):
+        turns = self.s.get("turns") or [DEFAULT_TURN]
+        t = turns[min(self.n_gen, len(turns) - 1)]
+        self.n_gen += 1
+        return t
+
+    def gen(self, line):
+        t0 = time.monotonic()
+        self.stop.clear()  # a STOP between requests is stale
+        words = line.split()
+        try:
+            max_new = int(words[1])
+            ids = [int(x) for x in words[-1].split(",")] if len(words) > 2 else []
+        except ValueError:
+            emit("ERR malformed GEN line")
+            return
+        t = self.turn()
+        if not ids or any(i < 0 or i >= N_VOCAB for i in ids):
+            emit("ERR empty prompt or id outside the vocabulary")
+            return
+        if len(ids) + max_new + CTX_SLACK > self.s["ctx"]:
+            emit(f"ERR prompt {len(ids)} + max_new {max_new} exceeds the context {self.s['ctx']}")
+            return
+        if "err" in t:
+            emit(f"ERR {t['err']}")
+            return
+        reused = 0
+        while reused < min(len(ids) - 1, len(self.session)) and self.session[reused] == ids[reused]:
+            reused += 1
+        emit(f"RESUME {reused}")
+        chunk = int(t.get("pp_chunk", 512))
+        reached = reused
+        while reached < len(ids):
+            if self.stop.is_set():
+                break
+            self.stop.wait(float(t.get("pp_delay_s", 0)))
+            reached = min(len(ids), reached + chunk)
+            ms = (time.monotonic() - t0) * 1000
+            emit(f"PP {reached} {len(ids)} {ms:.1f} {max(1.0, (reached - reused) / max(ms, 1e-3) * 1000):.1f}")
+        prompt_ms = (time.monotonic() - t0) * 1000
+        for line_out in t.get("raw", []):
+            emit(line_out)
+        if t.get("first_delay_s"):
+            self.stop.wait(t["first_delay_s"])
+        answer = list(t["ids"]) if "ids" in t else list(t.get("text", "").encode("utf-8"))
+        answer = answer * int(t.get("repeat", 1))
+        if t.get("eos", True):
+            answer.append(258)
+        out, finish = [], "length"
+        if t.get("nonfinite"):
+            answer, finish = [], "nonfinite"
+        for tok in answer:
+            if self.stop.is_set() and not self.s.get("no_stop"):
+                finish = "cancel"
+                break
+            if len(out) >= max_new:
+                break
+            if "die_after" in t and len(out) >= t["die_after"]:
+                sys.stderr.write("fake engine: dying mid-stream as scripted\n")
+                sys.stderr.flush()
+                os._exit(3)
+            if "silent_after" in t and len(out) >= t["silent_after"]:
+                while True:
+                    time.sleep(3600)
+            if t.get("token_delay_s"):
+                self.stop.wait(t["token_delay_s"])
+            emit(f"T {tok}")
+            out.append(tok)
+            if tok in EOS_IDS:
+                finish = "stop"
+                break
+        if self.stop.is_set() and finish == "length" and len(out) < max_new and out and out[-1] not in EOS_IDS:
+            finish = "cancel"
+        read = reached - reused
+        self.session = ids + out[:-1]
+        decode_ms = (time.monotonic() - t0) * 1000 - prompt_ms
+        emit(f"DONE {len(out)} {len(ids)} {prompt_ms:.1f} {decode_ms:.1f} {finish} 0 0 {reused} "
+             f"- - - - - {read} -")
+
+
+if __name__ == "__main__":
+    argv = sys.argv[1:]
+    if "--serve" not in argv:
+        sys.stderr.write("usage: fake_engine.py [--script FILE] --serve [flags]\n")
+        sys.exit(2)
+    Engine(load_script(argv)).run()
