@@ -1,0 +1,238 @@
+// engine/main.cpp — `strata-engine --serve --model FILE.gguf [flags]`: parses the flags, loads the model,
+// writes INFO and READY, then runs the command loop (engine/serve_loop.cpp) until QUIT or EOF.
+//
+// Exit codes: 0 after QUIT/EOF; 1 when the model (or its KV cache) cannot be loaded, with model_load's one-line
+// reason on stderr; 2 for a bad command line (usage on stderr). stdout carries the protocol only.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "model.h"
+#include "protocol.h"
+#include "serve_loop.h"
+#include "slots.h"
+
+namespace {
+
+constexpr const char* ENGINE_VERSION = "0.1.0";
+// The default context on the CPU: the training context, but no more than this (KV memory and speed).
+constexpr int32_t CPU_CONTEXT_CAP = 8192;
+constexpr int32_t CONTEXT_MIN = 64;
+
+const char* const USAGE =
+    "usage: strata-engine --serve --model FILE.gguf [options]\n"
+    "  --max-context N              context (default: the model's training context, at most 8192)\n"
+    "  --threads N                  worker threads (default: physical cores)\n"
+    "  --batch N | --slots N        1..8 batch decode slots (default: none, solo only)\n"
+    "  --batch-groups G|auto        slot groups (G divides the slots; the CPU runs one group at a time)\n"
+    "  --conversation-cache-slots N parked conversations kept in RAM (default 4, 0 = off)\n"
+    "  --conversation-cache-mib N   byte budget of the parked conversations (default 0 = no limit)\n"
+    "  --prompt-cache-every N       checkpoint interval in tokens (default 16384)\n"
+    "  --turn-token ID              the turn-opening token (default: the model's <|im_start|>)\n"
+    "  --eos-ids A,B                tokens that end a reply (default: the model's end-of-turn and end-of-text)\n"
+    "  --chunk N                    prompt tokens per evaluation (default 512)\n"
+    "  --kv f16|q8_0                KV cache type (default f16)\n"
+    "  --seed N                     seed of requests that bring none (default: random)\n"
+    "  --backend cpu|cuda           compute backend (default cpu)\n";
+
+int usage(const std::string& why) {
+    if (!why.empty()) std::fprintf(stderr, "strata-engine: %s\n", why.c_str());
+    std::fputs(USAGE, stderr);
+    return 2;
+}
+
+// Physical cores: distinct (package, core) pairs in sysfs; the logical count when sysfs says nothing.
+int32_t physical_cores() {
+    std::set<std::pair<std::string, std::string>> cores;
+    const unsigned n = std::thread::hardware_concurrency();
+    for (unsigned cpu = 0; cpu < std::max(1u, n) * 2; ++cpu) {
+        const std::string base = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+        std::ifstream pkg(base + "physical_package_id"), core(base + "core_id");
+        std::string p, c;
+        if (pkg >> p && core >> c) cores.emplace(p, c);
+    }
+    if (!cores.empty()) return static_cast<int32_t>(cores.size());
+    return n > 0 ? static_cast<int32_t>(n) : 1;
+}
+
+bool parse_int_flag(const std::string& text, int64_t lo, int64_t hi, int64_t* out) {
+    return protocol_parse_i64(text, out) && *out >= lo && *out <= hi;
+}
+
+struct flags {
+    bool serve = false;
+    std::string model;
+    int64_t max_context = 0;
+    int64_t threads = 0;
+    int64_t slots = 0;
+    std::string groups = "auto";
+    int64_t conv_slots = 4;
+    int64_t conv_mib = 0;
+    int64_t prompt_cache_every = 16384;
+    int64_t turn_token = -2;  // -2: the model's <|im_start|>
+    std::vector<int32_t> eos;
+    int64_t chunk = 512;
+    kv_type kv = KV_TYPE_F16;
+    bool has_seed = false;
+    int64_t seed = 0;
+    std::string backend = "cpu";
+};
+
+// Returns -1 on success, else the exit code.
+int parse_flags(int argc, char** argv, flags* f) {
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--serve") {
+            f->serve = true;
+            continue;
+        }
+        if (a == "-h" || a == "--help") {
+            std::fputs(USAGE, stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) return usage(a.rfind("--", 0) == 0 ? "missing value for " + a : "unknown argument " + a);
+        const std::string v = argv[++i];
+        int64_t n = 0;
+        auto bad = [&]() { return usage("bad value for " + a + ": " + v); };
+        if (a == "--model") {
+            f->model = v;
+        } else if (a == "--max-context") {
+            if (!parse_int_flag(v, CONTEXT_MIN, 1 << 24, &f->max_context)) return bad();
+        } else if (a == "--threads") {
+            if (!parse_int_flag(v, 1, 1024, &f->threads)) return bad();
+        } else if (a == "--batch" || a == "--slots") {
+            if (!parse_int_flag(v, 0, SLOTS_MAX, &f->slots)) return bad();
+        } else if (a == "--batch-groups") {
+            if (v != "auto" && !parse_int_flag(v, 1, SLOTS_MAX, &n)) return bad();
+            f->groups = v;
+        } else if (a == "--conversation-cache-slots") {
+            if (!parse_int_flag(v, 0, 64, &f->conv_slots)) return bad();
+        } else if (a == "--conversation-cache-mib") {
+            if (!parse_int_flag(v, 0, 1 << 24, &f->conv_mib)) return bad();
+        } else if (a == "--prompt-cache-every") {
+            if (!parse_int_flag(v, 0, 1 << 24, &f->prompt_cache_every)) return bad();
+        } else if (a == "--turn-token") {
+            if (!parse_int_flag(v, -1, (1LL << 31) - 1, &f->turn_token)) return bad();
+        } else if (a == "--eos-ids") {
+            f->eos.clear();
+            size_t start = 0;
+            while (start <= v.size()) {
+                size_t comma = v.find(',', start);
+                if (comma == std::string::npos) comma = v.size();
+                if (!parse_int_flag(v.substr(start, comma - start), 0, (1LL << 31) - 1, &n)) return bad();
+                f->eos.push_back(static_cast<int32_t>(n));
+                start = comma + 1;
+            }
+        } else if (a == "--chunk") {
+            if (!parse_int_flag(v, 1, 65536, &f->chunk)) return bad();
+        } else if (a == "--kv") {
+            if (v == "f16") f->kv = KV_TYPE_F16;
+            else if (v == "q8_0") f->kv = KV_TYPE_Q8_0;
+            else return bad();
+        } else if (a == "--seed") {
+            if (!parse_int_flag(v, 0, INT64_MAX, &f->seed)) return bad();
+            f->has_seed = true;
+        } else if (a == "--backend") {
+            if (v != "cpu" && v != "cuda") return bad();
+            f->backend = v;
+        } else {
+            return usage("unknown flag " + a);
+        }
+    }
+    if (!f->serve) return usage("--serve is required (the engine has no other mode)");
+    if (f->model.empty()) return usage("--model FILE.gguf is required");
+    return -1;
+}
+
+std::string join_ids(const std::vector<int32_t>& ids) {
+    std::string s;
+    for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+    return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    flags f;
+    const int rc = parse_flags(argc, argv, &f);
+    if (rc >= 0) return rc;
+    if (f.backend == "cuda") {
+        std::fprintf(stderr, "strata-engine: --backend cuda: this engine has no CUDA backend (built for the CPU)\n");
+        return 1;
+    }
+
+    model_params mp;
+    mp.path = f.model;
+    mp.n_threads = f.threads > 0 ? static_cast<int32_t>(f.threads) : physical_cores();
+    mp.n_batch = static_cast<int32_t>(f.chunk);
+    std::string err;
+    strata_model* model = model_load(mp, &err);
+    if (model == nullptr) {
+        std::fprintf(stderr, "%s\n", err.empty() ? ("cannot load " + f.model).c_str() : err.c_str());
+        return 1;
+    }
+    const model_info& info = model_get_info(model);
+
+    engine_config cfg;
+    const int32_t train = info.n_ctx_train > 0 ? info.n_ctx_train : CPU_CONTEXT_CAP;
+    cfg.n_ctx = f.max_context > 0 ? static_cast<int32_t>(std::min<int64_t>(f.max_context, train))
+                                  : std::min(train, CPU_CONTEXT_CAP);
+    if (f.max_context > train) {
+        std::fprintf(stderr, "strata: --max-context %lld is over the training context; using %d\n",
+                     static_cast<long long>(f.max_context), cfg.n_ctx);
+    }
+    cfg.n_slots = static_cast<int32_t>(f.slots);
+    cfg.n_groups = 1;
+    if (f.groups != "auto" && cfg.n_slots > 0) {
+        const int32_t g = std::stoi(f.groups);
+        if (cfg.n_slots % g == 0) cfg.n_groups = g;
+        else std::fprintf(stderr, "strata: --batch-groups %d does not divide %d slots; one group\n", g, cfg.n_slots);
+    }
+    cfg.chunk = static_cast<int32_t>(f.chunk);
+    cfg.turn_token = f.turn_token == -2 ? info.im_start_id : static_cast<int32_t>(f.turn_token);
+    if (!f.eos.empty()) {
+        cfg.eos_ids = f.eos;
+    } else {
+        for (int32_t id : {info.eot_id, info.endoftext_id, info.eos_id}) {
+            if (id >= 0 && std::find(cfg.eos_ids.begin(), cfg.eos_ids.end(), id) == cfg.eos_ids.end()) {
+                cfg.eos_ids.push_back(id);
+            }
+        }
+    }
+    cfg.kv = f.kv;
+    cfg.conv_slots = static_cast<int32_t>(f.conv_slots);
+    cfg.conv_mib = f.conv_mib;
+    cfg.prompt_cache_every = static_cast<int32_t>(f.prompt_cache_every);
+    cfg.has_seed = f.has_seed;
+    cfg.seed = static_cast<uint64_t>(f.seed);
+
+    protocol_write_line(std::string("INFO engine=") + ENGINE_VERSION + " arch=" + info.arch +
+                        " n_vocab=" + std::to_string(info.n_vocab) + " n_ctx_train=" + std::to_string(info.n_ctx_train) +
+                        " context=" + std::to_string(cfg.n_ctx) + " batch_slots=" + std::to_string(cfg.n_slots) +
+                        " batch_groups=" + std::to_string(cfg.n_groups) + " slot_cache=" + (cfg.n_slots > 0 ? "1" : "0") +
+                        " conversation_cache_slots=" + std::to_string(cfg.conv_slots) +
+                        " conversation_cache_mib=" + std::to_string(cfg.conv_mib) +
+                        " im_start=" + std::to_string(info.im_start_id) + " eos=" + join_ids(cfg.eos_ids) +
+                        " threads=" + std::to_string(info.n_threads > 0 ? info.n_threads : mp.n_threads) +
+                        " backend=cpu kernels=" + model_kernel_name() + " kv=" + (cfg.kv == KV_TYPE_F16 ? "f16" : "q8_0") +
+                        " chunk=" + std::to_string(cfg.chunk) + " logit_bias=1");
+    protocol_write_line("INFO model_name=" + protocol_message(info.name.empty() ? "-" : info.name) +
+                        " n_layer=" + std::to_string(info.n_layer) + " n_embd=" + std::to_string(info.n_embd) +
+                        " weights_mib=" + std::to_string(info.weights_bytes >> 20) +
+                        " turn_token=" + std::to_string(cfg.turn_token));
+    protocol_write_line("READY " + std::to_string(cfg.n_ctx) + " stop");
+    std::fprintf(stderr, "strata: session is up: %s context=%d threads=%d slots=%d\n", f.model.c_str(), cfg.n_ctx,
+                 info.n_threads, cfg.n_slots);
+
+    const int code = serve_loop_run(model, cfg, STDIN_FILENO);
+    model_free(model);
+    return code;
+}

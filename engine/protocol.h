@@ -1,0 +1,63 @@
+// engine/protocol.h — the text of the engine line protocol (shared/PROTOCOL.md): parsing one command line
+// into a `command`, and formatting the numbers and messages the engine writes back.
+//
+// Contract:
+//  - Pure functions (no model, no state), except protocol_write_line: the one writer of stdout (one line,
+//    then a flush). The serve loop decides what a parsed command does.
+//  - protocol_parse never throws and never reads past the line; on a malformed line it returns false and
+//    sets command::error to a one-line reason (the loop answers `ERR <reason>`).
+//  - It checks what the line alone decides: the command word, integers, `k=v` values, id lists and ids
+//    against n_vocab. Whatever needs engine state (context, slot busy, slot count) is the loop's.
+//  - Unknown request keys are skipped, as the contract says.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sampler.h"
+
+enum cmd_kind : int32_t {
+    CMD_NONE = 0,    // blank line: nothing to do
+    CMD_GEN,         // GEN <max_new>[ k=v ...] <ids>
+    CMD_BGEN,        // BGEN <slot> <max_new>[ k=v ...] <ids>
+    CMD_STOP,        // STOP
+    CMD_BSTOP,       // BSTOP <slot>
+    CMD_BYIELD,      // BYIELD <slot>
+    CMD_VRAM,        // VRAM [reserve_mib]
+    CMD_SAVE,        // SAVE <path>
+    CMD_RESTORE,     // RESTORE <path>
+    CMD_QUIT,        // QUIT
+};
+
+struct command {
+    cmd_kind kind = CMD_NONE;
+    int32_t slot = -1;          // BGEN/BSTOP/BYIELD
+    int32_t max_new = 0;        // GEN/BGEN
+    sampler_params sampling;    // GEN/BGEN
+    bool ckpt = true;           // GEN/BGEN: ckpt=0 asks for no conversation checkpoint (a one-shot call)
+    std::vector<int32_t> ids;   // GEN/BGEN: the prompt
+    std::string path;           // SAVE/RESTORE
+    int64_t vram_mib = -1;      // VRAM argument, -1 when absent
+    std::string error;          // set when protocol_parse returns false
+};
+
+// Longest message text an ERR/SERR line carries, in bytes (the reference engine's limit).
+constexpr size_t PROTOCOL_MESSAGE_MAX_BYTES = 512;
+
+// Parses one line (without its '\n'; a trailing '\r' is ignored). n_vocab bounds the ids.
+bool protocol_parse(const std::string& line, int32_t n_vocab, command* out);
+
+// A message made safe for one protocol line: control characters become spaces, at most
+// PROTOCOL_MESSAGE_MAX_BYTES bytes (cut on a UTF-8 character boundary).
+std::string protocol_message(const std::string& text);
+
+// Milliseconds (or any figure) with one decimal: "12.3".
+std::string protocol_fixed1(double value);
+
+// Writes `line` and '\n' to stdout and flushes. Only the serve loop's thread calls it.
+void protocol_write_line(const std::string& line);
+
+// Strict decimal parsers used by the command parser and by main()'s flags.
+bool protocol_parse_i64(const std::string& text, int64_t* out);
+bool protocol_parse_f32(const std::string& text, float* out);

@@ -1,0 +1,428 @@
+// engine/serve_loop.cpp — see serve_loop.h for the contract.
+#include "serve_loop.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+
+#include "prefill/chunking.hpp"
+#include "prefill/pf_timer.h"
+#include "protocol.h"
+#include "sampler.h"
+#include "session.h"
+#include "slots.h"
+#include "stdin_reader.h"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// The server keeps the same margin (CTX_SLACK): a request needs n + max_new + 8 <= context.
+constexpr int32_t CTX_SLACK_TOKENS = 8;
+// How long the loop blocks on an empty queue when nothing decodes (any line wakes it at once).
+constexpr int32_t IDLE_WAIT_MS = 1000;
+// SAVE/RESTORE progress: one SESSION line per this many bytes at most.
+constexpr uint64_t SESSION_LINE_BYTES = 16u << 20;
+
+double ms_between(clock_type::time_point a, clock_type::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+void err_line(const std::string& why) { protocol_write_line("ERR " + protocol_message(why)); }
+
+enum read_end : int32_t {
+    READ_DONE = 0,   // the prompt is read; first token sampled
+    READ_CANCEL,     // STOP
+    READ_YIELD,      // BYIELD: the part read waits in yield_slot
+    READ_NONFINITE,  // the last logits were not finite
+    READ_FAILED,     // the model refused (ERR written)
+};
+
+struct read_result {
+    read_end end = READ_DONE;
+    int32_t reused = 0;
+    int32_t read = 0;          // prompt tokens evaluated by this request
+    int32_t first = -1;        // first generated token (READ_DONE)
+    int32_t yield_slot = -1;
+    double prompt_ms = 0.0;
+};
+
+class serve_loop {
+public:
+    serve_loop(strata_model* model, const engine_config& cfg, int stdin_fd)
+        : model_(model), info_(model_get_info(model)), cfg_(cfg),
+          reader_(stdin_fd, cfg.n_slots),
+          cache_(model, cfg.kv, cfg.conv_slots, static_cast<size_t>(cfg.conv_mib) << 20),
+          slots_(model, cfg.n_slots, cfg.n_ctx, cfg.kv),
+          rng_(std::random_device{}()) {
+        live_.kv = kv_cache_init(model, cfg.n_ctx, cfg.kv);
+        logits_.resize(static_cast<size_t>(info_.n_vocab));
+    }
+    ~serve_loop() {
+        if (live_.kv) kv_cache_free(live_.kv);
+    }
+
+    int run();
+
+private:
+    bool handle(const stdin_line& line);  // false: QUIT
+    void run_gen(const command& cmd, int64_t seq);
+    void run_bgen(const command& cmd, int64_t seq);
+    void run_session_file(const command& cmd);
+    void run_vram();
+    bool check_request(const command& cmd);
+    uint64_t request_seed(const sampler_params& sp);
+    read_result read_prompt(seq_state* target, const command& cmd, int64_t seq, int32_t own_slot,
+                            clock_type::time_point t0);
+    void slot_steps();
+    void drop_poisoned(seq_state* st);
+    std::string done_line(int32_t generated, int32_t n_prompt, double prompt_ms, double decode_ms,
+                          const char* finish, int32_t reused, int32_t read) const;
+
+    strata_model* model_;
+    const model_info& info_;
+    engine_config cfg_;
+    stdin_reader reader_;
+    conversation_cache cache_;
+    slot_table slots_;
+    seq_state live_;               // the solo session
+    std::vector<float> logits_;    // (n_vocab) the last prompt token's logits, or the last decode step's
+    sampler_scratch scratch_;
+    pf_timer timer_;
+    std::mt19937_64 rng_;          // seeds of requests that bring none (when --seed is absent)
+};
+
+int serve_loop::run() {
+    if (live_.kv == nullptr) {
+        std::fprintf(stderr, "strata: cannot allocate the KV cache for %d positions\n", cfg_.n_ctx);
+        return 1;
+    }
+    reader_.start();
+    for (;;) {
+        stdin_line line;
+        if (slots_.any_busy()) {
+            if (reader_.pop(&line, 0)) {
+                if (!handle(line)) return 0;
+            } else {
+                slot_steps();
+            }
+        } else if (reader_.pop(&line, IDLE_WAIT_MS)) {
+            if (!handle(line)) return 0;
+        }
+    }
+}
+
+void serve_loop::slot_steps() {
+    std::string err;
+    if (!slots_.step(reader_, cfg_.eos_ids, &err)) {
+        std::fprintf(stderr, "strata: batch step refused by the model: %s\n", err.c_str());
+    }
+}
+
+bool serve_loop::handle(const stdin_line& line) {
+    if (line.eof) return false;
+    if (line.too_long) {
+        err_line("line over " + std::to_string(STDIN_LINE_MAX_BYTES >> 20) + " MiB (dropped)");
+        return true;
+    }
+    command cmd;
+    if (!protocol_parse(line.text, info_.n_vocab, &cmd)) {
+        err_line(cmd.error);
+        return true;
+    }
+    switch (cmd.kind) {
+        case CMD_NONE: return true;
+        case CMD_QUIT: return false;
+        case CMD_GEN: run_gen(cmd, line.seq); return true;
+        case CMD_BGEN: run_bgen(cmd, line.seq); return true;
+        case CMD_SAVE:
+        case CMD_RESTORE: run_session_file(cmd); return true;
+        case CMD_VRAM: run_vram(); return true;
+        case CMD_STOP: return true;  // stale: the reader acts on STOP itself
+        case CMD_BSTOP:
+        case CMD_BYIELD:
+            // the reader acts on valid slots itself; only an out-of-range slot reaches the loop
+            err_line((cmd.kind == CMD_BSTOP ? "BSTOP" : "BYIELD") + std::string(": no slot ") + std::to_string(cmd.slot) +
+                     " (batch slots: " + std::to_string(cfg_.n_slots) + ")");
+            return true;
+    }
+    return true;
+}
+
+bool serve_loop::check_request(const command& cmd) {
+    const int64_t n = static_cast<int64_t>(cmd.ids.size());
+    if (n == 0) {
+        err_line("empty prompt");
+        return false;
+    }
+    if (n + cmd.max_new + CTX_SLACK_TOKENS > cfg_.n_ctx) {
+        err_line("context: " + std::to_string(n) + " prompt + " + std::to_string(cmd.max_new) + " max_new + " +
+                 std::to_string(CTX_SLACK_TOKENS) + " > " + std::to_string(cfg_.n_ctx));
+        return false;
+    }
+    return true;
+}
+
+uint64_t serve_loop::request_seed(const sampler_params& sp) {
+    if (sp.has_seed) return sp.seed;
+    if (cfg_.has_seed) return cfg_.seed;
+    return rng_();
+}
+
+std::string serve_loop::done_line(int32_t generated, int32_t n_prompt, double prompt_ms, double decode_ms,
+                                  const char* finish, int32_t reused, int32_t read) const {
+    // generated prompt prompt_ms decode_ms finish drafts_acc drafts_off reused hits lookups ram_blobs
+    // file_blobs file_mb prompt_read offloaded; the CPU engine measures no drafts, experts or file reads.
+    return "DONE " + std::to_string(generated) + " " + std::to_string(n_prompt) + " " + protocol_fixed1(prompt_ms) +
+           " " + protocol_fixed1(decode_ms) + " " + finish + " - - " + std::to_string(reused) + " - - - - - " +
+           std::to_string(read) + " - chunk=" + std::to_string(cfg_.chunk);
+}
+
+void serve_loop::drop_poisoned(seq_state* st) {
+    st->tokens.clear();
+    st->ckpt_len = 0;
+    cache_.clear();
+    slots_.clear_idle();
+}
+
+// Reads cmd.ids into target (reusing what it can), chunk by chunk, and samples the first token.
+read_result serve_loop::read_prompt(seq_state* target, const command& cmd, int64_t seq, int32_t own_slot,
+                                    clock_type::time_point t0) {
+    read_result r;
+    const std::vector<int32_t>& prompt = cmd.ids;
+    const int32_t n = static_cast<int32_t>(prompt.size());
+    timer_.begin();
+    timer_.mark(PF_PHASE_LOOKUP);
+    std::vector<const seq_state*> others;
+    if (target != &live_) others.push_back(&live_);
+    slots_.idle_states(own_slot, &others);
+    const reuse_source src = session_find_reuse(*target, prompt, &cache_, others);
+    r.reused = session_apply_reuse(target, prompt, src, &cache_);
+    protocol_write_line("RESUME " + std::to_string(r.reused));
+    const int32_t ckpt = cmd.ckpt ? session_turn_checkpoint(prompt, cfg_.turn_token) : 0;
+
+    int32_t pos = r.reused;
+    const clock_type::time_point t_read = clock_type::now();
+    while (pos < n) {
+        const int32_t len = pf::chunk_next_len(pos, n, cfg_.chunk);
+        timer_.mark(PF_PHASE_READ);
+        std::string err;
+        if (model_eval_seq(model_, target->kv, prompt.data() + pos, len, pos, logits_.data(), &err) != 0) {
+            target->tokens.resize(static_cast<size_t>(pos));
+            err_line("model: " + err);
+            r.end = READ_FAILED;
+            timer_.finish(r.read);
+            return r;
+        }
+        target->tokens.insert(target->tokens.end(), prompt.begin() + pos, prompt.begin() + pos + len);
+        pos += len;
+        r.read += len;
+        timer_.mark(PF_PHASE_EMIT);
+        const clock_type::time_point now = clock_type::now();
+        const double read_s = std::max(1e-9, ms_between(t_read, now) / 1000.0);
+        protocol_write_line("PP " + std::to_string(pos) + " " + std::to_string(n) + " " +
+                            protocol_fixed1(ms_between(t0, now)) + " " + protocol_fixed1(r.read / read_s));
+        if (pos >= n) break;
+        if (reader_.stop_requested(seq)) {
+            r.end = READ_CANCEL;
+            break;
+        }
+        const int32_t y = reader_.yield_requested(seq);
+        if (y >= 0) {
+            reader_.yield_clear();
+            if (own_slot >= 0) {
+                r.end = READ_YIELD;
+                r.yield_slot = own_slot;  // an admission's read already lives in its slot
+                break;
+            }
+            if (y < slots_.size() && !slots_.at(y).busy && slots_.ensure_kv(y)) {
+                seq_state& dst = slots_.at(y).st;
+                kv_cache_copy(dst.kv, target->kv, pos);
+                dst.tokens = target->tokens;
+                dst.ckpt_len = std::min(ckpt, pos);
+                r.end = READ_YIELD;
+                r.yield_slot = y;
+                break;
+            }
+            std::fprintf(stderr, "strata: BYIELD %d ignored (no such idle slot)\n", y);
+        }
+        if (slots_.any_busy()) {
+            timer_.mark(PF_PHASE_SLOTS);
+            slot_steps();  // decoding slots keep producing while a long prompt is read
+        }
+    }
+    target->ckpt_len = std::min<int32_t>(ckpt, static_cast<int32_t>(target->tokens.size()));
+    if (r.end == READ_DONE) {
+        timer_.mark(PF_PHASE_SAMPLE);
+        const uint64_t seed = request_seed(cmd.sampling);
+        r.end = sampler_sample(cmd.sampling, logits_.data(), info_.n_vocab, prompt.data(), n, n, seed, &scratch_,
+                               &r.first) == SAMPLE_OK
+                    ? READ_DONE
+                    : READ_NONFINITE;
+    }
+    r.prompt_ms = ms_between(t0, clock_type::now());
+    timer_.finish(r.read);
+    return r;
+}
+
+void serve_loop::run_gen(const command& cmd_in, int64_t seq) {
+    if (!check_request(cmd_in)) return;
+    const clock_type::time_point t0 = clock_type::now();
+    command cmd = cmd_in;
+    cmd.sampling.has_seed = true;
+    cmd.sampling.seed = request_seed(cmd_in.sampling);  // one seed for the whole request
+    const int32_t n = static_cast<int32_t>(cmd.ids.size());
+    read_result r = read_prompt(&live_, cmd, seq, -1, t0);
+    if (r.end == READ_FAILED) return;
+    if (r.end == READ_YIELD) {
+        protocol_write_line("YIELDED " + std::to_string(r.yield_slot) + " " + std::to_string(live_.tokens.size()));
+    }
+    if (r.end != READ_DONE) {
+        if (r.end == READ_NONFINITE) drop_poisoned(&live_);
+        protocol_write_line(done_line(0, n, r.prompt_ms, 0.0, r.end == READ_NONFINITE ? "nonfinite" : "cancel",
+                                      r.reused, r.read));
+        return;
+    }
+    const clock_type::time_point t_dec = clock_type::now();
+    int32_t generated = 0;
+    int32_t tok = r.first;
+    const char* finish = "length";
+    std::string err;
+    for (;;) {
+        protocol_write_line("T " + std::to_string(tok));
+        generated += 1;
+        if (std::find(cfg_.eos_ids.begin(), cfg_.eos_ids.end(), tok) != cfg_.eos_ids.end()) {
+            finish = "stop";
+            break;
+        }
+        if (generated >= cmd.max_new || static_cast<int32_t>(live_.tokens.size()) + 1 >= cfg_.n_ctx) break;
+        if (reader_.stop_requested(seq)) {
+            finish = "cancel";
+            break;
+        }
+        const int32_t p = static_cast<int32_t>(live_.tokens.size());
+        if (model_eval_seq(model_, live_.kv, &tok, 1, p, logits_.data(), &err) != 0) {
+            std::fprintf(stderr, "strata: decode refused by the model: %s\n", err.c_str());
+            drop_poisoned(&live_);
+            finish = "nonfinite";
+            break;
+        }
+        live_.tokens.push_back(tok);
+        if (sampler_sample(cmd.sampling, logits_.data(), info_.n_vocab, live_.tokens.data(), p + 1, p + 1,
+                           cmd.sampling.seed, &scratch_, &tok) != SAMPLE_OK) {
+            drop_poisoned(&live_);
+            finish = "nonfinite";
+            break;
+        }
+        if (slots_.any_busy()) slot_steps();
+    }
+    const double decode_ms = ms_between(t_dec, clock_type::now());
+    protocol_write_line(done_line(generated, n, r.prompt_ms, decode_ms, finish, r.reused, r.read));
+    std::fprintf(stderr, "strata: GEN prompt=%d reused=%d read=%d generated=%d finish=%s prompt_ms=%.1f decode_tok_s=%.1f\n",
+                 n, r.reused, r.read, generated, finish, r.prompt_ms,
+                 generated > 1 ? (generated - 1) * 1000.0 / std::max(1e-6, decode_ms) : 0.0);
+}
+
+void serve_loop::run_bgen(const command& cmd_in, int64_t seq) {
+    if (cfg_.n_slots <= 0) {
+        err_line("BGEN: no batch slots (start the engine with --batch N)");
+        return;
+    }
+    if (cmd_in.slot >= cfg_.n_slots) {
+        err_line("BGEN: no slot " + std::to_string(cmd_in.slot) + " (batch slots: " + std::to_string(cfg_.n_slots) + ")");
+        return;
+    }
+    if (slots_.at(cmd_in.slot).busy) {
+        err_line("BGEN: slot " + std::to_string(cmd_in.slot) + " is busy");
+        return;
+    }
+    if (!check_request(cmd_in)) return;
+    if (!slots_.ensure_kv(cmd_in.slot)) {
+        err_line("BGEN: cannot allocate the KV cache of slot " + std::to_string(cmd_in.slot));
+        return;
+    }
+    const clock_type::time_point t0 = clock_type::now();
+    command cmd = cmd_in;
+    cmd.sampling.has_seed = true;
+    cmd.sampling.seed = request_seed(cmd_in.sampling);
+    const int32_t s = cmd.slot;
+    const int32_t n = static_cast<int32_t>(cmd.ids.size());
+    seq_state* target = &slots_.at(s).st;
+    read_result r = read_prompt(target, cmd, seq, s, t0);
+    if (r.end == READ_FAILED) return;
+    const std::string slot_word = std::to_string(s);
+    if (r.end != READ_DONE) {
+        if (r.end == READ_YIELD) {
+            protocol_write_line("YIELDED " + slot_word + " " + std::to_string(target->tokens.size()));
+        }
+        if (r.end == READ_NONFINITE) drop_poisoned(target);
+        protocol_write_line(done_line(0, n, r.prompt_ms, 0.0, r.end == READ_NONFINITE ? "nonfinite" : "cancel",
+                                      r.reused, r.read));
+        protocol_write_line("BADM " + slot_word + " 0");
+        return;
+    }
+    protocol_write_line("T " + std::to_string(r.first));
+    const bool is_eos = std::find(cfg_.eos_ids.begin(), cfg_.eos_ids.end(), r.first) != cfg_.eos_ids.end();
+    const bool stopped = reader_.stop_requested(seq);
+    const char* finish = is_eos ? "stop" : (stopped ? "cancel" : "length");
+    protocol_write_line(done_line(1, n, r.prompt_ms, 0.0, finish, r.reused, r.read));
+    const bool cont = !is_eos && !stopped && cmd.max_new > 1 && n + 1 < cfg_.n_ctx;
+    if (cont) slots_.begin(s, seq, r.first, cmd.max_new, cmd.sampling, cmd.sampling.seed);
+    protocol_write_line("BADM " + slot_word + (cont ? " 1" : " 0"));
+}
+
+void serve_loop::run_session_file(const command& cmd) {
+    const clock_type::time_point t0 = clock_type::now();
+    uint64_t last_line = 0;
+    auto progress = [&](uint64_t done, uint64_t total) {
+        if (done < total && done - last_line < SESSION_LINE_BYTES) return;
+        last_line = done;
+        protocol_write_line("SESSION " + std::to_string(done) + " " + std::to_string(total));
+    };
+    const bool save = cmd.kind == CMD_SAVE;
+    const session_io_result r = save ? session_save(model_, live_, cfg_.kv, cmd.path, progress)
+                                     : session_restore(model_, &live_, cfg_.kv, cmd.path, progress);
+    if (!r.ok) {
+        protocol_write_line("SERR " + r.kind + (r.published ? " 1 " : " 0 ") + protocol_message(r.reason));
+        return;
+    }
+    protocol_write_line(std::string(save ? "SAVED " : "RESTORED ") + std::to_string(r.n_tokens) + " " +
+                        std::to_string(r.bytes) + " " + protocol_fixed1(ms_between(t0, clock_type::now())));
+}
+
+void serve_loop::run_vram() {
+    // The CPU engine has no device memory: it answers with its RAM figures.
+    long total_kib = -1, avail_kib = -1, rss_kib = -1;
+    std::ifstream mem("/proc/meminfo");
+    std::string key;
+    long value = 0;
+    std::string unit;
+    while (mem >> key >> value >> unit) {
+        if (key == "MemTotal:") total_kib = value;
+        if (key == "MemAvailable:") avail_kib = value;
+    }
+    std::ifstream status("/proc/self/status");
+    std::string word;
+    while (status >> word) {
+        if (word == "VmRSS:") {
+            status >> rss_kib;
+            break;
+        }
+    }
+    protocol_write_line("VRAM backend=cpu ram_total_mib=" + std::to_string(total_kib / 1024) +
+                        " ram_free_mib=" + std::to_string(avail_kib / 1024) + " rss_mib=" + std::to_string(rss_kib / 1024) +
+                        " conversation_cache_parked=" + std::to_string(cache_.size()) +
+                        " conversation_cache_bytes=" + std::to_string(cache_.bytes()));
+}
+
+}  // namespace
+
+int serve_loop_run(strata_model* model, const engine_config& config, int stdin_fd) {
+    auto loop = std::make_unique<serve_loop>(model, config, stdin_fd);
+    return loop->run();
+}

@@ -1,0 +1,73 @@
+// engine/stdin_reader.h — reads the engine's stdin on its own thread.
+//
+// Contract:
+//  - STOP, BSTOP <slot> and BYIELD <slot> act at once, while a request runs: the reader records them in
+//    atomics that the serve loop polls at every chunk and every token. Every other line is queued, in order,
+//    for the loop to run between requests (with slots: between decode steps).
+//  - Staleness: each queued GEN/BGEN gets a sequence number (1, 2, ...). A STOP/BSTOP/BYIELD is stamped with
+//    the number of the last GEN/BGEN read before it, and applies to a request only when that stamp is at least
+//    the request's own number. So a STOP written after a request ended never stops the next one, and a STOP
+//    written right after a GEN (before the loop took that GEN) still stops it.
+//  - A line over STDIN_LINE_MAX_BYTES is dropped whole (up to its '\n') and queued as an error entry, which
+//    the loop answers with ERR; the engine keeps running. EOF queues a QUIT.
+//  - One reader per process; it never writes to stdout (the loop is stdout's only writer).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+// 4 MiB: the longest line the contract allows (a 1M-token prompt of 3-character ids fits).
+constexpr size_t STDIN_LINE_MAX_BYTES = 4u << 20;
+// The most slots the protocol knows (the reader keeps one BSTOP stamp per slot).
+constexpr int32_t STDIN_SLOTS_MAX = 8;
+
+struct stdin_line {
+    std::string text;
+    int64_t seq = 0;        // GEN/BGEN: this request's number; otherwise the last request number before it
+    bool too_long = false;  // the line was over the limit and dropped (text is empty)
+    bool eof = false;       // stdin ended (text is "QUIT")
+};
+
+class stdin_reader {
+public:
+    // fd: the file descriptor to read (0). n_slots: slots the engine runs, for BSTOP/BYIELD range checks.
+    stdin_reader(int fd, int32_t n_slots);
+    ~stdin_reader();
+    void start();
+
+    // Waits up to timeout_ms for the next queued line. Returns false on timeout.
+    bool pop(stdin_line* out, int32_t timeout_ms);
+    bool has_queued();
+
+    // Whether the request numbered `seq` was asked to stop / its slot asked to stop.
+    bool stop_requested(int64_t seq) const { return stop_seq_.load(std::memory_order_acquire) >= seq; }
+    bool slot_stop_requested(int32_t slot, int64_t seq) const;
+    // The slot the running read numbered `seq` should yield to, or -1.
+    int32_t yield_requested(int64_t seq) const;
+    // Forget a yield once acted on (so that the next read does not see it).
+    void yield_clear() { yield_.store(0, std::memory_order_release); }
+
+private:
+    void run();
+    void handle_line(std::string&& line, bool too_long);
+    void push(stdin_line&& item);
+
+    int fd_;
+    int32_t n_slots_;
+    std::thread thread_;
+
+    std::mutex mu_;                    // guards queue_
+    std::condition_variable cv_;       // signalled on every push
+    std::deque<stdin_line> queue_;
+
+    std::atomic<int64_t> req_seq_{0};  // number of the last GEN/BGEN read (written by the reader thread only)
+    std::atomic<int64_t> stop_seq_{0}; // stamp of the last STOP
+    std::atomic<int64_t> bstop_seq_[STDIN_SLOTS_MAX];  // stamp of the last BSTOP per slot
+    std::atomic<int64_t> yield_{0};    // (stamp << 8) | (slot + 1) of the last BYIELD; 0 = none
+};
