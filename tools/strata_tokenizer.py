@@ -343,6 +343,8 @@ class Tokenizer(_BaseTokenizer):
         self._internal = {}
         self._internal_text = []
         self._byte_symbol = [self._symbol(c) for c in BYTE_CHARS]
+        # bytes whose GPT-2 character is no token: llama.cpp drops them (see _spell_out), so does this
+        self.missing_bytes = bytes(b for b, c in enumerate(BYTE_CHARS) if c not in self._text_to_id)
         table = {}
         for rank, line in enumerate(merges):
             cut = line.find(" ", 1)  # a left part may itself start with a space
@@ -446,14 +448,16 @@ class Tokenizer(_BaseTokenizer):
         return [s for s in syms if s >= 0]
 
     def _spell_out(self, syms):
-        """A final symbol that is not a token falls back to single-byte tokens of its text, as llama.cpp."""
+        """A final symbol that is not a token: llama.cpp looks up each single byte of its UTF-8 text as a
+        one-byte token text and drops the bytes that are none. A byte >= 0x80 alone is not UTF-8, so it
+        matches only a token text that was itself invalid UTF-8 (read here with surrogateescape)."""
         out = []
         for s in syms:
             if s < self.n_vocab:
                 out.append(s)
                 continue
             for b in self._internal_text[s - self.n_vocab].encode("utf-8"):
-                tid = self._text_to_id.get(chr(b))
+                tid = self._text_to_id.get(bytes([b]).decode("utf-8", "surrogateescape"))
                 if tid is not None:
                     out.append(tid)
         return out
