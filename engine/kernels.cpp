@@ -1,0 +1,242 @@
+// engine/kernels.cpp — scalar kernel set, CPU dispatch and the matmul driver (contract in kernels.h).
+#include "kernels.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "threadpool.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+namespace {
+
+void quantize_q8_scalar(const float* x, int64_t k, int8_t* qs, float* d, int32_t* sum) {
+    for (int64_t b = 0; b < k / QK32; ++b) {
+        const float* xb = x + b * QK32;
+        float amax = 0.0f;
+        for (int j = 0; j < QK32; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+        const float db = amax / 127.0f;
+        const float id = db != 0.0f ? 1.0f / db : 0.0f;
+        int32_t s = 0;
+        for (int j = 0; j < QK32; ++j) {
+            const int q = static_cast<int>(std::nearbyint(xb[j] * id));
+            qs[b * QK32 + j] = static_cast<int8_t>(q);
+            s += q;
+        }
+        d[b] = db;
+        sum[b] = s;
+    }
+}
+
+// Each row kernel accumulates per block: acc += (dw * da) * isum (+ the block's offset term).
+void row_q4_0_scalar(const uint8_t* w, const act_q8& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
+    const int64_t nb = a.k / QK32;
+    const block_q4_0* wb = reinterpret_cast<const block_q4_0*>(w);
+    for (int t = 0; t < n_tok; ++t) {
+        const int8_t* q = a.qs + (t0 + t) * a.k;
+        const float* ad = a.d + (t0 + t) * nb;
+        const int32_t* as = a.sum + (t0 + t) * nb;
+        float acc = 0.0f;
+        for (int64_t b = 0; b < nb; ++b) {
+            int32_t isum = 0;
+            for (int j = 0; j < 16; ++j) {
+                isum += (wb[b].qs[j] & 0xF) * q[b * QK32 + j] + (wb[b].qs[j] >> 4) * q[b * QK32 + j + 16];
+            }
+            isum -= 8 * as[b];
+            acc += fp16_to_fp32(wb[b].d) * ad[b] * static_cast<float>(isum);
+        }
+        y[t * y_stride] = acc;
+    }
+}
+
+void row_q4_1_scalar(const uint8_t* w, const act_q8& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
+    const int64_t nb = a.k / QK32;
+    const block_q4_1* wb = reinterpret_cast<const block_q4_1*>(w);
+    for (int t = 0; t < n_tok; ++t) {
+        const int8_t* q = a.qs + (t0 + t) * a.k;
+        const float* ad = a.d + (t0 + t) * nb;
+        const int32_t* as = a.sum + (t0 + t) * nb;
+        float acc = 0.0f, acc_m = 0.0f;
+        for (int64_t b = 0; b < nb; ++b) {
+            int32_t isum = 0;
+            for (int j = 0; j < 16; ++j) {
+                isum += (wb[b].qs[j] & 0xF) * q[b * QK32 + j] + (wb[b].qs[j] >> 4) * q[b * QK32 + j + 16];
+            }
+            acc += fp16_to_fp32(wb[b].d) * ad[b] * static_cast<float>(isum);
+            acc_m += fp16_to_fp32(wb[b].m) * ad[b] * static_cast<float>(as[b]);
+        }
+        y[t * y_stride] = acc + acc_m;
+    }
+}
+
+void row_q8_0_scalar(const uint8_t* w, const act_q8& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
+    const int64_t nb = a.k / QK32;
+    const block_q8_0* wb = reinterpret_cast<const block_q8_0*>(w);
+    for (int t = 0; t < n_tok; ++t) {
+        const int8_t* q = a.qs + (t0 + t) * a.k;
+        const float* ad = a.d + (t0 + t) * nb;
+        float acc = 0.0f;
+        for (int64_t b = 0; b < nb; ++b) {
+            int32_t isum = 0;
+            for (int j = 0; j < QK32; ++j) isum += wb[b].qs[j] * q[b * QK32 + j];
+            acc += fp16_to_fp32(wb[b].d) * ad[b] * static_cast<float>(isum);
+        }
+        y[t * y_stride] = acc;
+    }
+}
+
+float dot_f32_scalar(const float* a, const float* b, int64_t n) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+    return s;
+}
+
+float dot_f16_f32_scalar(const uint16_t* a, const float* b, int64_t n) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; ++i) s += fp16_to_fp32(a[i]) * b[i];
+    return s;
+}
+
+void axpy_f16_scalar(float a, const uint16_t* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
+}
+
+void fp32_to_fp16_row_scalar(const float* x, uint16_t* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+
+const kernel_set SCALAR_SET = {
+    "scalar",         quantize_q8_scalar, row_q4_0_scalar,   row_q4_1_scalar,         row_q8_0_scalar,
+    dot_f32_scalar,   dot_f16_f32_scalar, axpy_f16_scalar,   fp32_to_fp16_row_scalar,
+};
+
+bool cpu_has_avx512_vnni() {
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const bool osxsave = (c >> 27) & 1;
+    if (!osxsave) return false;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 0xE6) != 0xE6) return false;  // XMM, YMM, opmask, ZMM_Hi256, Hi16_ZMM state enabled
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool f = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
+    const bool vnni = (c >> 11) & 1;
+    return f && dq && bw && vl && vnni;
+#else
+    return false;
+#endif
+}
+
+bool cpu_has_avx2() {
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const bool fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, f16c = (c >> 29) & 1;
+    if (!osxsave || !fma || !f16c) return false;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 0x6) != 0x6) return false;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    return (b >> 5) & 1;
+#else
+    return false;
+#endif
+}
+
+const kernel_set& pick() {
+    if (const kernel_set* k = kernels_avx512(); k && cpu_has_avx512_vnni()) return *k;
+    if (const kernel_set* k = kernels_avx2(); k && cpu_has_avx2()) return *k;
+    return SCALAR_SET;
+}
+
+struct mm_job {
+    const kernel_set* ks;
+    const weight_view* w;
+    const float* x;
+    int64_t x_stride;
+    int64_t n_tok;
+    float* y;
+    act_q8 act;
+    mm_scratch* scratch;
+    mm_row_fn row;
+};
+
+// Rows per cache block: 64 rows of a 1536-wide Q4_1 matrix are 60 KiB, so a block and a tile of tokens'
+// activations stay in L1/L2 while the tile walks the block.
+constexpr int64_t MM_ROW_BLOCK = 64;
+
+void mm_q8_range(void* ctx, int64_t r0, int64_t r1, int) {
+    const mm_job& j = *static_cast<mm_job*>(ctx);
+    const int64_t n = j.w->n_rows;
+    for (int64_t rb = r0; rb < r1; rb += MM_ROW_BLOCK) {
+        const int64_t re = rb + MM_ROW_BLOCK < r1 ? rb + MM_ROW_BLOCK : r1;
+        for (int64_t t0 = 0; t0 < j.n_tok; t0 += MM_TOK_TILE) {
+            const int nt = static_cast<int>(j.n_tok - t0 < MM_TOK_TILE ? j.n_tok - t0 : MM_TOK_TILE);
+            for (int64_t r = rb; r < re; ++r) {
+                j.row(j.w->data + r * j.w->row_bytes, j.act, t0, nt, j.y + t0 * n + r, static_cast<size_t>(n));
+            }
+        }
+    }
+}
+
+void mm_generic_range(void* ctx, int64_t r0, int64_t r1, int thread) {
+    const mm_job& j = *static_cast<mm_job*>(ctx);
+    const int64_t k = j.w->n_cols, n = j.w->n_rows;
+    float* row = j.scratch->rows.data() + thread * k;
+    for (int64_t r = r0; r < r1; ++r) {
+        dequantize_row(j.w->type, j.w->data + r * j.w->row_bytes, row, k);
+        for (int64_t t = 0; t < j.n_tok; ++t) j.y[t * n + r] = j.ks->dot_f32(row, j.x + t * j.x_stride, k);
+    }
+}
+
+void quantize_range(void* ctx, int64_t t0, int64_t t1, int) {
+    const mm_job& j = *static_cast<mm_job*>(ctx);
+    const int64_t k = j.w->n_cols, nb = k / QK32;
+    mm_scratch& s = *j.scratch;
+    for (int64_t t = t0; t < t1; ++t) {
+        j.ks->quantize_q8(j.x + t * j.x_stride, k, s.qs.data() + t * k, s.d.data() + t * nb, s.sum.data() + t * nb);
+    }
+}
+
+}  // namespace
+
+const kernel_set& kernels_scalar() { return SCALAR_SET; }
+
+const kernel_set& kernels_get() {
+    static const kernel_set& chosen = pick();
+    return chosen;
+}
+
+bool kernels_uses_q8(ggml_type type) {
+    return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q8_0;
+}
+
+// Token counts at or above this quantise their activations on the pool (below, the fork costs more).
+constexpr int64_t MM_PARALLEL_QUANT_TOKENS = 8;
+
+void matmul(threadpool* pool, const kernel_set& ks, const weight_view& w, const float* x, int64_t x_stride,
+            int64_t n_tok, float* y, mm_scratch* scratch) {
+    mm_job j{&ks, &w, x, x_stride, n_tok, y, act_q8{}, scratch, nullptr};
+    const int64_t k = w.n_cols;
+    if (kernels_uses_q8(w.type)) {
+        const int64_t nb = k / QK32;
+        if (scratch->qs.size() < size_t(n_tok * k)) scratch->qs.resize(size_t(n_tok * k));
+        if (scratch->d.size() < size_t(n_tok * nb)) scratch->d.resize(size_t(n_tok * nb));
+        if (scratch->sum.size() < size_t(n_tok * nb)) scratch->sum.resize(size_t(n_tok * nb));
+        if (n_tok >= MM_PARALLEL_QUANT_TOKENS) {
+            threadpool_run(pool, n_tok, quantize_range, &j);
+        } else {
+            quantize_range(&j, 0, n_tok, 0);
+        }
+        j.act = act_q8{scratch->qs.data(), scratch->d.data(), scratch->sum.data(), k};
+        j.row = w.type == GGML_TYPE_Q4_0 ? ks.row_q4_0 : w.type == GGML_TYPE_Q4_1 ? ks.row_q4_1 : ks.row_q8_0;
+        threadpool_run(pool, w.n_rows, mm_q8_range, &j);
+        return;
+    }
+    const size_t need = size_t(threadpool_n_threads(pool)) * size_t(k);
+    if (scratch->rows.size() < need) scratch->rows.resize(need);
+    threadpool_run(pool, w.n_rows, mm_generic_range, &j);
+}

@@ -1,0 +1,78 @@
+// engine/kernels.h — CPU kernels for the forward pass, with runtime dispatch (scalar / AVX2 / AVX-512 VNNI).
+//
+// Contract:
+//  - kernels_get() picks, once, the fastest kernel set the CPU supports (CPUID + XGETBV: AVX-512 needs the OS
+//    to save zmm state). AMX is never used.
+//  - Quantised matmuls (Q4_0, Q4_1, Q8_0 weights) quantise the activations to 8-bit blocks of 32 (one float
+//    scale per block, round to nearest even) and use integer dot products; the block's float scale product
+//    is applied once per block. Other weight types (F32, F16, BF16, Q4_K, Q5_K, Q6_K) take the generic path:
+//    each weight row is dequantised once per call and dotted in float with every token of the chunk.
+//  - matmul reads each weight row once per call (for a prompt chunk: once per chunk, not once per token) and
+//    splits output rows over the pool; each output is computed by one thread with an operation order that
+//    depends only on the token's own data, so results depend neither on n_threads nor on the other tokens
+//    of the batch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "quants.h"
+
+struct threadpool;
+
+// A 2-D weight: n_rows rows of n_cols elements, row r at data + r * row_bytes.
+struct weight_view {
+    ggml_type type = GGML_TYPE_F32;
+    int64_t n_cols = 0;  // K (ne[0])
+    int64_t n_rows = 0;  // N (ne[1])
+    size_t row_bytes = 0;
+    const uint8_t* data = nullptr;
+};
+
+// Activations of n_tok tokens quantised to 8-bit blocks of 32.
+struct act_q8 {
+    const int8_t* qs = nullptr;   // (n_tok, K)
+    const float* d = nullptr;     // (n_tok, K/32) block scale: x ~= qs * d
+    const int32_t* sum = nullptr; // (n_tok, K/32) sum of the block's qs
+    int64_t k = 0;                // K
+};
+
+// Most tokens one row kernel handles at once (the matmul walks a chunk in tiles of this many).
+constexpr int MM_TOK_TILE = 4;
+
+// Row kernel: for t in [0, n_tok) (n_tok <= MM_TOK_TILE), y[t * y_stride] = dot(weight row w, token t0 + t).
+using mm_row_fn = void (*)(const uint8_t* w, const act_q8& a, int64_t t0, int n_tok, float* y, size_t y_stride);
+
+struct kernel_set {
+    const char* name;
+    // x[0..k) -> qs, d, sum (k a multiple of 32)
+    void (*quantize_q8)(const float* x, int64_t k, int8_t* qs, float* d, int32_t* sum);
+    mm_row_fn row_q4_0;
+    mm_row_fn row_q4_1;
+    mm_row_fn row_q8_0;
+    float (*dot_f32)(const float* a, const float* b, int64_t n);
+    float (*dot_f16_f32)(const uint16_t* a, const float* b, int64_t n);  // a in IEEE half
+    void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n);  // y += a * x, x in IEEE half
+    void (*fp32_to_fp16_row)(const float* x, uint16_t* y, int64_t n);
+};
+
+const kernel_set& kernels_get();
+const kernel_set& kernels_scalar();
+const kernel_set* kernels_avx2();    // nullptr when not compiled in
+const kernel_set* kernels_avx512();  // nullptr when not compiled in
+
+// True when a weight of this type takes the integer-dot path (activations quantised to q8 blocks of 32).
+bool kernels_uses_q8(ggml_type type);
+
+// Scratch for matmul; grows on demand and is then reused (no allocation per token once warm).
+struct mm_scratch {
+    std::vector<int8_t> qs;
+    std::vector<float> d;
+    std::vector<int32_t> sum;
+    std::vector<float> rows;  // (n_threads, K) dequantised weight rows for the generic path
+};
+
+// y (n_tok, N) = x (n_tok, K) @ W^T, where W is (N, K). x rows are x_stride floats apart.
+void matmul(threadpool* pool, const kernel_set& ks, const weight_view& w, const float* x, int64_t x_stride,
+            int64_t n_tok, float* y, mm_scratch* scratch);

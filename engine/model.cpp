@@ -1,0 +1,578 @@
+// engine/model.cpp — model loading (GGUF -> builder), the decoder forward pass and model_eval (model.h).
+//
+// Forward pass of one eval_batch of n entries (all buffers (n, width) row-major, entry-major):
+//   x = embed(token)                                              (n, n_embd)
+//   per layer: xn = rmsnorm(x) * attn_norm
+//              q, k, v = xn Wq^T (+bq), xn Wk^T (+bk), xn Wv^T (+bv) (n, n_embd_q), (n, n_embd_kv) x2
+//              [qwen3] per-head rmsnorm of q and k; RoPE on q and k at each entry's position
+//              K/V rows -> each entry's cache at its position (f16 or q8_0)
+//              att = softmax(q k^T / sqrt(head_dim)) v over positions 0..pos of the entry's sequence
+//              x += att Wo^T;  xn = rmsnorm(x) * ffn_norm;  x += (silu(xn Wg^T) * (xn Wu^T)) Wd^T
+//   logits = (rmsnorm(x) * output_norm) Wout^T for the entries that want them.
+// Every per-entry result is computed from that entry's data alone, in a fixed order, on whichever thread.
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include "kv_cache.h"
+#include "model_impl.h"
+#include "threadpool.h"
+
+namespace {
+
+constexpr int32_t MODEL_MAX_LAYERS = 1024;
+constexpr int32_t MODEL_MAX_EMBD = 1 << 16;
+constexpr int32_t MODEL_MAX_HEAD_DIM = 512;
+constexpr int32_t MODEL_MAX_BATCH = 1 << 14;
+constexpr int32_t MODEL_MAX_VOCAB = 1 << 22;
+// Elementwise passes over fewer entries than this run on the caller's thread (the fork costs more).
+constexpr int32_t MODEL_PARALLEL_ENTRIES = 8;
+
+std::string file_err(const strata_model* m, const std::string& what) { return m->file->path + ": " + what; }
+
+int32_t find_token(const gguf_file* f, const char* text) {
+    const gguf_value* v = gguf_find(f, "tokenizer.ggml.tokens");
+    if (!v || v->type != GGUF_TYPE_ARRAY || v->arr_type != GGUF_TYPE_STRING) return -1;
+    for (size_t i = 0; i < v->strs.size(); ++i) {
+        if (v->strs[i] == text) return static_cast<int32_t>(i);
+    }
+    return -1;
+}
+
+int32_t read_id(const gguf_file* f, const char* key, int32_t n_vocab) {
+    const gguf_value* v = gguf_find(f, key);
+    if (!v || v->type == GGUF_TYPE_STRING || v->type == GGUF_TYPE_ARRAY) return -1;
+    return v->i >= 0 && v->i < n_vocab ? static_cast<int32_t>(v->i) : -1;
+}
+
+}  // namespace
+
+bool model_read_u32(const strata_model* m, const std::string& key, int32_t* out, bool required, std::string* err) {
+    const gguf_value* v = gguf_find(m->file, key);
+    if (!v) {
+        if (required) *err = file_err(m, "missing metadata " + key);
+        return !required;
+    }
+    if (v->type == GGUF_TYPE_STRING || v->type == GGUF_TYPE_ARRAY || v->type == GGUF_TYPE_FLOAT32 ||
+        v->type == GGUF_TYPE_FLOAT64 || v->i < 0 || v->i > INT32_MAX) {
+        *err = file_err(m, "metadata " + key + ": not a non-negative 32-bit integer");
+        return false;
+    }
+    *out = static_cast<int32_t>(v->i);
+    return true;
+}
+
+bool model_read_f32(const strata_model* m, const std::string& key, float* out, std::string* err) {
+    const gguf_value* v = gguf_find(m->file, key);
+    if (!v) return true;  // every float key here has a default
+    if (v->type == GGUF_TYPE_STRING || v->type == GGUF_TYPE_ARRAY || !std::isfinite(v->f)) {
+        *err = file_err(m, "metadata " + key + ": not a finite number");
+        return false;
+    }
+    *out = static_cast<float>(v->f);
+    return true;
+}
+
+bool model_weight(const strata_model* m, const std::string& name, int64_t n_cols, int64_t n_rows, bool required,
+                  weight_view* out, std::string* err) {
+    *out = weight_view{};
+    const gguf_tensor* t = gguf_find_tensor(m->file, name);
+    if (!t) {
+        if (required) *err = file_err(m, "tensor '" + name + "': missing");
+        return !required;
+    }
+    if (t->n_dims > 2 || t->ne[0] != n_cols || t->ne[1] != n_rows) {
+        *err = file_err(m, "tensor '" + name + "': shape [" + std::to_string(t->ne[0]) + ", " +
+                               std::to_string(t->ne[1]) + "], expected [" + std::to_string(n_cols) + ", " +
+                               std::to_string(n_rows) + "]");
+        return false;
+    }
+    if (n_cols % QK32 != 0 && kernels_uses_q8(t->type)) {
+        *err = file_err(m, "tensor '" + name + "': row not a multiple of 32");
+        return false;
+    }
+    out->type = t->type;
+    out->n_cols = n_cols;
+    out->n_rows = n_rows;
+    out->row_bytes = quant_row_bytes(t->type, n_cols);
+    out->data = t->data;
+    return true;
+}
+
+bool model_vector(const strata_model* m, const std::string& name, int64_t n, bool required, std::vector<float>* out,
+                  std::string* err) {
+    out->clear();
+    const gguf_tensor* t = gguf_find_tensor(m->file, name);
+    if (!t) {
+        if (required) *err = file_err(m, "tensor '" + name + "': missing");
+        return !required;
+    }
+    if (t->n_dims != 1 || t->ne[0] != n) {
+        *err = file_err(m, "tensor '" + name + "': " + std::to_string(t->ne[0]) + " elements, expected " +
+                               std::to_string(n));
+        return false;
+    }
+    out->resize(size_t(n));
+    dequantize_row(t->type, t->data, out->data(), n);
+    for (float f : *out) {
+        if (!std::isfinite(f)) {
+            *err = file_err(m, "tensor '" + name + "': non-finite value");
+            return false;
+        }
+    }
+    return true;
+}
+
+bool model_read_common_hparams(strata_model* m, const std::string& arch, std::string* err) {
+    model_hparams& hp = m->hp;
+    const std::string a = arch + ".";
+    if (!model_read_u32(m, a + "block_count", &hp.n_layer, true, err) ||
+        !model_read_u32(m, a + "embedding_length", &hp.n_embd, true, err) ||
+        !model_read_u32(m, a + "feed_forward_length", &hp.n_ff, true, err) ||
+        !model_read_u32(m, a + "attention.head_count", &hp.n_head, true, err) ||
+        !model_read_u32(m, a + "context_length", &hp.n_ctx_train, true, err)) {
+        return false;
+    }
+    hp.n_head_kv = hp.n_head;
+    if (!model_read_u32(m, a + "attention.head_count_kv", &hp.n_head_kv, false, err)) return false;
+    if (hp.n_layer < 1 || hp.n_layer > MODEL_MAX_LAYERS || hp.n_embd < 1 || hp.n_embd > MODEL_MAX_EMBD ||
+        hp.n_ff < 1 || hp.n_ff > 16 * MODEL_MAX_EMBD || hp.n_head < 1 || hp.n_head_kv < 1 ||
+        hp.n_head % hp.n_head_kv != 0 || hp.n_ctx_train < 1) {
+        *err = file_err(m, "implausible hyperparameters (layers, embedding, heads or context)");
+        return false;
+    }
+    hp.head_dim = hp.n_embd % hp.n_head == 0 ? hp.n_embd / hp.n_head : 0;
+    if (!model_read_u32(m, a + "attention.key_length", &hp.head_dim, false, err)) return false;
+    int32_t v_len = hp.head_dim;
+    if (!model_read_u32(m, a + "attention.value_length", &v_len, false, err)) return false;
+    if (hp.head_dim < 2 || hp.head_dim > MODEL_MAX_HEAD_DIM || hp.head_dim % 2 != 0 || v_len != hp.head_dim) {
+        *err = file_err(m, "unsupported head dimension " + std::to_string(hp.head_dim));
+        return false;
+    }
+    hp.n_rot = hp.head_dim;
+    if (!model_read_u32(m, a + "rope.dimension_count", &hp.n_rot, false, err)) return false;
+    if (hp.n_rot < 2 || hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0) {
+        *err = file_err(m, "unsupported rope.dimension_count " + std::to_string(hp.n_rot));
+        return false;
+    }
+    if (!model_read_f32(m, a + "rope.freq_base", &hp.rope_base, err) ||
+        !model_read_f32(m, a + "attention.layer_norm_rms_epsilon", &hp.rms_eps, err)) {
+        return false;
+    }
+    if (hp.rope_base <= 1.0f || hp.rms_eps <= 0.0f) {
+        *err = file_err(m, "implausible rope.freq_base or rms epsilon");
+        return false;
+    }
+    if (const gguf_value* s = gguf_find(m->file, a + "rope.scaling.type")) {
+        if (s->type == GGUF_TYPE_STRING && s->str != "none") {
+            *err = file_err(m, "unsupported rope scaling '" + std::string(s->str) + "'");
+            return false;
+        }
+    }
+    const gguf_tensor* emb = gguf_find_tensor(m->file, "token_embd.weight");
+    if (!emb) {
+        *err = file_err(m, "tensor 'token_embd.weight': missing");
+        return false;
+    }
+    hp.n_vocab = static_cast<int32_t>(emb->ne[1] > MODEL_MAX_VOCAB ? 0 : emb->ne[1]);
+    if (hp.n_vocab < 1) {
+        *err = file_err(m, "tensor 'token_embd.weight': implausible vocabulary size");
+        return false;
+    }
+    return true;
+}
+
+bool model_load_common_tensors(strata_model* m, std::string* err) {
+    const model_hparams& hp = m->hp;
+    if (!model_weight(m, "token_embd.weight", hp.n_embd, hp.n_vocab, true, &m->tok_embd, err) ||
+        !model_vector(m, "output_norm.weight", hp.n_embd, true, &m->output_norm, err) ||
+        !model_weight(m, "output.weight", hp.n_embd, hp.n_vocab, false, &m->output, err)) {
+        return false;
+    }
+    if (!m->output.data) m->output = m->tok_embd;  // tied head
+    m->layers.resize(size_t(hp.n_layer));
+    for (int32_t il = 0; il < hp.n_layer; ++il) {
+        layer_weights& l = m->layers[size_t(il)];
+        const std::string p = "blk." + std::to_string(il) + ".";
+        if (!model_vector(m, p + "attn_norm.weight", hp.n_embd, true, &l.attn_norm, err) ||
+            !model_weight(m, p + "attn_q.weight", hp.n_embd, hp.n_embd_q(), true, &l.wq, err) ||
+            !model_weight(m, p + "attn_k.weight", hp.n_embd, hp.n_embd_kv(), true, &l.wk, err) ||
+            !model_weight(m, p + "attn_v.weight", hp.n_embd, hp.n_embd_kv(), true, &l.wv, err) ||
+            !model_weight(m, p + "attn_output.weight", hp.n_embd_q(), hp.n_embd, true, &l.wo, err) ||
+            !model_vector(m, p + "ffn_norm.weight", hp.n_embd, true, &l.ffn_norm, err) ||
+            !model_weight(m, p + "ffn_gate.weight", hp.n_embd, hp.n_ff, true, &l.w_gate, err) ||
+            !model_weight(m, p + "ffn_up.weight", hp.n_embd, hp.n_ff, true, &l.w_up, err) ||
+            !model_weight(m, p + "ffn_down.weight", hp.n_ff, hp.n_embd, true, &l.w_down, err)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+strata_model* model_load(const model_params& params, std::string* err) {
+    std::string local_err;
+    if (!err) err = &local_err;
+    if (params.n_batch < 1 || params.n_batch > MODEL_MAX_BATCH) {
+        *err = params.path + ": n_batch " + std::to_string(params.n_batch) + " out of range";
+        return nullptr;
+    }
+    gguf_file* f = gguf_open(params.path, err);
+    if (!f) return nullptr;
+    auto* m = new strata_model();
+    m->file = f;
+    const gguf_value* arch = gguf_find(f, "general.architecture");
+    std::string arch_name = arch && arch->type == GGUF_TYPE_STRING ? std::string(arch->str) : "";
+    bool ok = false;
+    if (arch_name == "llama") {
+        ok = build_llama(m, err);
+    } else if (arch_name == "qwen2") {
+        ok = build_qwen2(m, err);
+    } else if (arch_name == "qwen3") {
+        ok = build_qwen3(m, err);
+    } else {
+        *err = params.path + ": unsupported architecture '" + arch_name + "'";
+    }
+    if (!ok) {
+        model_free(m);
+        return nullptr;
+    }
+    const model_hparams& hp = m->hp;
+    m->rope_inv_freq.resize(size_t(hp.n_rot / 2));
+    for (int32_t i = 0; i < hp.n_rot / 2; ++i) {
+        m->rope_inv_freq[size_t(i)] = static_cast<float>(std::pow(double(hp.rope_base), -2.0 * i / hp.n_rot));
+    }
+    m->n_batch = params.n_batch;
+    const int n_threads = params.n_threads > 0 ? params.n_threads : threadpool_physical_cores();
+    m->pool = threadpool_init(n_threads);
+    m->ks = &kernels_get();
+
+    model_info& info = m->info;
+    info.arch = arch_name;
+    if (const gguf_value* n = gguf_find(f, "general.name"); n && n->type == GGUF_TYPE_STRING) {
+        info.name = std::string(n->str);
+    }
+    info.n_vocab = hp.n_vocab;
+    info.n_ctx_train = hp.n_ctx_train;
+    info.n_layer = hp.n_layer;
+    info.n_embd = hp.n_embd;
+    info.n_head = hp.n_head;
+    info.n_head_kv = hp.n_head_kv;
+    info.head_dim = hp.head_dim;
+    info.n_threads = threadpool_n_threads(m->pool);
+    info.bos_id = read_id(f, "tokenizer.ggml.bos_token_id", hp.n_vocab);
+    info.eos_id = read_id(f, "tokenizer.ggml.eos_token_id", hp.n_vocab);
+    info.eot_id = read_id(f, "tokenizer.ggml.eot_token_id", hp.n_vocab);
+    if (info.eot_id < 0) info.eot_id = find_token(f, "<|im_end|>");
+    info.im_start_id = find_token(f, "<|im_start|>");
+    info.endoftext_id = find_token(f, "<|endoftext|>");
+    for (const gguf_tensor& t : f->tensors) info.weights_bytes += t.n_bytes;
+
+    // scratch for n_batch entries, allocated once
+    model_scratch& s = m->s;
+    const size_t nb = size_t(params.n_batch);
+    s.x.resize(nb * size_t(hp.n_embd));
+    s.xn.resize(nb * size_t(hp.n_embd > hp.n_embd_q() ? hp.n_embd : hp.n_embd_q()));
+    s.q.resize(nb * size_t(hp.n_embd_q()));
+    s.k.resize(nb * size_t(hp.n_embd_kv()));
+    s.v.resize(nb * size_t(hp.n_embd_kv()));
+    s.att.resize(nb * size_t(hp.n_embd_q()));
+    s.tmp.resize(nb * size_t(hp.n_embd));
+    s.gate.resize(nb * size_t(hp.n_ff));
+    s.up.resize(nb * size_t(hp.n_ff));
+    s.out_rows.reserve(nb);
+    s.kv_rows.resize(size_t(info.n_threads) * 2 * size_t(hp.head_dim));
+    s.kv_f16.resize(size_t(hp.n_embd_kv()));
+    return m;
+}
+
+void model_free(strata_model* m) {
+    if (!m) return;
+    threadpool_free(m->pool);
+    gguf_close(m->file);
+    delete m;
+}
+
+const model_info& model_get_info(const strata_model* m) { return m->info; }
+
+const char* model_kernel_name() { return kernels_get().name; }
+
+kv_cache* kv_cache_init(const strata_model* m, int32_t n_ctx, kv_type type) {
+    return kv_cache_create(m->hp.n_layer, n_ctx, m->hp.n_embd_kv(), type);
+}
+
+// ---- forward pass -------------------------------------------------------------------------------------
+
+namespace {
+
+struct fwd {
+    strata_model* m;
+    const eval_batch* b;
+    int32_t layer;
+};
+
+void rmsnorm_row(const float* x, const float* w, float* y, int32_t n, float eps) {
+    double ss = 0.0;  // double: the sum of 576..8192 squares, cheap next to the matmuls
+    for (int32_t i = 0; i < n; ++i) ss += double(x[i]) * double(x[i]);
+    const float scale = static_cast<float>(1.0 / std::sqrt(ss / n + double(eps)));
+    for (int32_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
+}
+
+void rope_row(float* x, int32_t n_heads, int32_t head_dim, int32_t n_rot, bool neox, int32_t pos,
+              const float* inv_freq) {
+    const int32_t half = n_rot / 2;
+    for (int32_t i = 0; i < half; ++i) {
+        const float theta = static_cast<float>(pos) * inv_freq[i];
+        const float c = std::cos(theta), s = std::sin(theta);
+        for (int32_t h = 0; h < n_heads; ++h) {
+            float* v = x + h * head_dim;
+            const int32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+            const float x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+// attention-input norm (or ffn norm) of entries [i0, i1)
+void norm_range(void* ctx, int64_t i0, int64_t i1, int) {
+    const fwd& f = *static_cast<fwd*>(ctx);
+    const model_hparams& hp = f.m->hp;
+    const std::vector<float>& w = f.layer < 0 ? f.m->output_norm : f.m->layers[size_t(f.layer)].attn_norm;
+    for (int64_t i = i0; i < i1; ++i) {
+        rmsnorm_row(f.m->s.x.data() + i * hp.n_embd, w.data(), f.m->s.xn.data() + i * hp.n_embd, hp.n_embd,
+                    hp.rms_eps);
+    }
+}
+
+void ffn_norm_range(void* ctx, int64_t i0, int64_t i1, int) {
+    const fwd& f = *static_cast<fwd*>(ctx);
+    const model_hparams& hp = f.m->hp;
+    const std::vector<float>& w = f.m->layers[size_t(f.layer)].ffn_norm;
+    for (int64_t i = i0; i < i1; ++i) {
+        rmsnorm_row(f.m->s.x.data() + i * hp.n_embd, w.data(), f.m->s.xn.data() + i * hp.n_embd, hp.n_embd,
+                    hp.rms_eps);
+    }
+}
+
+// biases, QK-norm, RoPE, then the entry's K/V rows into its cache
+void qk_range(void* ctx, int64_t i0, int64_t i1, int) {
+    const fwd& f = *static_cast<fwd*>(ctx);
+    strata_model* m = f.m;
+    const model_hparams& hp = m->hp;
+    const layer_weights& l = m->layers[size_t(f.layer)];
+    const int32_t nq = hp.n_embd_q(), nkv = hp.n_embd_kv();
+    for (int64_t i = i0; i < i1; ++i) {
+        float* q = m->s.q.data() + i * nq;
+        float* k = m->s.k.data() + i * nkv;
+        float* v = m->s.v.data() + i * nkv;
+        if (!l.bq.empty()) {
+            for (int32_t j = 0; j < nq; ++j) q[j] += l.bq[size_t(j)];
+            for (int32_t j = 0; j < nkv; ++j) k[j] += l.bk[size_t(j)];
+            for (int32_t j = 0; j < nkv; ++j) v[j] += l.bv[size_t(j)];
+        }
+        if (!l.q_norm.empty()) {
+            for (int32_t h = 0; h < hp.n_head; ++h) {
+                rmsnorm_row(q + h * hp.head_dim, l.q_norm.data(), q + h * hp.head_dim, hp.head_dim, hp.rms_eps);
+            }
+            for (int32_t h = 0; h < hp.n_head_kv; ++h) {
+                rmsnorm_row(k + h * hp.head_dim, l.k_norm.data(), k + h * hp.head_dim, hp.head_dim, hp.rms_eps);
+            }
+        }
+        const int32_t pos = f.b->pos[i];
+        rope_row(q, hp.n_head, hp.head_dim, hp.n_rot, hp.rope_neox, pos, m->rope_inv_freq.data());
+        rope_row(k, hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_neox, pos, m->rope_inv_freq.data());
+        kv_cache* kv = f.b->kvs[f.b->seq[i]];
+        for (int is_v = 0; is_v < 2; ++is_v) {
+            const float* src = is_v ? v : k;
+            uint8_t* dst = kv_row(kv, is_v != 0, f.layer, pos);
+            if (kv->type == KV_TYPE_F16) {
+                m->ks->fp32_to_fp16_row(src, reinterpret_cast<uint16_t*>(dst), nkv);
+            } else {
+                block_q8_0* blk = reinterpret_cast<block_q8_0*>(dst);
+                for (int32_t bi = 0; bi < nkv / QK32; ++bi) {
+                    float amax = 0.0f;
+                    for (int j = 0; j < QK32; ++j) amax = std::fmax(amax, std::fabs(src[bi * QK32 + j]));
+                    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+                    blk[bi].d = fp32_to_fp16(d);
+                    for (int j = 0; j < QK32; ++j) {
+                        blk[bi].qs[j] = static_cast<int8_t>(std::nearbyint(src[bi * QK32 + j] * id));
+                    }
+                }
+            }
+        }
+    }
+}
+
+// item = (entry, kv head): the group of query heads sharing that kv head, over positions 0..pos
+void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
+    const fwd& f = *static_cast<fwd*>(ctx);
+    strata_model* m = f.m;
+    const model_hparams& hp = m->hp;
+    const kernel_set& ks = *m->ks;
+    const int32_t hd = hp.head_dim, group = hp.n_head / hp.n_head_kv;
+    const int32_t nq = hp.n_embd_q();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const size_t n_ctx_max = m->s.att_scores.size() / (size_t(m->info.n_threads) * size_t(group));
+    float* scores = m->s.att_scores.data() + size_t(thread) * size_t(group) * n_ctx_max;
+    float* kbuf = m->s.kv_rows.data() + size_t(thread) * 2 * size_t(hd);
+    for (int64_t it = i0; it < i1; ++it) {
+        const int64_t i = it / hp.n_head_kv;
+        const int32_t g = static_cast<int32_t>(it % hp.n_head_kv);
+        const kv_cache* kv = f.b->kvs[f.b->seq[i]];
+        const int32_t n_pos = f.b->pos[i] + 1;
+        const float* q = m->s.q.data() + i * nq + g * group * hd;
+        float* out = m->s.att.data() + i * nq + g * group * hd;
+        for (int32_t p = 0; p < n_pos; ++p) {
+            const uint8_t* krow = kv_row(kv, false, f.layer, p);
+            if (kv->type == KV_TYPE_F16) {
+                const uint16_t* k = reinterpret_cast<const uint16_t*>(krow) + g * hd;
+                for (int32_t h = 0; h < group; ++h) scores[size_t(h) * n_ctx_max + p] = ks.dot_f16_f32(k, q + h * hd, hd) * scale;
+            } else {
+                dequantize_row(GGML_TYPE_Q8_0, krow + size_t(g * hd / QK32) * sizeof(block_q8_0), kbuf, hd);
+                for (int32_t h = 0; h < group; ++h) scores[size_t(h) * n_ctx_max + p] = ks.dot_f32(kbuf, q + h * hd, hd) * scale;
+            }
+        }
+        for (int32_t h = 0; h < group; ++h) {
+            float* sc = scores + size_t(h) * n_ctx_max;
+            float mx = sc[0];
+            for (int32_t p = 1; p < n_pos; ++p) mx = sc[p] > mx ? sc[p] : mx;
+            float sum = 0.0f;
+            for (int32_t p = 0; p < n_pos; ++p) {
+                sc[p] = std::exp(sc[p] - mx);
+                sum += sc[p];
+            }
+            const float inv = 1.0f / sum;
+            for (int32_t p = 0; p < n_pos; ++p) sc[p] *= inv;
+            std::memset(out + h * hd, 0, size_t(hd) * sizeof(float));
+        }
+        for (int32_t p = 0; p < n_pos; ++p) {
+            const uint8_t* vrow = kv_row(kv, true, f.layer, p);
+            if (kv->type == KV_TYPE_F16) {
+                const uint16_t* v = reinterpret_cast<const uint16_t*>(vrow) + g * hd;
+                for (int32_t h = 0; h < group; ++h) ks.axpy_f16(scores[size_t(h) * n_ctx_max + p], v, out + h * hd, hd);
+            } else {
+                dequantize_row(GGML_TYPE_Q8_0, vrow + size_t(g * hd / QK32) * sizeof(block_q8_0), kbuf, hd);
+                for (int32_t h = 0; h < group; ++h) {
+                    const float w = scores[size_t(h) * n_ctx_max + p];
+                    float* o = out + h * hd;
+                    for (int32_t j = 0; j < hd; ++j) o[j] += w * kbuf[j];
+                }
+            }
+        }
+    }
+}
+
+void swiglu_range(void* ctx, int64_t i0, int64_t i1, int) {
+    const fwd& f = *static_cast<fwd*>(ctx);
+    const int64_t n_ff = f.m->hp.n_ff;
+    float* g = f.m->s.gate.data();
+    const float* u = f.m->s.up.data();
+    for (int64_t i = i0 * n_ff; i < i1 * n_ff; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void add_range(void* ctx, int64_t i0, int64_t i1, int) {
+    const fwd& f = *static_cast<fwd*>(ctx);
+    const int64_t e = f.m->hp.n_embd;
+    float* x = f.m->s.x.data();
+    const float* t = f.m->s.tmp.data();
+    for (int64_t i = i0 * e; i < i1 * e; ++i) x[i] += t[i];
+}
+
+void run_entries(strata_model* m, int32_t n, threadpool_fn fn, fwd* f) {
+    if (n >= MODEL_PARALLEL_ENTRIES) {
+        threadpool_run(m->pool, n, fn, f);
+    } else {
+        fn(f, 0, n, 0);
+    }
+}
+
+bool check_batch(const strata_model* m, const eval_batch& b, std::string* err) {
+    auto bad = [&](const std::string& why) {
+        if (err) *err = why;
+        return false;
+    };
+    if (b.n < 1 || b.n > m->n_batch) return bad("batch of " + std::to_string(b.n) + " entries (limit " + std::to_string(m->n_batch) + ")");
+    if (!b.token || !b.pos || !b.seq || !b.want_logits || !b.kvs || b.n_seq < 1) return bad("incomplete batch");
+    for (int32_t i = 0; i < b.n; ++i) {
+        if (b.token[i] < 0 || b.token[i] >= m->hp.n_vocab) return bad("token " + std::to_string(b.token[i]) + " outside the vocabulary");
+        if (b.seq[i] < 0 || b.seq[i] >= b.n_seq || !b.kvs[b.seq[i]]) return bad("entry " + std::to_string(i) + ": bad sequence index");
+        const kv_cache* kv = b.kvs[b.seq[i]];
+        if (kv->n_layer != m->hp.n_layer || kv->n_embd_kv != m->hp.n_embd_kv()) return bad("cache of another model");
+        if (b.pos[i] < 0 || b.pos[i] >= kv->n_ctx) return bad("position " + std::to_string(b.pos[i]) + " outside the cache");
+        if (i > 0 && b.seq[i] == b.seq[i - 1] && b.pos[i] != b.pos[i - 1] + 1) return bad("positions of a sequence must rise by 1");
+    }
+    return true;
+}
+
+}  // namespace
+
+int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string* err) {
+    if (!check_batch(m, b, err)) return -1;
+    const model_hparams& hp = m->hp;
+    model_scratch& s = m->s;
+    const kernel_set& ks = *m->ks;
+    const int32_t n = b.n, E = hp.n_embd;
+    // attention scores: room for the longest sequence in this batch (grows once, then reused)
+    int32_t max_pos = 0;
+    for (int32_t i = 0; i < n; ++i) max_pos = b.pos[i] + 1 > max_pos ? b.pos[i] + 1 : max_pos;
+    const size_t group = size_t(hp.n_head / hp.n_head_kv), nt = size_t(m->info.n_threads);
+    size_t n_ctx_max = s.att_scores.size() / (nt * group);
+    if (n_ctx_max < size_t(max_pos)) {
+        n_ctx_max = size_t(max_pos) < 256 ? 256 : size_t(max_pos);
+        s.att_scores.assign(nt * group * n_ctx_max, 0.0f);
+    }
+    for (int32_t i = 0; i < n; ++i) dequantize_row(m->tok_embd.type, m->tok_embd.data + size_t(b.token[i]) * m->tok_embd.row_bytes, s.x.data() + size_t(i) * size_t(E), E);
+
+    fwd f{m, &b, 0};
+    for (int32_t il = 0; il < hp.n_layer; ++il) {
+        const layer_weights& l = m->layers[size_t(il)];
+        f.layer = il;
+        run_entries(m, n, norm_range, &f);
+        matmul(m->pool, ks, l.wq, s.xn.data(), E, n, s.q.data(), &s.mm);
+        matmul(m->pool, ks, l.wk, s.xn.data(), E, n, s.k.data(), &s.mm);
+        matmul(m->pool, ks, l.wv, s.xn.data(), E, n, s.v.data(), &s.mm);
+        run_entries(m, n, qk_range, &f);
+        threadpool_run(m->pool, int64_t(n) * hp.n_head_kv, attn_range, &f);
+        matmul(m->pool, ks, l.wo, s.att.data(), hp.n_embd_q(), n, s.tmp.data(), &s.mm);
+        run_entries(m, n, add_range, &f);
+        run_entries(m, n, ffn_norm_range, &f);
+        matmul(m->pool, ks, l.w_gate, s.xn.data(), E, n, s.gate.data(), &s.mm);
+        matmul(m->pool, ks, l.w_up, s.xn.data(), E, n, s.up.data(), &s.mm);
+        run_entries(m, n, swiglu_range, &f);
+        matmul(m->pool, ks, l.w_down, s.gate.data(), hp.n_ff, n, s.tmp.data(), &s.mm);
+        run_entries(m, n, add_range, &f);
+    }
+    // final norm of the entries that want logits, compacted, then the head straight into logits
+    int32_t n_out = 0;
+    for (int32_t i = 0; i < n; ++i) {
+        if (!b.want_logits[i]) continue;
+        rmsnorm_row(s.x.data() + size_t(i) * size_t(E), m->output_norm.data(), s.xn.data() + size_t(n_out) * size_t(E), E, hp.rms_eps);
+        ++n_out;
+    }
+    if (n_out > 0 && logits) matmul(m->pool, ks, m->output, s.xn.data(), E, n_out, logits, &s.mm);
+    return 0;
+}
+
+int model_eval_seq(strata_model* m, kv_cache* kv, const int32_t* tokens, int32_t n, int32_t pos0,
+                   float* logits_last, std::string* err) {
+    if (n < 1) {
+        if (err) *err = "empty token list";
+        return -1;
+    }
+    model_scratch& s = m->s;
+    s.seq_pos.resize(static_cast<size_t>(n));
+    s.seq_idx.assign(static_cast<size_t>(n), 0);
+    s.seq_want.assign(static_cast<size_t>(n), 0);
+    for (int32_t i = 0; i < n; ++i) s.seq_pos[static_cast<size_t>(i)] = pos0 + i;
+    s.seq_want[static_cast<size_t>(n - 1)] = 1;
+    kv_cache* kvs[1] = {kv};
+    eval_batch b;
+    b.n = n;
+    b.token = tokens;
+    b.pos = s.seq_pos.data();
+    b.seq = s.seq_idx.data();
+    b.want_logits = s.seq_want.data();
+    b.kvs = kvs;
+    b.n_seq = 1;
+    return model_eval(m, b, logits_last, err);
+}

@@ -1,0 +1,89 @@
+// engine/model_impl.h — internals shared by model.cpp (loading, forward pass) and the architecture builders
+// in engine/models/*.cpp. Not part of the protocol boundary (that is model.h).
+//
+// A builder reads its architecture's hyperparameters and tensors from the GGUF file into model_hparams and
+// layer_weights; the forward pass in model.cpp is one decoder loop whose optional parts (QKV biases,
+// QK-norm, NeoX RoPE, tied head) are switched by what the builder found.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "gguf.h"
+#include "kernels.h"
+#include "model.h"
+
+struct threadpool;
+
+struct model_hparams {
+    int32_t n_vocab = 0;
+    int32_t n_ctx_train = 0;
+    int32_t n_layer = 0;
+    int32_t n_embd = 0;
+    int32_t n_head = 0;
+    int32_t n_head_kv = 0;
+    int32_t head_dim = 0;
+    int32_t n_rot = 0;        // leading dims of each head that RoPE rotates
+    int32_t n_ff = 0;
+    float rope_base = 10000.0f;
+    float rms_eps = 1e-5f;
+    bool rope_neox = false;   // pairs (i, i + n_rot/2) instead of (2i, 2i+1)
+    int32_t n_embd_q() const { return n_head * head_dim; }
+    int32_t n_embd_kv() const { return n_head_kv * head_dim; }
+};
+
+struct layer_weights {
+    std::vector<float> attn_norm;             // (n_embd)
+    weight_view wq, wk, wv, wo;               // (n_embd_q, n_embd), (n_embd_kv, n_embd) x2, (n_embd, n_embd_q)
+    std::vector<float> bq, bk, bv;            // biases, empty when absent (qwen2 has them)
+    std::vector<float> q_norm, k_norm;        // (head_dim) per-head RMS norm weights, empty when absent (qwen3)
+    std::vector<float> ffn_norm;              // (n_embd)
+    weight_view w_gate, w_up, w_down;         // (n_ff, n_embd) x2, (n_embd, n_ff)
+};
+
+struct model_scratch {
+    // activations for up to n_batch entries; shapes are (n_batch, width)
+    std::vector<float> x, xn, q, k, v, att, tmp, gate, up;
+    std::vector<int32_t> out_rows;            // entries whose logits are wanted
+    std::vector<float> att_scores;            // (n_threads, group, n_ctx) per-thread attention scores
+    std::vector<float> kv_rows;               // (n_threads, 2, head_dim) dequantised q8_0 KV rows
+    std::vector<uint16_t> kv_f16;             // (n_embd_kv) one K or V row in half
+    mm_scratch mm;
+    std::vector<int32_t> seq_pos, seq_idx;   // model_eval_seq's batch (reused: no allocation per call)
+    std::vector<uint8_t> seq_want;
+};
+
+struct strata_model {
+    gguf_file* file = nullptr;
+    model_info info;
+    model_hparams hp;
+    weight_view tok_embd;                     // (n_vocab, n_embd)
+    weight_view output;                       // (n_vocab, n_embd); == tok_embd when tied
+    std::vector<float> output_norm;           // (n_embd)
+    std::vector<layer_weights> layers;
+    std::vector<float> rope_inv_freq;         // (n_rot / 2) base^(-2i / n_rot)
+    int32_t n_batch = 512;
+    threadpool* pool = nullptr;
+    const kernel_set* ks = nullptr;
+    model_scratch s;
+};
+
+// Builders: fill m->hp and m->layers (and output/tok_embd) from m->file; false + *err on a missing or
+// malformed tensor or key.
+bool build_llama(strata_model* m, std::string* err);
+bool build_qwen2(strata_model* m, std::string* err);
+bool build_qwen3(strata_model* m, std::string* err);
+
+// Helpers for builders (model.cpp). All set *err to "<file>: tensor '<name>': <reason>" on failure.
+bool model_read_u32(const strata_model* m, const std::string& key, int32_t* out, bool required, std::string* err);
+bool model_read_f32(const strata_model* m, const std::string& key, float* out, std::string* err);
+// A 2-D weight that must have ne = (n_cols, n_rows); a missing optional weight leaves out->data null.
+bool model_weight(const strata_model* m, const std::string& name, int64_t n_cols, int64_t n_rows, bool required,
+                  weight_view* out, std::string* err);
+// A 1-D vector of n floats (any supported type, dequantised); a missing optional one leaves out empty.
+bool model_vector(const strata_model* m, const std::string& name, int64_t n, bool required,
+                  std::vector<float>* out, std::string* err);
+// Reads the hyperparameters every decoder here shares (arch is the GGUF key prefix).
+bool model_read_common_hparams(strata_model* m, const std::string& arch, std::string* err);
+// Loads the per-layer tensors common to llama/qwen2/qwen3 (norms, q/k/v/o, ffn) plus the embedding and head.
+bool model_load_common_tensors(strata_model* m, std::string* err);
