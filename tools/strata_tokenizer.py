@@ -602,11 +602,12 @@ def common_prefix_len(a, b):
 class _Kept:
     """One kept prompt: its text, normalized plain spans, ids and special-token marks (immutable)."""
 
-    __slots__ = ("text", "plain", "ids", "marks", "mark_offsets")
+    __slots__ = ("text", "plain", "ids", "marks", "mark_offsets", "replaced")
 
     def __init__(self, text, plain, ids, marks):
         self.text, self.plain, self.ids, self.marks = text, plain, ids, marks
         self.mark_offsets = [m[0] for m in marks]
+        self.replaced = None  # the kept prompt this one replaced (restored by forget); under the lock
 
 
 class PromptEncoder:
@@ -616,7 +617,8 @@ class PromptEncoder:
     at or before it; the ids up to that mark are reused and only the text after it is encoded. A mark is
     used only if the plain spans before it are the same and no special literal in the new text straddles
     it, so the result always equals tokenizer.encode(text, True, plain). One prompt per conversation is
-    kept (the one it extends is replaced), `keep` in all, least recently used dropped first.
+    kept (the one it extends is replaced), `keep` in all, least recently used dropped first; forget(ids)
+    drops a refused prompt and puts back the one it replaced.
     """
 
     MAX_MARK_TRIES = 8  # marks tried backwards from the common prefix before encoding from scratch
@@ -671,14 +673,25 @@ class PromptEncoder:
     def _store(self, new, base):
         with self._lock:
             kept = [e for e in self._kept if e is not base]
+            if base is not None and len(kept) < len(self._kept):
+                new.replaced = base
+                base.replaced = None  # one level of undo only: no chain through the whole history
             kept.append(new)
             self._kept = kept[-self.keep:]
 
     def forget(self, ids):
-        """Drop the kept prompt whose ids are `ids` (a prompt the engine refused)."""
+        """Drop the kept prompt whose ids are `ids` (a prompt the engine refused), putting back the one
+        it had replaced: the engine still holds that conversation."""
         ids = list(ids)
         with self._lock:
-            self._kept = [e for e in self._kept if e.ids != ids]
+            kept = []
+            for e in self._kept:
+                if e.ids != ids:
+                    kept.append(e)
+                elif e.replaced is not None and e.replaced not in self._kept:
+                    kept.append(e.replaced)
+                    e.replaced = None
+            self._kept = kept
 
 
 def _clip(spans, cut):

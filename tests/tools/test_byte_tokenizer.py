@@ -53,3 +53,37 @@ def test_prompt_encoder_reuses_prefix():
     second = first + "hello<|im_end|>\n<|im_start|>user\nmore<|im_end|>\n"
     assert enc.encode(second) == tok.encode(second, True)
     assert enc.reused_ids == len(tok.encode(first, True)) - len(tok.encode("assistant\n"))
+
+
+def test_prompt_encoder_never_reuses_a_mark_that_a_longer_special_straddles():
+    tok = ByteTokenizer(specials=(("<|x|>", 3), ("<|x|>y", 3)))
+    enc = PromptEncoder(tok, keep=1)
+    assert enc.encode("a<|x|>") == [97, 256]
+    assert enc.encode("a<|x|>yz") == [97, 257, 122]  # not [97, 256, 121, 122]
+    assert enc.reused_ids == 0
+
+
+def test_prompt_encoder_needs_the_same_plain_spans_before_the_mark():
+    tok = ByteTokenizer()
+    enc = PromptEncoder(tok, keep=1)
+    text = "<|im_start|>a<|im_end|>b"
+    assert enc.encode(text) == tok.encode(text, True)
+    assert enc.encode(text + "c", plain=[(13, 23)]) == tok.encode(text + "c", True, [(13, 23)])
+    assert enc.reused_ids == 1  # only up to <|im_start|>, where the spans still agree
+
+
+def test_forget_and_store_false():
+    tok = ByteTokenizer()
+    enc = PromptEncoder(tok, keep=2)
+    text = "<|im_start|>a<|im_end|>"
+    ids = enc.encode(text, store=False)
+    enc.encode(text + "x")
+    assert enc.reused_ids == 0
+    enc.forget(enc.encode(text + "y"))
+    assert enc.reused_ids == len(ids)
+    enc.encode(text + "z")
+    assert enc.reused_ids == len(ids)  # the prompt of "x" is still kept
+    enc.forget(tok.encode(text + "z", True))
+    enc.forget(tok.encode(text + "x", True))
+    enc.encode(text + "w")
+    assert enc.reused_ids == 0
