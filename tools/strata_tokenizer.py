@@ -38,7 +38,8 @@ import json
 import os
 import pathlib
 import threading
-from itertools import chain
+from itertools import chain, repeat
+from operator import add, mul
 
 import regex
 
@@ -280,7 +281,8 @@ class ByteTokenizer(_BaseTokenizer):
 
 
 _PAIR_SHIFT = 22                       # symbol ids < 4M: vocab plus internal (non-token) merge results
-_SYM_MASK = (1 << _PAIR_SHIFT) - 1
+_PAIR_BASE = 1 << _PAIR_SHIFT
+_SYM_MASK = _PAIR_BASE - 1
 _NO_MERGE = 1 << 62                    # larger than any rank << _PAIR_SHIFT
 
 
@@ -384,7 +386,7 @@ class Tokenizer(_BaseTokenizer):
             tid = self._text_to_id.get(data.decode("latin-1").translate(_BYTES_TO_CHARS))
             if tid is not None:
                 return (tid,)
-        syms = [self._byte_symbol[b] for b in data]
+        syms = list(map(self._byte_symbol.__getitem__, data))
         if len(syms) <= SMALL_PIECE_SYMBOLS:
             self._merge_small(syms)
         else:
@@ -396,7 +398,8 @@ class Tokenizer(_BaseTokenizer):
     def _merge_small(self, syms):
         """In place: repeatedly merge the lowest-rank adjacent pair, leftmost on ties (O(n^2) in C loops)."""
         get = self._merge_get
-        pairs = [get((a << _PAIR_SHIFT) | b, _NO_MERGE) for a, b in zip(syms, syms[1:])]
+        # pair key a << _PAIR_SHIFT | b, built with C-level maps (a * 2**shift + b is the same number)
+        pairs = list(map(get, map(add, map(mul, syms[:-1], repeat(_PAIR_BASE)), syms[1:]), repeat(_NO_MERGE)))
         while pairs:
             best = min(pairs)
             if best == _NO_MERGE:
