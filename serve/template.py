@@ -1,0 +1,167 @@
+"""Native chat-template rendering for the ChatML family (`<|im_start|>ROLE\\n...<|im_end|>\\n`).
+
+Role: turn normalised `Message`s (and tools) into the prompt text the model was trained on, plus the
+`plain` character spans that must be encoded as ordinary text (UPSTREAM §8.3: a user who types
+`<|im_start|>` gets those characters, never the control token). No Jinja: the GGUF's template text is read
+only to learn the family's facts: its default system prompt (SmolLM2 and Qwen2.5 add one when the chat has
+no system message) and whether it knows `<think>`.
+
+Public surface: `ChatTemplate.from_text(template_text)`, `ChatTemplate.render(messages, tools, thinking)`
+-> `Rendered(text, plain, thinking)`. It knows no tokens, no HTTP and no engine.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from serve.events import BadRequest, Message, ToolSpec
+
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+_DEFAULT_SYSTEM = re.compile(r"<\|im_start\|>system(?:\n|\\n)(.*?)<\|im_end\|>", re.S)
+
+TOOLS_INTRO = ("# Tools\n\nYou have access to the following functions. To call one, answer with a call in "
+               "exactly this format and nothing after it:\n\n<tool_call>\n<function=FUNCTION_NAME>\n"
+               "<parameter=PARAMETER_NAME>\nVALUE\n</parameter>\n</function>\n</tool_call>\n\n"
+               "Several calls are several such blocks. The functions:\n\n<tools>\n")
+
+
+@dataclass
+class Rendered:
+    text: str
+    plain: list[tuple[int, int]] = field(default_factory=list)  # spans never parsed as special tokens
+    thinking: bool = False   # the generation prompt opened a think block (the output starts in reasoning)
+
+
+class _Writer:
+    def __init__(self):
+        self.parts: list[str] = []
+        self.plain: list[tuple[int, int]] = []
+        self.n = 0
+
+    def raw(self, text: str) -> None:
+        self.parts.append(text)
+        self.n += len(text)
+
+    def user_text(self, text: str) -> None:
+        """Text that came from a client: never special tokens."""
+        if text:
+            self.plain.append((self.n, self.n + len(text)))
+            self.raw(text)
+
+
+def _write_call(w: "_Writer", call) -> None:
+    """One tool call of the history in the template's XML form; names and values are client text."""
+    args = call.arguments
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            args = {"arguments": args}
+    if not isinstance(args, dict):
+        args = {"arguments": args}
+    w.raw("<tool_call>\n<function=")
+    w.user_text(call.name)
+    w.raw(">\n")
+    for key, value in args.items():
+        w.raw("<parameter=")
+        w.user_text(str(key))
+        w.raw(">\n")
+        w.user_text(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+        w.raw("\n</parameter>\n")
+    w.raw("</function>\n</tool_call>")
+
+
+class ChatTemplate:
+    """The ChatML family, with the facts read from one model's template text."""
+
+    def __init__(self, default_system: str | None = None, knows_think: bool = False):
+        self.default_system = default_system
+        self.knows_think = knows_think
+
+    @classmethod
+    def from_text(cls, template: str | None) -> "ChatTemplate":
+        if not template:
+            return cls()
+        default = None
+        m = _DEFAULT_SYSTEM.search(template)
+        # a default system prompt is a literal in the branch taken when messages[0] is not a system turn
+        if m and "{{" not in m.group(1) and "{%" not in m.group(1) and "!= 'system'" in template.replace(
+                '"', "'"):
+            default = m.group(1).replace("\\n", "\n")
+        return cls(default_system=default, knows_think=THINK_OPEN in template)
+
+    def render(self, messages: list[Message], tools: list[ToolSpec] | None = None,
+               thinking: bool | None = None, add_generation_prompt: bool = True) -> Rendered:
+        if not messages:
+            raise BadRequest("messages: at least one message is needed", param="messages")
+        tools = tools or []
+        w = _Writer()
+        first_system = messages[0].role == "system"
+        system_text = messages[0].content if first_system else self.default_system
+        if system_text is not None or tools:
+            w.raw(f"{IM_START}system\n")
+            if first_system:
+                w.user_text(system_text)
+            elif system_text:
+                w.raw(system_text)
+            if tools:
+                w.raw(("\n\n" if system_text else "") + TOOLS_INTRO)
+                for t in tools:
+                    w.user_text(json.dumps({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.parameters}},
+                        ensure_ascii=False))
+                    w.raw("\n")
+                w.raw("</tools>")
+            w.raw(f"{IM_END}\n")
+        rest = messages[1:] if first_system else messages
+        i = 0
+        while i < len(rest):
+            m = rest[i]
+            if m.role == "tool":
+                w.raw(f"{IM_START}user")
+                while i < len(rest) and rest[i].role == "tool":
+                    w.raw("\n<tool_response>\n")
+                    w.user_text(rest[i].content)
+                    w.raw("\n</tool_response>")
+                    i += 1
+                w.raw(f"{IM_END}\n")
+                continue
+            role = "user" if m.role == "system" else m.role  # a late system turn becomes a user turn in place
+            w.raw(f"{IM_START}{role}\n")
+            if role == "assistant":
+                self._assistant(w, m)
+            else:
+                w.user_text(m.content)
+            w.raw(f"{IM_END}\n")
+            i += 1
+        opened = False
+        if add_generation_prompt:
+            w.raw(f"{IM_START}assistant\n")
+            if self.knows_think and thinking is not None:
+                if thinking:
+                    w.raw(f"{THINK_OPEN}\n")
+                    opened = True
+                else:
+                    w.raw(f"{THINK_OPEN}\n\n{THINK_CLOSE}\n\n")
+        return Rendered("".join(w.parts), w.plain, opened)
+
+    def _assistant(self, w: _Writer, m: Message) -> None:
+        content = m.content or ""
+        if m.reasoning and self.knows_think:
+            w.raw(f"{THINK_OPEN}\n")
+            w.user_text(m.reasoning.strip("\n"))
+            w.raw(f"\n{THINK_CLOSE}\n\n")
+        elif content.startswith(THINK_OPEN) and THINK_CLOSE in content:
+            # an assistant turn that itself opens with a whole think block keeps that block's markers
+            end = content.index(THINK_CLOSE)
+            w.raw(THINK_OPEN)
+            w.user_text(content[len(THINK_OPEN):end])
+            w.raw(THINK_CLOSE)
+            content = content[end + len(THINK_CLOSE):]
+        w.user_text(content)
+        for k, call in enumerate(m.tool_calls):
+            w.raw("\n" if (k or content) else "")
+            _write_call(w, call)

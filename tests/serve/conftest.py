@@ -1,0 +1,71 @@
+"""Fixtures for the server tests: an in-process server over a scripted fake engine, and HTTP helpers."""
+import http.client
+import json
+import threading
+
+import pytest
+
+from serve.engine import StrataEngine
+from serve.server import Options, make_server
+from serve.service import Service
+from tests.conftest import fake_argv
+from tools.strata_tokenizer import ByteTokenizer
+
+
+class Running:
+    def __init__(self, httpd, svc):
+        self.httpd, self.svc = httpd, svc
+        self.port = httpd.server_address[1]
+
+    def conn(self, timeout=10):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None, timeout=10):
+        c = self.conn(timeout)
+        data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
+        c.request(method, path, body=data, headers=headers or {})
+        r = c.getresponse()
+        raw = r.read()
+        c.close()
+        ctype = r.getheader("Content-Type") or ""
+        return r.status, (json.loads(raw) if "json" in ctype and raw else raw.decode()), r
+
+    def post(self, path, body, **kw):
+        return self.request("POST", path, body, **kw)
+
+    def stream(self, body, path="/v1/chat/completions", headers=None):
+        """(status, list of parsed data events, raw text)."""
+        status, text, _ = self.post(path, {**body, "stream": True}, headers=headers)
+        events = []
+        for block in text.split("\n\n") if isinstance(text, str) else []:
+            if block.startswith("data: ") and block != "data: [DONE]":
+                events.append(json.loads(block[6:]))
+        return status, events, text
+
+
+@pytest.fixture
+def server(tmp_path):
+    """server(script=None, **options) -> Running; everything is stopped after the test."""
+    started = []
+
+    def start(script=None, config=None, ctx=2048, silence_s=300.0, **opts):
+        engine = StrataEngine(fake_argv(tmp_path, script), ["--max-context", str(ctx)],
+                              log_path=str(tmp_path / "engine.log"), silence_s=silence_s)
+        engine.start()
+        svc = Service(engine, ByteTokenizer(), "fake-model", config=config or {})
+        httpd = make_server(svc, Options(host="127.0.0.1", port=0, quiet=True, **opts))
+        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        run = Running(httpd, svc)
+        started.append(run)
+        return run
+
+    yield start
+    for run in started:
+        run.httpd.stopping.set()
+        run.httpd.shutdown()
+        run.httpd.server_close()
+        run.svc.engine.close()
+
+
+def chat(text="hi", **extra):
+    return {"messages": [{"role": "user", "content": text}], **extra}

@@ -1,0 +1,191 @@
+"""The OpenAI API over the fake engine: shapes, stream rules, errors, limits, auth, views."""
+import json
+
+from tests.serve.conftest import chat
+
+
+def test_chat_non_stream_shape(server):
+    s = server({"turns": [{"text": "Paris."}]})
+    status, body, r = s.post("/v1/chat/completions", chat("capital?"))
+    assert status == 200 and r.getheader("Connection") == "close"
+    assert body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
+    ch = body["choices"][0]
+    assert ch["message"] == {"role": "assistant", "content": "Paris."} and ch["finish_reason"] == "stop"
+    u = body["usage"]
+    assert u["prompt_tokens"] > 0 and u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
+    assert u["prompt_tokens_details"]["cached_tokens"] == 0
+    t = body["timings"]
+    assert t["prompt_n"] == u["prompt_tokens"] and t["predicted_n"] == u["completion_tokens"]
+
+
+def test_stream_rules_and_usage_chunk(server):
+    s = server({"turns": [{"text": "héllo"}]})
+    status, events, raw = s.stream(chat(stream_options={"include_usage": True}))
+    assert status == 200 and raw.endswith("data: [DONE]\n\n")
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert len({e["id"] for e in events}) == 1
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+    assert text == "héllo"  # the two bytes of é arrive in two tokens and are held until whole
+    finish = [e for e in events if e["choices"] and e["choices"][0]["finish_reason"]]
+    assert len(finish) == 1 and finish[0]["choices"][0]["delta"] == {} and "timings" in finish[0]
+    usage = events[-1]
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 7  # 6 bytes + the end token and "timings" in usage
+
+
+def test_stream_without_include_usage_has_no_usage_chunk(server):
+    s = server()
+    _, events, _ = s.stream(chat())
+    assert all(e["choices"] for e in events)
+
+
+def test_second_turn_reports_cached_tokens(server):
+    s = server({"turns": [{"text": "one"}]})
+    _, first, _ = s.post("/v1/chat/completions", chat("a question"))
+    msgs = [{"role": "user", "content": "a question"}, {"role": "assistant", "content": "one"},
+            {"role": "user", "content": "and another"}]
+    _, second, _ = s.post("/v1/chat/completions", {"messages": msgs})
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] > first["usage"]["prompt_tokens"] - 5
+
+
+def test_max_tokens_exact_and_length(server):
+    s = server({"turns": [{"text": "abcdefghij"}]})
+    _, body, _ = s.post("/v1/chat/completions", chat(max_tokens=4))
+    assert body["choices"][0]["message"]["content"] == "abcd"
+    assert body["choices"][0]["finish_reason"] == "length" and body["usage"]["completion_tokens"] == 4
+
+
+def test_stop_string_held_back_and_cut(server):
+    s = server({"turns": [{"text": "one two STOP three"}]})
+    _, events, _ = s.stream(chat(stop=["STOP"]))
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events)
+    assert text == "one two " and events[-1]["choices"][0]["finish_reason"] == "stop"
+    _, body, _ = s.post("/v1/chat/completions", chat(stop="tw"))
+    assert body["choices"][0]["message"]["content"] == "one "
+
+
+def test_repeat_guard(server):
+    s = server({"turns": [{"text": "a", "repeat": 400}]}, config={"repeat_stop_tokens": 50})
+    _, body, _ = s.post("/v1/chat/completions", chat())
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert len(body["choices"][0]["message"]["content"]) == 49
+
+
+def test_literal_special_tags_are_plain_text(server):
+    s = server()
+    _, body, _ = s.post("/tokenize", {"content": "<|im_end|>"})
+    assert 258 not in body["tokens"]
+    _, body, _ = s.post("/tokenize", {"content": "<|im_end|>", "parse_special": True})
+    assert body["tokens"] == [258]
+    svc = s.svc
+    from serve.events import ChatRequest, Message
+    ids = svc.prepare(ChatRequest([Message("user", "x<|im_end|>y")])).ids
+    assert ids.count(258) == 1  # only the template's own end of the user turn
+
+
+def test_context_rule(server):
+    s = server(ctx=64)
+    status, body, _ = s.post("/v1/chat/completions", chat("x" * 100))
+    assert status == 400 and "never truncated" in body["error"]["message"]
+    assert "context (64)" in body["error"]["message"] and body["error"]["code"] == "context_length_exceeded"
+    status, body, _ = s.post("/v1/chat/completions", chat("x", max_tokens=60))
+    assert status == 400 and "max tokens (60)" in body["error"]["message"]
+    status, body, _ = s.post("/v1/chat/completions", chat("x", max_tokens=0))
+    assert status == 200  # 0 = the rest of the context
+
+
+def test_bad_requests_name_the_field(server):
+    s = server()
+    cases = [(b"{nope", "not valid JSON"), (b"[1]", "JSON object"), ({"messages": "hi"}, "messages"),
+             ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+             ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+             (chat(max_tokens="lots"), "max_tokens"), (chat(stream="yes"), "stream"),
+             (chat(temperature="hot"), "temperature"), (chat(stop=[1]), "stop")]
+    for body, word in cases:
+        status, out, _ = s.post("/v1/chat/completions", body)
+        assert status == 400 and word in out["error"]["message"], (body, out)
+        assert out["error"]["type"] == "invalid_request_error"
+
+
+def test_body_limit_413(server, monkeypatch):
+    monkeypatch.setenv("STRATA_MAX_BODY_MIB", "0.001")
+    s = server()
+    status, out, _ = s.post("/v1/chat/completions", chat("x" * 5000))
+    assert status == 413 and "limit" in out["error"]["message"]
+
+
+def test_engine_err_is_400(server):
+    s = server({"turns": [{"err": "bad ids"}]})
+    status, out, _ = s.post("/v1/chat/completions", chat())
+    assert status == 400 and "bad ids" in out["error"]["message"]
+
+
+def test_api_key(server):
+    s = server(api_keys=["k1", "k2"])
+    assert s.request("GET", "/health")[0] == 200
+    status, out, _ = s.request("GET", "/v1/models")
+    assert status == 401 and out["error"]["type"] == "authentication_error"
+    assert s.request("GET", "/v1/models", headers={"Authorization": "Bearer k2"})[0] == 200
+    assert s.request("GET", "/v1/models", headers={"X-Api-Key": "k1"})[0] == 200
+    assert s.request("GET", "/v1/models", headers={"Authorization": "Bearer k3"})[0] == 401
+    # with a key, any Host is fine (the key is the protection)
+    assert s.request("GET", "/v1/models", headers={"X-Api-Key": "k1", "Host": "evil.example"})[0] == 200
+
+
+def test_host_check_and_cors(server):
+    s = server(cors_origins=["https://app.example"], allowed_hosts=[".lan.example"])
+    assert s.request("GET", "/v1/models", headers={"Host": "evil.example"})[0] == 403
+    assert s.request("GET", "/v1/models", headers={"Host": "box.lan.example:8080"})[0] == 200
+    assert s.request("GET", "/v1/models", headers={"Host": "localhost:8080"})[0] == 200
+    status, _, r = s.request("OPTIONS", "/v1/chat/completions", headers={"Origin": "https://app.example"})
+    assert status == 204 and r.getheader("Access-Control-Allow-Origin") == "https://app.example"
+    _, _, r = s.request("OPTIONS", "/v1/chat/completions", headers={"Origin": "https://other.example"})
+    assert r.getheader("Access-Control-Allow-Origin") is None
+    assert s.post("/v1/chat/completions", chat(), headers={"Origin": "https://other.example"})[0] == 403
+    assert s.post("/v1/chat/completions", chat(), headers={"Origin": "https://app.example"})[0] == 200
+
+
+def test_views(server):
+    s = server()
+    status, h, _ = s.request("GET", "/health")
+    assert status == 200 and h["status"] == "ok" and h["max_context"] == 2048
+    _, m, _ = s.request("GET", "/v1/models")
+    assert m["data"][0]["id"] == "fake-model" and m["data"][0]["meta"]["n_ctx"] == 2048
+    s.post("/v1/chat/completions", chat())
+    _, st, _ = s.request("GET", "/v1/status")
+    assert st["loaded"] and st["activity"]["requests"] == 1 and st["engine"] == "fake-1"
+    _, mj, _ = s.request("GET", "/metrics")
+    assert mj["totals"]["requests"] == 1 and mj["live"]["state"] == "idle" and mj["requests"][0]["finish"] == "stop"
+    status, text, r = s.request("GET", "/metrics/prometheus")
+    assert r.getheader("Content-Type").startswith("text/plain; version=0.0.4")
+    assert "llamacpp:tokens_predicted_total 28\n" in text and "# TYPE llamacpp:requests_processing gauge" in text
+    rate = float(text.split("\nllamacpp:predicted_tokens_seconds ")[1].split()[0])
+    assert rate > 0
+    _, text2, _ = s.request("GET", "/metrics/prometheus")  # nothing ran since the last scrape
+    assert "llamacpp:predicted_tokens_seconds 0\n" in text2
+    _, d, _ = s.post("/detokenize", {"tokens": [104, 105]})
+    assert d == {"content": "hi"}
+    assert s.post("/detokenize", {"tokens": [99999]})[0] == 400
+    assert s.request("GET", "/nope")[0] == 404
+
+
+def test_completions(server):
+    s = server({"turns": [{"text": " world"}]})
+    _, body, _ = s.post("/v1/completions", {"prompt": "hello", "max_tokens": 3, "echo": True})
+    assert body["object"] == "text_completion" and body["choices"][0]["text"] == "hello wo"
+    _, events, raw = s.stream({"prompt": "hello"}, path="/v1/completions")
+    assert "".join(e["choices"][0]["text"] for e in events) == " world" and raw.endswith("[DONE]\n\n")
+
+
+def test_anthropic_routes_exist_or_404_in_anthropic_shape(server):
+    s = server()
+    status, out, _ = s.post("/v1/messages/count_tokens", {"messages": [{"role": "user", "content": "hi"}]})
+    assert status in (200, 404)
+    if status == 404:
+        assert out["type"] == "error"
+
+
+def test_web_pages(server):
+    s = server()
+    for path in ("/", "/monitor", "/about"):
+        status, text, r = s.request("GET", path)
+        assert status == 200 and "<html" in text.lower(), path
