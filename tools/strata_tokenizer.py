@@ -15,8 +15,10 @@ Public surface:
 
 Algorithm (matches llama.cpp's BPE tokenizer for the supported `tokenizer.ggml.pre` names):
   1. Special tokens are split out first, scanning left to right and taking the longest literal at each
-     position. Control tokens (GGUF type 3) match only with parse_special=True; user-defined tokens
-     (type 4) always. Characters inside a `plain` span (start, end) never belong to a special match.
+     position. Control tokens (GGUF type 3, and unknown, type 2) match only with parse_special=True;
+     user-defined tokens (type 4) always. Characters inside a `plain` span (start, end) never belong to
+     a special match. This equals llama.cpp's longest-literal-first partition unless two specials
+     partially overlap (`special_overlaps` lists such pairs; none in the supported models).
   2. Each text fragment between specials is cut by the pre-tokenizer regex of its `pre` name.
   3. Each piece's UTF-8 bytes start as one symbol per byte (GPT-2 byte->unicode map); the adjacent pair of
      lowest merge rank is merged, leftmost on ties, until no pair has a rank. Symbols are token ids.
@@ -46,6 +48,7 @@ import regex
 from tools import gguf_meta
 
 TOKEN_TYPE_NORMAL = 1
+TOKEN_TYPE_UNKNOWN = 2
 TOKEN_TYPE_CONTROL = 3
 TOKEN_TYPE_USER_DEFINED = 4
 
@@ -126,6 +129,22 @@ def normalize_spans(spans, length):
     return out
 
 
+def _partial_overlaps(literals, limit=8):
+    """Pairs (a, b) of literals where a proper suffix of a is a proper prefix of b: the only case where
+    this left-to-right scan and llama.cpp's longest-literal-first partition can disagree."""
+    prefixes = {}
+    for b in literals:
+        for k in range(1, len(b)):
+            prefixes.setdefault(b[:k], b)
+    out = []
+    for a in literals:
+        for k in range(1, len(a)):
+            b = prefixes.get(a[k:])
+            if b is not None and len(out) < limit:
+                out.append((a, b))
+    return out
+
+
 def _open_segments(length, plain):
     """Complement of the normalized plain spans within [0, length]: where specials may match."""
     pos = 0
@@ -171,7 +190,7 @@ class _BaseTokenizer:
         for tid, (text, ttype) in enumerate(zip(token_texts, token_types)):
             if not text:
                 continue
-            if ttype == TOKEN_TYPE_CONTROL:
+            if ttype in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_UNKNOWN):  # llama.cpp treats both alike here
                 control[text] = tid
             elif ttype == TOKEN_TYPE_USER_DEFINED:
                 user[text] = tid
@@ -179,6 +198,8 @@ class _BaseTokenizer:
         self._special_pattern_all = self._literal_pattern(self._special_to_id)
         self._special_pattern_user = self._literal_pattern(user)
         self.max_special_chars = max((len(t) for t in self._special_to_id), default=0)
+        self.special_overlaps = _partial_overlaps(self._special_to_id)
+
 
     @staticmethod
     def _literal_pattern(literals):

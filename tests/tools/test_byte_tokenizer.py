@@ -87,3 +87,11 @@ def test_forget_and_store_false():
     enc.forget(tok.encode(text + "x", True))
     enc.encode(text + "w")
     assert enc.reused_ids == 0
+
+
+def test_unknown_type_behaves_as_control_and_overlaps_are_reported():
+    tok = ByteTokenizer(specials=(("<unk>", 2), ("<|x|>", 3), ("|>y", 4)))
+    assert tok.encode("<unk>", parse_special=True) == [256]
+    assert tok.encode("<unk>")[0] == ord("<")
+    assert tok.special_overlaps == [("<|x|>", "|>y")]
+    assert ByteTokenizer().special_overlaps == []

@@ -88,7 +88,7 @@ class NaiveBPE:
             self.ranks.setdefault((left, right), rank)
         self.pre = pre
         self.byte_char = bytes_to_unicode()
-        self.specials = sorted([t for t, ty in zip(tokens, token_types) if ty in (3, 4) and t],
+        self.specials = sorted([t for t, ty in zip(tokens, token_types) if ty in (2, 3, 4) and t],
                                key=len, reverse=True)
         self.user_defined = {t for t, ty in zip(tokens, token_types) if ty == 4}
 
