@@ -160,17 +160,19 @@ def aliases(value: Any) -> list[str]:
 
 
 def default_model_name(gguf_path_or_meta: Any) -> str:
-    """The name clients see when the config names none: the GGUF's `general.name` when the metadata
-    has one, else the file name without its quantization tail; lower case, spaces as dashes.
-
-    "SmolLM2-135M-Instruct.Q4_1.gguf" and general.name "SmolLM2 135M Instruct" both give
-    "smollm2-135m-instruct".
+    """The name clients see when the config names none, lower case with dashes for spaces: the file name
+    without its quantization tail ("SmolLM2-135M-Instruct.Q4_1.gguf" -> "smollm2-135m-instruct"); for
+    metadata without a `path`, `general.basename` + `general.size_label` ("smollm2-135m"), else
+    `general.name` (files often carry a training-run name there, hence last).
     """
     name = ""
     if isinstance(gguf_path_or_meta, dict):
-        name = str(gguf_path_or_meta.get("general.name") or "")
-        if not name:
-            gguf_path_or_meta = gguf_path_or_meta.get("path") or ""
+        meta = gguf_path_or_meta
+        gguf_path_or_meta = meta.get("path") or ""
+        if not gguf_path_or_meta:
+            base = str(meta.get("general.basename") or "")
+            size = str(meta.get("general.size_label") or "")
+            name = f"{base}-{size}" if base and size else base or str(meta.get("general.name") or "")
     if not name:
         base = os.path.basename(str(gguf_path_or_meta))
         if base.lower().endswith(".gguf"):

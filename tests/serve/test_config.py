@@ -68,6 +68,8 @@ def test_lift_reasoning_effort_arg():
 def test_default_model_name():
     assert default_model_name("/x/SmolLM2-135M-Instruct.Q4_1.gguf") == "smollm2-135m-instruct"
     assert default_model_name({"general.name": "SmolLM2 135M Instruct"}) == "smollm2-135m-instruct"
+    assert default_model_name({"general.name": "Smollm2 135M 8k Lc100K Mix1 Ep2", "general.basename": "smollm2",
+                               "general.size_label": "135M"}) == "smollm2-135m"
     assert default_model_name("Qwen3-8B-Q4_K_M.gguf") == "qwen3-8b"
     assert default_model_name("model-f16.gguf") == "model"
     assert default_model_name({"path": "/m/Llama-3.2-1B.IQ4_XS.gguf"}) == "llama-3.2-1b"
