@@ -25,6 +25,7 @@ from tools.strata_tokenizer import (PRE_TOKENIZERS, TOKEN_TYPE_CONTROL, TOKEN_TY
 
 MODEL = ref.model_path()
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CHAT_SETTINGS = settings(max_examples=70, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 _REAL = {}
 
@@ -108,19 +109,19 @@ def _check_prompt_encoder(tok, data, chats, keep):
             enc.forget(got)
 
 
-@SETTINGS
+@CHAT_SETTINGS
 @given(st.data(), st.lists(chat_st, min_size=1, max_size=3), st.integers(0, 3))
 def test_prompt_encoder_equals_full_encode_bytes(data, chats, keep):
     _check_prompt_encoder(ByteTokenizer(), data, chats, keep)
 
 
-@SETTINGS
+@CHAT_SETTINGS
 @given(st.data(), st.lists(chat_st, min_size=1, max_size=3), st.integers(1, 3))
 def test_prompt_encoder_equals_full_encode_tricky_specials(data, chats, keep):
     _check_prompt_encoder(_tricky_bytes(), data, chats, keep)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(st.data(), st.lists(chat_st, min_size=1, max_size=3), st.integers(1, 3))
 def test_prompt_encoder_equals_full_encode_real(data, chats, keep):
     _check_prompt_encoder(real_tokenizer(), data, chats, keep)
