@@ -183,6 +183,8 @@ class _BaseTokenizer:
     n_vocab = 0
     pre = ""
     chat_template = None
+    add_bos = False         # no supported model wants a BOS prepended (tokenizer.ggml.add_bos_token)
+    missing_bytes = b""     # bytes with no token of their own, dropped by encode (as llama.cpp does)
 
     def _init_specials(self, token_texts, token_types):
         """Build the special-token matchers from parallel lists of token text and GGUF type."""
@@ -274,7 +276,8 @@ class _BaseTokenizer:
 
 
 class ByteTokenizer(_BaseTokenizer):
-    """Ids 0-255 are bytes; specials from 256 (first three control, the rest user-defined). For tests."""
+    """Ids 0-255 are bytes; specials from 256 (first three control, the rest user-defined). For tests and
+    the mock engine. id_to_token of a byte id is its GPT-2 character, as in a byte-level BPE vocabulary."""
 
     DEFAULT_SPECIALS = (("<|endoftext|>", TOKEN_TYPE_CONTROL), ("<|im_start|>", TOKEN_TYPE_CONTROL),
                         ("<|im_end|>", TOKEN_TYPE_CONTROL), ("<think>", TOKEN_TYPE_USER_DEFINED),
@@ -330,7 +333,7 @@ class Tokenizer(_BaseTokenizer):
         self._id_text = list(tokens)
         self._text_to_id = {}
         for tid, text in enumerate(tokens):
-            self._text_to_id[text] = tid  # a duplicated text maps to its last id, as in llama.cpp
+            self._text_to_id[text] = tid  # llama.cpp refuses duplicated texts; here the last id wins
         self._id_bytes = [self._bytes_of(t, ty) for t, ty in zip(tokens, token_types)]
         self._init_specials(tokens, token_types)
         self._build_merges(merges)
@@ -344,8 +347,13 @@ class Tokenizer(_BaseTokenizer):
 
     @staticmethod
     def _bytes_of(text, ttype):
-        if ttype in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED):
+        """What a token decodes to, as llama.cpp's token_to_piece with special=True: a normal token's
+        byte-mapped text back to bytes; control, unknown and user-defined tokens their text as is; the
+        other types (unused, byte) nothing."""
+        if ttype in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED, TOKEN_TYPE_UNKNOWN):
             return text.encode("utf-8", "surrogateescape")
+        if ttype != TOKEN_TYPE_NORMAL:
+            return b""
         try:
             return bytes(CHAR_BYTES[c] for c in text)
         except KeyError:  # not a byte-mapped text: take it literally
