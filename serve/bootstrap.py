@@ -94,8 +94,10 @@ def build(ns):
               "runs one request at a time", file=sys.stderr)
     args += [str(a) for a in cfg.get("args") or []]
     log = getattr(ns, "log", None) or cfg.get("log") or os.path.join(CACHE_DIR, "engine.log")
+    echo = (lambda line: print(f"engine> {line}", file=sys.stderr)) if os.environ.get("STRATA_DEBUG") == "1" \
+        else None  # STRATA_DEBUG=1: every protocol line the engine writes, on the console
     engine = StrataEngine(argv, args, log_path=log, cwd=cfg.get("cwd"),
-                          silence_s=float(cfg.get("engine_silence_s", ENGINE_SILENCE_S)))
+                          silence_s=float(cfg.get("engine_silence_s", ENGINE_SILENCE_S)), on_line=echo)
     meta_arch, name = None, cfg.get("model_name")
     if fake:
         from tools.strata_tokenizer import ByteTokenizer

@@ -282,6 +282,7 @@ class Service:
                     if stop.hit is not None:
                         finish = "stop"
                         break
+                    record["output_tokens"] = n_out
                     with self._lock:
                         self.status["generated"] = n_out
             except EngineNonFinite:
