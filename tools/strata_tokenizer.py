@@ -70,14 +70,23 @@ _QWEN2_PATTERN = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^
                   r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN35_PATTERN = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+"
                    r"|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-# pre name -> (pattern, ignore_merges: a piece that is itself a token is emitted whole, as llama.cpp does)
+# pre-tokenizer family -> (pattern, ignore_merges: a piece that is itself a token is emitted whole, as
+# llama.cpp does for its llama3 family)
 PRE_TOKENIZERS = {
     "smollm": (_SMOLLM_PATTERN, False),
     "gpt2": (_GPT2_PATTERN, False),
     "llama-bpe": (_LLAMA3_PATTERN, True),
-    "llama3": (_LLAMA3_PATTERN, True),
     "qwen2": (_QWEN2_PATTERN, False),
     "qwen35": (_QWEN35_PATTERN, False),
+}
+# tokenizer.ggml.pre names -> family, as llama.cpp groups them (only names whose encoding is the family's)
+PRE_NAMES = {
+    **dict.fromkeys(("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"),
+                    "smollm"),
+    **dict.fromkeys(("gpt-2", "gpt2", "phi-2", "mpt", "olmo"), "gpt2"),
+    **dict.fromkeys(("llama-bpe", "llama3", "llama-v3", "falcon3", "pixtral"), "llama-bpe"),
+    **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "stablelm2", "megrez"), "qwen2"),
+    "qwen35": "qwen35",
 }
 
 _LONE_SURROGATE = regex.compile(r"[\ud800-\udfff]")
@@ -315,9 +324,9 @@ class Tokenizer(_BaseTokenizer):
 
     def __init__(self, tokens, token_types, merges, pre, special_ids=None, chat_template=None,
                  add_bos=False):
-        if pre not in PRE_TOKENIZERS:
+        if pre not in PRE_NAMES:
             raise ValueError(f"unknown tokenizer pre-tokenizer {pre!r} (tokenizer.ggml.pre); supported: "
-                             + ", ".join(sorted(PRE_TOKENIZERS)))
+                             + ", ".join(sorted(PRE_NAMES)))
         if len(token_types) != len(tokens):
             raise ValueError(f"{len(tokens)} tokens but {len(token_types)} token types")
         if len(tokens) >= 1 << (_PAIR_SHIFT - 1):
@@ -327,7 +336,8 @@ class Tokenizer(_BaseTokenizer):
         self.chat_template = chat_template
         self.add_bos = bool(add_bos)
         self.token_types = list(token_types)
-        pattern, self._ignore_merges = PRE_TOKENIZERS[pre]
+        self.pre_family = PRE_NAMES[pre]
+        pattern, self._ignore_merges = PRE_TOKENIZERS[self.pre_family]
         self.pre_pattern = pattern
         self._findall = regex.compile(pattern).findall
         self._id_text = list(tokens)

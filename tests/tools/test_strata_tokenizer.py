@@ -126,7 +126,7 @@ def test_unknown_pre_is_named():
 
 
 @needs_model
-@pytest.mark.parametrize("pre", sorted(set(PRE_TOKENIZERS) - {"llama3"}))
+@pytest.mark.parametrize("pre", sorted(PRE_TOKENIZERS))
 def test_every_pre_name_matches_llama_cpp_regex_list(meta, pre):
     # The model's vocabulary under another pre-tokenizer: not a real model, but module and reference must
     # still agree, which checks each single-pass pattern against llama.cpp's regex list (and ignore_merges).
@@ -167,6 +167,22 @@ def test_equals_llama_cpp():
         for special in (False, True):
             want = llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
             assert tok.encode(text, parse_special=special) == want, (text, special)
+
+
+@needs_model
+@pytest.mark.parametrize("pre", ["gpt-2", "llama-bpe", "qwen2", "qwen35", "starcoder"])
+def test_every_pre_family_equals_llama_cpp(tmp_path, pre):
+    # The default model's metadata under another pre name, loaded by both llama.cpp and us.
+    llama_cpp = pytest.importorskip("llama_cpp")
+    path = str(tmp_path / f"{pre}.gguf")
+    ref.derive_gguf(MODEL, path, pre)
+    llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+    tok = Tokenizer.from_gguf(path)
+    assert tok.pre == pre
+    for text in ref.CORPUS_PARTS + ref.random_mix(300, seed=5):
+        for special in (False, True):
+            want = llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+            assert tok.encode(text, parse_special=special) == want, (pre, text, special)
 
 
 @needs_model

@@ -10,6 +10,7 @@ Written separately from tools/strata_tokenizer.py so that agreement means someth
 """
 
 import importlib.util
+import struct
 import os
 import random
 
@@ -181,3 +182,49 @@ def random_mix(n_strings, seed=0, max_len=60):
                 bits.append(rnd.choice([" ", "  ", "\n", "\t", "'", "'S", "'ll", "\r\n", " " * 7]))
         out.append("".join(bits))
     return out
+
+
+# -- metadata-only GGUF copies (for llama.cpp comparisons under other pre names) ------------------
+
+def _kv_spans(data):
+    """[(key, start, end)] byte spans of the metadata pairs of a GGUF v3 file (walked independently)."""
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+    def skip(type_code, pos):
+        if type_code in sizes:
+            return pos + sizes[type_code]
+        if type_code == 8:
+            return pos + 8 + struct.unpack_from("<Q", data, pos)[0]
+        item_type, count = struct.unpack_from("<IQ", data, pos)
+        pos += 12
+        if item_type in sizes:
+            return pos + count * sizes[item_type]
+        for _ in range(count):
+            pos = skip(item_type, pos)
+        return pos
+
+    pos, out = 24, []
+    for _ in range(struct.unpack_from("<Q", data, 16)[0]):
+        start = pos
+        n = struct.unpack_from("<Q", data, pos)[0]
+        key = data[pos + 8:pos + 8 + n].decode()
+        type_code = struct.unpack_from("<I", data, pos + 8 + n)[0]
+        pos = skip(type_code, pos + 12 + n)
+        out.append((key, start, pos))
+    return out
+
+
+def derive_gguf(src, dst, pre):
+    """Write `dst`: the metadata of `src` with tokenizer.ggml.pre set to `pre`, and no tensors."""
+    data = open(src, "rb").read()
+    spans = _kv_spans(data)
+    body = b""
+    for key, start, end in spans:
+        if key == "tokenizer.ggml.pre":
+            raw = pre.encode()
+            body += data[start:start + 8 + len(key)] + struct.pack("<IQ", 8, len(raw)) + raw
+        else:
+            body += data[start:end]
+    out = b"GGUF" + struct.pack("<IQQ", 3, 0, len(spans)) + body
+    with open(dst, "wb") as f:
+        f.write(out + b"\0" * (-len(out) % 32))
