@@ -642,35 +642,41 @@ def common_prefix_len(a, b):
 
 
 class _Kept:
-    """One kept prompt: its text, normalized plain spans, ids and special-token marks (immutable)."""
+    """One kept prompt: its text, normalized plain spans, ids and special-token marks. All fields are
+    immutable except `replaced`, which only PromptEncoder reads or writes, under its lock."""
 
     __slots__ = ("text", "plain", "ids", "marks", "mark_offsets", "replaced")
 
     def __init__(self, text, plain, ids, marks):
         self.text, self.plain, self.ids, self.marks = text, plain, ids, marks
         self.mark_offsets = [m[0] for m in marks]
-        self.replaced = None  # the kept prompt this one replaced (restored by forget); under the lock
+        self.replaced = None  # the kept prompt this one replaced, put back by forget()
 
 
 class PromptEncoder:
     """Encodes chat prompts with parse_special=True, re-encoding only what a kept prompt does not share.
 
-    For each kept prompt, the longest common text prefix is mapped back to the last special-token mark
-    at or before it; the ids up to that mark are reused and only the text after it is encoded. A mark is
-    used only if the plain spans before it are the same and no special literal in the new text straddles
-    it, so the result always equals tokenizer.encode(text, True, plain). One prompt per conversation is
-    kept (the one it extends is replaced), `keep` in all, least recently used dropped first; forget(ids)
-    drops a refused prompt and puts back the one it replaced.
+    For each kept prompt, the longest common text prefix (bounded by where the plain spans stop agreeing)
+    is mapped back to the last special-token mark at or before it; the ids up to that mark are reused and
+    only the text after it is encoded. A mark that a special literal of the new text straddles is
+    skipped, so the result always equals tokenizer.encode(text, True, plain). One prompt per
+    conversation is kept (the one it extends is replaced), `keep` in all, least recently used dropped
+    first; forget(ids) drops a refused prompt and puts back the one it replaced.
     """
 
-    MAX_MARK_TRIES = 8  # marks tried backwards from the common prefix before encoding from scratch
+    MAX_MARK_TRIES = 8  # marks tried backwards past straddling specials before encoding from scratch
 
     def __init__(self, tokenizer, keep=4):
         self.tokenizer = tokenizer
         self.keep = max(0, int(keep))
-        self._lock = threading.Lock()  # guards _kept (the list; its _Kept items are immutable)
+        self._lock = threading.Lock()  # guards _kept and each kept item's `replaced`
         self._kept = []                # most recently used last
-        self.reused_ids = 0            # ids reused by the last encode (for tests and metrics)
+        self._local = threading.local()
+
+    @property
+    def reused_ids(self):
+        """Ids reused by this thread's last encode (for metrics and tests)."""
+        return getattr(self._local, "reused_ids", 0)
 
     def encode(self, text, plain=None, store=True):
         check_text(text)
@@ -690,7 +696,7 @@ class PromptEncoder:
         else:
             ids = base.ids[:n_ids] + tail_ids
             marks = base.marks[:mark_index] + [(o + cut, k + n_ids) for o, k in tail_marks]
-        self.reused_ids = n_ids
+        self._local.reused_ids = n_ids
         if store and self.keep:
             self._store(_Kept(text, spans, ids, marks), base)
         return ids
@@ -699,18 +705,22 @@ class PromptEncoder:
         """(char offset, ids before it, marks before it) reusable from `entry`, or None."""
         if not entry.marks:
             return None
-        lcp = common_prefix_len(entry.text, text)
-        k = bisect.bisect_right(entry.mark_offsets, lcp)
-        pattern = self.tokenizer.special_pattern(True)
-        reach = self.tokenizer.max_special_chars
+        limit = min(common_prefix_len(entry.text, text), _spans_agree_until(entry.plain, spans))
+        k = bisect.bisect_right(entry.mark_offsets, limit)
         for idx in range(k - 1, max(-1, k - 1 - self.MAX_MARK_TRIES), -1):
             cut, n_ids = entry.marks[idx]
-            if _clip(entry.plain, cut) != _clip(spans, cut):
-                continue
-            if any((m := pattern.match(text, q)) and m.end() > cut for q in range(max(0, cut - reach + 1), cut)):
-                continue  # a special in the new text would straddle the mark
-            return cut, n_ids, idx + 1
+            if not self._straddled(text, cut):
+                return cut, n_ids, idx + 1
         return None
+
+    def _straddled(self, text, cut):
+        """Whether a special literal of `text` starts before `cut` and ends after it."""
+        match = self.tokenizer.special_pattern(True).match
+        for q in range(max(0, cut - self.tokenizer.max_special_chars + 1), cut):
+            m = match(text, q)  # the longest literal at q: if it ends by `cut`, every other one does
+            if m is not None and m.end() > cut:
+                return True
+        return False
 
     def _store(self, new, base):
         with self._lock:
@@ -736,11 +746,15 @@ class PromptEncoder:
             self._kept = kept
 
 
-def _clip(spans, cut):
-    """The normalized spans restricted to [0, cut)."""
-    out = []
-    for s, e in spans:
-        if s >= cut:
-            break
-        out.append((s, min(e, cut)))
-    return out
+def _spans_agree_until(a, b):
+    """The largest x such that normalized spans `a` and `b` clipped to [0, x) are equal."""
+    for (sa, ea), (sb, eb) in zip(a, b):
+        if sa != sb:
+            return min(sa, sb)
+        if ea != eb:
+            return min(ea, eb)
+    if len(a) > len(b):
+        return a[len(b)][0]
+    if len(b) > len(a):
+        return b[len(a)][0]
+    return float("inf")

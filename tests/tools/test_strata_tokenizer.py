@@ -194,3 +194,15 @@ def test_prompt_encoder_on_real_vocab(tok):
         assert enc.encode(history) == tok.encode(history, True)
         history += f"{turn[::-1]}<|im_end|>\n"
     assert enc.reused_ids > 0
+
+
+@needs_model
+def test_long_runs_are_not_quadratic(tok):
+    # 30K-byte single pieces: n log n takes a fraction of a second; a quadratic merge loop takes minutes.
+    import time
+    cjk = "".join(chr(0x4E00 + i % 5000) for i in range(10_000))
+    for text in [" " * 30_000 + "x", "a" * 30_000, "\n" * 30_000, cjk]:
+        start = time.process_time()
+        ids = tok.encode(text)
+        assert time.process_time() - start < 5.0
+        assert tok.decode(ids) == text
