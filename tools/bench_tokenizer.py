@@ -4,7 +4,8 @@ Figures printed (one JSON line at the end, plus a readable table):
   cold_mb_s     encode MB/s of a 1 MB mixed text with an empty piece cache (fresh Tokenizer)
   cold_cpu_mb_s the same per second of this process's CPU time (steadier on a shared machine)
   warm_mb_s     the same text again (piece cache filled)
-  next_turn_ms  PromptEncoder.encode (worst of 3) of turn n+1 of a ~100K-token ChatML conversation whose turn n is kept
+  next_turn_ms  PromptEncoder.encode (worst of 3) of turn n+1 of a ~100K-token ChatML conversation,
+                turn n being kept (as after the previous request)
   full_100k_ms  a full encode of that conversation, for scale
   peer_mb_s     llama.cpp's tokenizer on the same text, when llama_cpp is importable (ids also compared)
 Bars from issue 2: cold >= 1 MB/s, next turn at 100K tokens <= 20 ms.
@@ -48,7 +49,8 @@ def _code(rnd):
     name = "_".join(_word(rnd) for _ in range(rnd.randint(1, 3)))
     return (f"def {name}(self, {_word(rnd)}, n={rnd.randint(0, 10 ** 6)}):\n"
             f"\t\"\"\"{_word(rnd).capitalize()} {_word(rnd)}.\"\"\"\n"
-            f"\tfor i in range({rnd.randint(1, 99)}):\n\t\tif {name}[i] >= 0x{rnd.randint(0, 65535):x}:  # note\n"
+            f"\tfor i in range({rnd.randint(1, 99)}):\n"
+            f"\t\tif {name}[i] >= 0x{rnd.randint(0, 65535):x}:  # note\n"
             f"\t\t\treturn {{\"{_word(rnd)}\": [1, 2, 3]}}\n" + " " * rnd.randint(0, 40) + "pass\n\n")
 
 
@@ -150,7 +152,8 @@ def main(argv=None):
     full_s = best_of(lambda: tok.encode(turn_next, True), 3)
     out = {"n_bytes": n_bytes, "n_tokens": len(ids), "load_s": round(load_s, 3),
            "cold_mb_s": round(n_bytes / cold_s / 1e6, 2),
-           "cold_cpu_mb_s": round(n_bytes / cold_cpu_s / 1e6, 2), "warm_mb_s": round(n_bytes / warm_s / 1e6, 2),
+           "cold_cpu_mb_s": round(n_bytes / cold_cpu_s / 1e6, 2),
+           "warm_mb_s": round(n_bytes / warm_s / 1e6, 2),
            "conversation_tokens": n_turn_tokens, "next_turn_ms": round(max(next_times) * 1e3, 2),
            "next_turn_best_ms": round(min(next_times) * 1e3, 2), "full_100k_ms": round(full_s * 1e3, 1)}
     out.update(peer_figures(path, text, ids))

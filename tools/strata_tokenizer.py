@@ -4,8 +4,8 @@ Role: the server renders chat prompts and tokenises them itself (the engine know
 module turns text into ids and ids into text; it knows nothing of HTTP, chat templates or the engine.
 
 Public surface:
-    extract(gguf_path, out_dir) -> Path       write out_dir/tokenizer/{vocab.json, merges.txt, token_type.json,
-                                              tokenizer.json, chat_template.jinja}; returns that directory
+    extract(gguf_path, out_dir) -> Path       write out_dir/tokenizer/{vocab.json, merges.txt,
+                                              token_type.json, tokenizer.json, chat_template.jinja}
     Tokenizer.from_gguf(path, cache_dir=None) / Tokenizer.from_dir(dir)
     ByteTokenizer()                           bytes 0-255 plus specials from 256, same interface (tests, mock)
     tok.encode(text, parse_special=False, plain=None) -> ids
@@ -68,8 +68,9 @@ _LLAMA3_PATTERN = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[
                    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN2_PATTERN = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
                   r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_QWEN35_PATTERN = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+"
-                   r"|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN35_PATTERN = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+                   r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 # pre-tokenizer family -> (pattern, ignore_merges: a piece that is itself a token is emitted whole, as
 # llama.cpp does for its llama3 family)
 PRE_TOKENIZERS = {
@@ -228,7 +229,7 @@ class _BaseTokenizer:
         return self._encode(text, parse_special, plain, None)
 
     def encode_marked(self, text, parse_special=True, plain=None):
-        """(ids, marks); marks: for each special matched, (char offset after it, ids up to and including it)."""
+        """(ids, marks); marks: per special matched, (char offset after it, ids up to and including it)."""
         marks = []
         ids = self._encode(text, parse_special, plain, marks)
         return ids, marks
@@ -559,10 +560,9 @@ class Tokenizer(_BaseTokenizer):
                    info.get("add_bos_token", False))
 
 
-_TOKENIZER_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens",
-                   "tokenizer.ggml.token_type", "tokenizer.ggml.merges", "tokenizer.ggml.bos_token_id",
-                   "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id",
-                   "tokenizer.ggml.padding_token_id", "tokenizer.ggml.add_bos_token", "tokenizer.chat_template")
+_TOKENIZER_KEYS = tuple("tokenizer.ggml." + k for k in (
+    "model", "pre", "tokens", "token_type", "merges", "bos_token_id", "eos_token_id", "eot_token_id",
+    "eom_token_id", "padding_token_id", "add_bos_token")) + ("tokenizer.chat_template",)
 
 
 def _special_ids_from_meta(meta, n_vocab):

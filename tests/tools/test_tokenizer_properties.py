@@ -97,7 +97,8 @@ def _check_prompt_encoder(tok, data, chats, keep):
     for _ in range(data.draw(st.integers(1, 6))):
         chat = data.draw(st.sampled_from(chats))
         k = data.draw(st.integers(1, len(chat)))
-        text = _render(chat[:k]) + data.draw(st.sampled_from(["<|im_start|>assistant\n", "", "<|x|>", "<|x|>y"]))
+        opening = data.draw(st.sampled_from(["<|im_start|>assistant\n", "", "<|x|>", "<|x|>y"]))
+        text = _render(chat[:k]) + opening
         if data.draw(st.booleans()):  # a random cut point
             text = text[:data.draw(st.integers(0, len(text)))]
         plain = data.draw(st.lists(st.tuples(st.integers(0, len(text)), st.integers(0, len(text))),

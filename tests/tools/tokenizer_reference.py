@@ -160,7 +160,8 @@ EMOJI = ("👩‍👩‍👧‍👦 👍🏽👍🏿 🏳️‍🌈 🇯🇵🇫
 MARKS = "e\u0301 a\u0308\u0323 n\u0303o नमस्ते दुनिया العَرَبِيَّة ก่า Ǆ ǅ x\u20dd"
 DIGITS = "0 12 345 6789 1234567890123 ١٢٣٤ ۱۲۳ １２３ ²³ Ⅻ ½ 3.14159 1,000,000 v2.0.1"
 CONTROL = "\x00\x01\x02\x07\x08\x0b\x0c\x1b[0m\x1c\x1d\x1e\x1f\x7f\x85 \xa0nbsp\u2028\u2029\u3000\ufeff\u200b"
-SPECIAL_TEXT = "<|im_start|>user\nhi<|im_end|>\n<|endoftext|><|im_start|> <|im_ <|im_end|x <|im_end|><|im_end|>"
+SPECIAL_TEXT = ("<|im_start|>user\nhi<|im_end|>\n<|endoftext|><|im_start|> <|im_ <|im_end|x "
+                "<|im_end|><|im_end|>")
 CORPUS_PARTS = [PROSE, CODE, CJK, EMOJI, MARKS, DIGITS, CONTROL, SPECIAL_TEXT]
 
 
