@@ -215,10 +215,27 @@ class _BaseTokenizer:
 
     @staticmethod
     def _literal_pattern(literals):
+        """A regex matching the longest of `literals` at a position, built as a trie: each node's
+        branches start with distinct characters and a literal that ends there is an optional suffix
+        tried last, so the match is the longest literal. (A flat alternation of hundreds of literals is
+        ~50x slower to search.)"""
         if not literals:
             return None
-        ordered = sorted(literals, key=lambda t: (-len(t), t))  # longest literal first
-        return regex.compile("|".join(regex.escape(t) for t in ordered))
+        trie = {}
+        for literal in literals:
+            node = trie
+            for ch in literal:
+                node = node.setdefault(ch, {})
+            node[""] = {}  # a literal ends here
+
+        def build(node):
+            branches = [regex.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+            if not branches:
+                return ""
+            body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+            return f"(?:{body})?" if "" in node else body
+
+        return regex.compile(build(trie))
 
     def special_pattern(self, parse_special=True):
         """The compiled literal pattern of the specials that match under `parse_special` (or None)."""

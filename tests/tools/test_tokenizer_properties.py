@@ -170,3 +170,18 @@ def test_concurrent_encodes_are_exact():
     for t in threads:
         t.join(timeout=60)
     assert not errors
+
+
+literal_st = st.text(alphabet="ab<|>", min_size=2, max_size=5)  # 1 char would be a byte token
+
+
+@CHAT_SETTINGS
+@given(st.lists(st.tuples(literal_st, st.sampled_from([2, 3, 4])), min_size=1, max_size=8,
+                unique_by=lambda x: x[0]),
+       st.text(alphabet="ab<|> x", max_size=40), st.booleans(),
+       st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_size=2))
+def test_special_split_equals_naive_scan(specials, text, special, plain):
+    # The trie pattern takes the longest literal at the leftmost position, as the naive scan does.
+    tok = ByteTokenizer(specials=tuple(specials))
+    naive = ref.NaiveBPE(tok._id_text, tok.token_types, [], "gpt2")
+    assert tok.encode(text, special, plain) == naive.encode(text, special, plain)
