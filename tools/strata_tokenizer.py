@@ -555,14 +555,14 @@ class Tokenizer(_BaseTokenizer):
     def from_dir(cls, tokenizer_dir):
         """Read the files written by extract()."""
         d = pathlib.Path(tokenizer_dir)
-        with open(d / "tokenizer.json", encoding="utf-8") as f:
-            info = json.load(f)
-        with open(d / "vocab.json", encoding="utf-8") as f:
-            vocab = json.load(f)
-        with open(d / "token_type.json", encoding="utf-8") as f:
-            types = json.load(f)
-        with open(d / "merges.txt", encoding="utf-8") as f:
-            merges = f.read().split("\n")
+
+        def read(name):  # surrogateescape: token texts that were not UTF-8 in the GGUF round-trip
+            return (d / name).read_text(encoding="utf-8", errors="surrogateescape")
+
+        info = json.loads(read("tokenizer.json"))
+        vocab = json.loads(read("vocab.json"))
+        types = json.loads(read("token_type.json"))
+        merges = read("merges.txt").split("\n")
         if merges and merges[-1] == "":
             merges.pop()
         tokens = [""] * len(types)
@@ -572,7 +572,7 @@ class Tokenizer(_BaseTokenizer):
             tokens[int(tid)] = text
         template = None
         if (d / "chat_template.jinja").exists():
-            template = (d / "chat_template.jinja").read_text(encoding="utf-8")
+            template = read("chat_template.jinja")
         return cls(tokens, types, merges, info["pre"], info.get("special_ids"), template,
                    info.get("add_bos_token", False))
 

@@ -206,3 +206,28 @@ def test_long_runs_are_not_quadratic(tok):
         ids = tok.encode(text)
         assert time.process_time() - start < 5.0
         assert tok.decode(ids) == text
+
+
+def test_toy_gguf_extract_round_trip(tmp_path):
+    # Needs no model: a GGUF written here, with a token text that is not UTF-8.
+    path = tmp_path / "toy.gguf"
+    ref.write_gguf(path, ref.toy_tokenizer_kvs())
+    direct = Tokenizer.from_gguf(path)
+    d = extract(path, tmp_path / "out")
+    again = Tokenizer.from_dir(d)
+    cached = Tokenizer.from_gguf(path, cache_dir=tmp_path / "cache")
+    assert (d / "chat_template.jinja").read_text() == "{{ messages }}"
+    assert direct.special_ids["eos"] == direct.token_to_id("<|im_end|>") == 263
+    text = "the hello world<think> the<|im_end|>"
+    pieces = ["t", "he", "Ġ", "hell", "o", "Ġw", "o", "r", "l", "d", "<think>", "Ġthe"]  # by merge rank
+    want = [direct.token_to_id(t) for t in pieces]
+    want += [direct.token_to_id(c) for c in "<|im_end|>"]
+    assert direct.encode(text) == want
+    assert direct.encode(text, True)[-1] == 263
+    for tok in (again, cached):
+        assert tok.encode(text, True) == direct.encode(text, True)
+        assert tok.token_bytes(tok.n_vocab - 1) == b"\xff\xfe" == direct.token_bytes(direct.n_vocab - 1)
+    tokens = [direct.id_to_token(i) for i in range(direct.n_vocab)]
+    naive = ref.NaiveBPE(tokens, direct.token_types, ref.toy_tokenizer_kvs()[5][2][1], "gpt2")
+    for text in ref.CORPUS_PARTS:
+        assert direct.encode(text) == naive.encode(text)

@@ -229,3 +229,43 @@ def derive_gguf(src, dst, pre):
     out = b"GGUF" + struct.pack("<IQQ", 3, 0, len(spans)) + body
     with open(dst, "wb") as f:
         f.write(out + b"\0" * (-len(out) % 32))
+
+
+def write_gguf(path, kvs):
+    """A metadata-only GGUF v3 file from [(key, type_code, value)]; a string value may be raw bytes
+    (to write token texts that are not UTF-8); arrays are (item_type, [values])."""
+    formats = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+    def value(type_code, v):
+        if type_code in formats:
+            return struct.pack("<" + formats[type_code], v)
+        if type_code == 8:
+            raw = v if isinstance(v, bytes) else v.encode("utf-8")
+            return struct.pack("<Q", len(raw)) + raw
+        item_type, items = v
+        return struct.pack("<IQ", item_type, len(items)) + b"".join(value(item_type, x) for x in items)
+
+    body = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs))
+    for key, type_code, v in kvs:
+        body += value(8, key) + struct.pack("<I", type_code) + value(type_code, v)
+    with open(path, "wb") as f:
+        f.write(body)
+
+
+def toy_tokenizer_kvs(pre="gpt-2"):
+    """A small byte-level BPE vocabulary: 256 byte tokens, a few merges, a control, a user-defined and a
+    not-UTF-8 token."""
+    table = bytes_to_unicode()
+    tokens = [table[b] for b in range(256)]
+    merges = ["Ġ t", "h e", "Ġt he", "l l", "he ll", "ll o", "Ġ w"]
+    for m in merges:
+        tokens.append(m.replace(" ", ""))
+    tokens += ["<|im_end|>", "<think>"]
+    types = [1] * (len(tokens) - 2) + [3, 4]
+    raw_tokens = [t.encode("utf-8") for t in tokens] + [b"\xff\xfe"]
+    types.append(1)
+    return [("general.architecture", 8, "llama"), ("tokenizer.ggml.model", 8, "gpt2"),
+            ("tokenizer.ggml.pre", 8, pre), ("tokenizer.ggml.tokens", 9, (8, raw_tokens)),
+            ("tokenizer.ggml.token_type", 9, (5, types)), ("tokenizer.ggml.merges", 9, (8, merges)),
+            ("tokenizer.ggml.eos_token_id", 4, len(tokens) - 2),
+            ("tokenizer.chat_template", 8, "{{ messages }}")]
