@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "threadpool.h"
 
@@ -12,78 +13,53 @@
 
 namespace {
 
-void quantize_q8_scalar(const float* x, int64_t k, int8_t* qs, float* d, int32_t* sum) {
+void quantize_q16_scalar(const float* x, int64_t k, int16_t* qs, float* d, int32_t* sum) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < k; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+    const float dt = amax / 32767.0f;
+    const float id = dt != 0.0f ? 1.0f / dt : 0.0f;
     for (int64_t b = 0; b < k / QK32; ++b) {
-        const float* xb = x + b * QK32;
-        float amax = 0.0f;
-        for (int j = 0; j < QK32; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
-        const float db = amax / 127.0f;
-        const float id = db != 0.0f ? 1.0f / db : 0.0f;
         int32_t s = 0;
         for (int j = 0; j < QK32; ++j) {
-            const int q = static_cast<int>(std::nearbyint(xb[j] * id));
-            qs[b * QK32 + j] = static_cast<int8_t>(q);
+            const int q = static_cast<int>(std::nearbyint(x[b * QK32 + j] * id));
+            qs[b * QK32 + j] = static_cast<int16_t>(q);
             s += q;
         }
-        d[b] = db;
         sum[b] = s;
     }
+    *d = dt;
 }
 
-// Each row kernel accumulates per block: acc += (dw * da) * isum (+ the block's offset term).
-void row_q4_0_scalar(const uint8_t* w, const act_q8& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
+// Row kernels: acc += dw * isum per block, plus the block's offset term times the block sum; one token
+// scale at the end.  Q4_0: w = d (q - 8);  Q4_1: w = d q + m;  Q8_0: w = d q.
+template <int KIND>
+void row_scalar(const uint8_t* w, const act_q16& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
     const int64_t nb = a.k / QK32;
-    const block_q4_0* wb = reinterpret_cast<const block_q4_0*>(w);
     for (int t = 0; t < n_tok; ++t) {
-        const int8_t* q = a.qs + (t0 + t) * a.k;
-        const float* ad = a.d + (t0 + t) * nb;
+        const int16_t* q = a.qs + (t0 + t) * a.k;
         const int32_t* as = a.sum + (t0 + t) * nb;
-        float acc = 0.0f;
+        float acc = 0.0f, acc_off = 0.0f;
         for (int64_t b = 0; b < nb; ++b) {
+            const int16_t* qb = q + b * QK32;
             int32_t isum = 0;
-            for (int j = 0; j < 16; ++j) {
-                isum += (wb[b].qs[j] & 0xF) * q[b * QK32 + j] + (wb[b].qs[j] >> 4) * q[b * QK32 + j + 16];
+            float dw, off;
+            if constexpr (KIND == 2) {
+                const block_q8_0& wb = reinterpret_cast<const block_q8_0*>(w)[b];
+                for (int j = 0; j < QK32; ++j) isum += wb.qs[j] * qb[j];
+                dw = fp16_to_fp32(wb.d);
+                off = 0.0f;
+            } else {
+                using blk = std::conditional_t<KIND == 0, block_q4_0, block_q4_1>;
+                const blk& wb = reinterpret_cast<const blk*>(w)[b];
+                for (int j = 0; j < 16; ++j) isum += (wb.qs[j] & 0xF) * qb[j] + (wb.qs[j] >> 4) * qb[j + 16];
+                dw = fp16_to_fp32(wb.d);
+                if constexpr (KIND == 0) off = -8.0f * dw;
+                else off = fp16_to_fp32(wb.m);
             }
-            isum -= 8 * as[b];
-            acc += fp16_to_fp32(wb[b].d) * ad[b] * static_cast<float>(isum);
+            acc += dw * static_cast<float>(isum);
+            acc_off += off * static_cast<float>(as[b]);
         }
-        y[t * y_stride] = acc;
-    }
-}
-
-void row_q4_1_scalar(const uint8_t* w, const act_q8& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
-    const int64_t nb = a.k / QK32;
-    const block_q4_1* wb = reinterpret_cast<const block_q4_1*>(w);
-    for (int t = 0; t < n_tok; ++t) {
-        const int8_t* q = a.qs + (t0 + t) * a.k;
-        const float* ad = a.d + (t0 + t) * nb;
-        const int32_t* as = a.sum + (t0 + t) * nb;
-        float acc = 0.0f, acc_m = 0.0f;
-        for (int64_t b = 0; b < nb; ++b) {
-            int32_t isum = 0;
-            for (int j = 0; j < 16; ++j) {
-                isum += (wb[b].qs[j] & 0xF) * q[b * QK32 + j] + (wb[b].qs[j] >> 4) * q[b * QK32 + j + 16];
-            }
-            acc += fp16_to_fp32(wb[b].d) * ad[b] * static_cast<float>(isum);
-            acc_m += fp16_to_fp32(wb[b].m) * ad[b] * static_cast<float>(as[b]);
-        }
-        y[t * y_stride] = acc + acc_m;
-    }
-}
-
-void row_q8_0_scalar(const uint8_t* w, const act_q8& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
-    const int64_t nb = a.k / QK32;
-    const block_q8_0* wb = reinterpret_cast<const block_q8_0*>(w);
-    for (int t = 0; t < n_tok; ++t) {
-        const int8_t* q = a.qs + (t0 + t) * a.k;
-        const float* ad = a.d + (t0 + t) * nb;
-        float acc = 0.0f;
-        for (int64_t b = 0; b < nb; ++b) {
-            int32_t isum = 0;
-            for (int j = 0; j < QK32; ++j) isum += wb[b].qs[j] * q[b * QK32 + j];
-            acc += fp16_to_fp32(wb[b].d) * ad[b] * static_cast<float>(isum);
-        }
-        y[t * y_stride] = acc;
+        y[t * y_stride] = a.d[t0 + t] * (acc + acc_off);
     }
 }
 
@@ -108,7 +84,7 @@ void fp32_to_fp16_row_scalar(const float* x, uint16_t* y, int64_t n) {
 }
 
 const kernel_set SCALAR_SET = {
-    "scalar",         quantize_q8_scalar, row_q4_0_scalar,   row_q4_1_scalar,         row_q8_0_scalar,
+    "scalar",         quantize_q16_scalar, row_scalar<0>,    row_scalar<1>,           row_scalar<2>,
     dot_f32_scalar,   dot_f16_f32_scalar, axpy_f16_scalar,   fp32_to_fp16_row_scalar,
 };
 
@@ -159,7 +135,7 @@ struct mm_job {
     int64_t x_stride;
     int64_t n_tok;
     float* y;
-    act_q8 act;
+    act_q16 act;
     mm_scratch* scratch;
     mm_row_fn row;
 };
@@ -168,7 +144,7 @@ struct mm_job {
 // activations stay in L1/L2 while the tile walks the block.
 constexpr int64_t MM_ROW_BLOCK = 64;
 
-void mm_q8_range(void* ctx, int64_t r0, int64_t r1, int) {
+void mm_q16_range(void* ctx, int64_t r0, int64_t r1, int) {
     const mm_job& j = *static_cast<mm_job*>(ctx);
     const int64_t n = j.w->n_rows;
     for (int64_t rb = r0; rb < r1; rb += MM_ROW_BLOCK) {
@@ -197,7 +173,7 @@ void quantize_range(void* ctx, int64_t t0, int64_t t1, int) {
     const int64_t k = j.w->n_cols, nb = k / QK32;
     mm_scratch& s = *j.scratch;
     for (int64_t t = t0; t < t1; ++t) {
-        j.ks->quantize_q8(j.x + t * j.x_stride, k, s.qs.data() + t * k, s.d.data() + t * nb, s.sum.data() + t * nb);
+        j.ks->quantize_q16(j.x + t * j.x_stride, k, s.qs.data() + t * k, s.d.data() + t, s.sum.data() + t * nb);
     }
 }
 
@@ -210,7 +186,7 @@ const kernel_set& kernels_get() {
     return chosen;
 }
 
-bool kernels_uses_q8(ggml_type type) {
+bool kernels_uses_q16(ggml_type type) {
     return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q8_0;
 }
 
@@ -219,24 +195,47 @@ constexpr int64_t MM_PARALLEL_QUANT_TOKENS = 8;
 
 void matmul(threadpool* pool, const kernel_set& ks, const weight_view& w, const float* x, int64_t x_stride,
             int64_t n_tok, float* y, mm_scratch* scratch) {
-    mm_job j{&ks, &w, x, x_stride, n_tok, y, act_q8{}, scratch, nullptr};
+    mm_job j{&ks, &w, x, x_stride, n_tok, y, act_q16{}, scratch, nullptr};
     const int64_t k = w.n_cols;
-    if (kernels_uses_q8(w.type)) {
+    if (kernels_uses_q16(w.type)) {
         const int64_t nb = k / QK32;
         if (scratch->qs.size() < size_t(n_tok * k)) scratch->qs.resize(size_t(n_tok * k));
-        if (scratch->d.size() < size_t(n_tok * nb)) scratch->d.resize(size_t(n_tok * nb));
+        if (scratch->d.size() < size_t(n_tok)) scratch->d.resize(size_t(n_tok));
         if (scratch->sum.size() < size_t(n_tok * nb)) scratch->sum.resize(size_t(n_tok * nb));
         if (n_tok >= MM_PARALLEL_QUANT_TOKENS) {
             threadpool_run(pool, n_tok, quantize_range, &j);
         } else {
             quantize_range(&j, 0, n_tok, 0);
         }
-        j.act = act_q8{scratch->qs.data(), scratch->d.data(), scratch->sum.data(), k};
+        j.act = act_q16{scratch->qs.data(), scratch->d.data(), scratch->sum.data(), k};
         j.row = w.type == GGML_TYPE_Q4_0 ? ks.row_q4_0 : w.type == GGML_TYPE_Q4_1 ? ks.row_q4_1 : ks.row_q8_0;
-        threadpool_run(pool, w.n_rows, mm_q8_range, &j);
+        threadpool_run(pool, w.n_rows, mm_q16_range, &j);
         return;
     }
     const size_t need = size_t(threadpool_n_threads(pool)) * size_t(k);
     if (scratch->rows.size() < need) scratch->rows.resize(need);
     threadpool_run(pool, w.n_rows, mm_generic_range, &j);
+}
+
+void rmsnorm_row(const float* x, const float* w, float* y, int32_t n, float eps) {
+    double ss = 0.0;
+    for (int32_t i = 0; i < n; ++i) ss += double(x[i]) * double(x[i]);
+    const float scale = static_cast<float>(1.0 / std::sqrt(ss / n + double(eps)));
+    for (int32_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
+}
+
+void rope_row(float* x, int32_t n_heads, int32_t head_dim, int32_t n_rot, bool neox, int32_t pos,
+              const float* inv_freq) {
+    const int32_t half = n_rot / 2;
+    for (int32_t i = 0; i < half; ++i) {
+        const float theta = static_cast<float>(pos) * inv_freq[i];
+        const float c = std::cos(theta), s = std::sin(theta);
+        const int32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        for (int32_t h = 0; h < n_heads; ++h) {
+            float* v = x + h * head_dim;
+            const float x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+        }
+    }
 }

@@ -87,7 +87,7 @@ bool model_weight(const strata_model* m, const std::string& name, int64_t n_cols
                                std::to_string(n_rows) + "]");
         return false;
     }
-    if (n_cols % QK32 != 0 && kernels_uses_q8(t->type)) {
+    if (n_cols % QK32 != 0 && kernels_uses_q16(t->type)) {
         *err = file_err(m, "tensor '" + name + "': row not a multiple of 32");
         return false;
     }
@@ -218,6 +218,12 @@ strata_model* model_load(const model_params& params, std::string* err) {
     }
     gguf_file* f = gguf_open(params.path, err);
     if (!f) return nullptr;
+    return model_load_gguf(f, params, err);
+}
+
+strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::string* err) {
+    std::string local_err;
+    if (!err) err = &local_err;
     auto* m = new strata_model();
     m->file = f;
     const gguf_value* arch = gguf_find(f, "general.architecture");
@@ -230,7 +236,7 @@ strata_model* model_load(const model_params& params, std::string* err) {
     } else if (arch_name == "qwen3") {
         ok = build_qwen3(m, err);
     } else {
-        *err = params.path + ": unsupported architecture '" + arch_name + "'";
+        *err = f->path + ": unsupported architecture '" + arch_name + "'";
     }
     if (!ok) {
         model_free(m);
@@ -309,29 +315,6 @@ struct fwd {
     const eval_batch* b;
     int32_t layer;
 };
-
-void rmsnorm_row(const float* x, const float* w, float* y, int32_t n, float eps) {
-    double ss = 0.0;  // double: the sum of 576..8192 squares, cheap next to the matmuls
-    for (int32_t i = 0; i < n; ++i) ss += double(x[i]) * double(x[i]);
-    const float scale = static_cast<float>(1.0 / std::sqrt(ss / n + double(eps)));
-    for (int32_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
-}
-
-void rope_row(float* x, int32_t n_heads, int32_t head_dim, int32_t n_rot, bool neox, int32_t pos,
-              const float* inv_freq) {
-    const int32_t half = n_rot / 2;
-    for (int32_t i = 0; i < half; ++i) {
-        const float theta = static_cast<float>(pos) * inv_freq[i];
-        const float c = std::cos(theta), s = std::sin(theta);
-        for (int32_t h = 0; h < n_heads; ++h) {
-            float* v = x + h * head_dim;
-            const int32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-            const float x0 = v[a], x1 = v[b];
-            v[a] = x0 * c - x1 * s;
-            v[b] = x0 * s + x1 * c;
-        }
-    }
-}
 
 // attention-input norm (or ffn norm) of entries [i0, i1)
 void norm_range(void* ctx, int64_t i0, int64_t i1, int) {

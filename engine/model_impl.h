@@ -68,6 +68,9 @@ struct strata_model {
     model_scratch s;
 };
 
+// Builds a model over an opened file (model_load = gguf_open + this). Takes ownership of f, also on failure.
+strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::string* err);
+
 // Builders: fill m->hp and m->layers (and output/tok_embd) from m->file; false + *err on a missing or
 // malformed tensor or key.
 bool build_llama(strata_model* m, std::string* err);
