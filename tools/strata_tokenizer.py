@@ -532,9 +532,10 @@ class Tokenizer(_BaseTokenizer):
             raise ValueError(f"tokenizer model {model!r} is not supported (only byte-level BPE, 'gpt2')")
         tokens = meta["tokenizer.ggml.tokens"]
         types = meta.get("tokenizer.ggml.token_type") or [TOKEN_TYPE_NORMAL] * len(tokens)
-        return cls(tokens, types, meta.get("tokenizer.ggml.merges", []),
-                   meta.get("tokenizer.ggml.pre", "gpt2"), _special_ids_from_meta(meta, len(tokens)),
-                   meta.get("tokenizer.chat_template"), meta.get("tokenizer.ggml.add_bos_token", False))
+        pre = meta.get("tokenizer.ggml.pre") or "default"  # llama.cpp's name for a missing pre: unsupported
+        return cls(tokens, types, meta.get("tokenizer.ggml.merges", []), pre,
+                   _special_ids_from_meta(meta, len(tokens)), meta.get("tokenizer.chat_template"),
+                   meta.get("tokenizer.ggml.add_bos_token", False))
 
     @classmethod
     def from_gguf(cls, path, cache_dir=None):

@@ -120,9 +120,16 @@ def test_surrogates_refused(tok):
             tok.encode(bad)
 
 
-def test_unknown_pre_is_named():
+def test_unknown_pre_is_named(tmp_path):
     with pytest.raises(ValueError, match="'klingon'"):
         Tokenizer(["a"], [1], [], "klingon")
+    kvs = [kv for kv in ref.toy_tokenizer_kvs() if kv[0] != "tokenizer.ggml.pre"]
+    ref.write_gguf(tmp_path / "nopre.gguf", kvs)
+    with pytest.raises(ValueError, match="'default'"):  # llama.cpp's regex for a missing pre differs
+        Tokenizer.from_gguf(tmp_path / "nopre.gguf")
+    with pytest.raises(ValueError, match="'default'"):
+        extract(tmp_path / "nopre.gguf", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 @needs_model
