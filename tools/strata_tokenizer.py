@@ -40,8 +40,8 @@ import json
 import os
 import pathlib
 import threading
-from itertools import chain, repeat
-from operator import add, mul
+from itertools import chain, compress, repeat
+from operator import add, mul, not_
 
 import regex
 
@@ -423,17 +423,13 @@ class Tokenizer(_BaseTokenizer):
         cache = self._cache
         got = list(map(cache.get, pieces))
         if None in got:
+            # the pieces not cached (and the rare ones whose ids are empty), each computed once; all the
+            # per-piece loops here run in C
+            fresh = {piece: self._bpe(piece) for piece in set(compress(pieces, map(not_, got)))}
+            got = list(map(fresh.get, pieces, got))
             if len(cache) > PIECE_CACHE_MAX_ENTRIES:
                 cache.clear()
-            for i, ids in enumerate(got):
-                if ids is None:
-                    piece = pieces[i]
-                    ids = cache.get(piece)  # may have been computed earlier in this loop
-                    if ids is None:
-                        ids = self._bpe(piece)
-                        if len(piece) <= PIECE_CACHE_MAX_CHARS:
-                            cache[piece] = ids
-                    got[i] = ids
+            cache.update((p, ids) for p, ids in fresh.items() if len(p) <= PIECE_CACHE_MAX_CHARS)
         out.extend(chain.from_iterable(got))
 
     def _bpe(self, piece):
@@ -614,7 +610,8 @@ def extract(gguf_path, out_dir):
     info = {"model": "gpt2", "pre": tok.pre, "vocab_size": tok.n_vocab, "n_merges": len(merges),
             "special_ids": tok.special_ids, "add_bos_token": tok.add_bos,
             "pre_pattern": tok.pre_pattern,
-            "pre_pattern_source": "llama.cpp llama-vocab.cpp regex list for this pre name",
+            "pre_pattern_source": f"llama.cpp llama-vocab.cpp regex list of pre family {tok.pre_family!r}"
+                                  ", as one pattern",
             "source": _source_stamp(gguf_path)}
     if duplicates:
         info["duplicate_tokens"] = duplicates
