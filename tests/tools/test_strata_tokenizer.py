@@ -238,3 +238,24 @@ def test_toy_gguf_extract_round_trip(tmp_path):
     naive = ref.NaiveBPE(tokens, direct.token_types, ref.toy_tokenizer_kvs()[5][2][1], "gpt2")
     for text in ref.CORPUS_PARTS:
         assert direct.encode(text) == naive.encode(text)
+
+
+def test_both_tokenizers_have_the_public_surface(tmp_path):
+    # The server relies on this surface; ByteTokenizer stands in for Tokenizer in its tests.
+    from tools.strata_tokenizer import ByteTokenizer, StreamDecoder
+    ref.write_gguf(tmp_path / "toy.gguf", ref.toy_tokenizer_kvs())
+    for tok in (ByteTokenizer(), Tokenizer.from_gguf(tmp_path / "toy.gguf")):
+        assert isinstance(tok.n_vocab, int) and isinstance(tok.pre, str) and isinstance(tok.special_ids, dict)
+        assert tok.chat_template is None or isinstance(tok.chat_template, str)
+        eos = tok.special_ids["eos"]
+        assert tok.token_to_id(tok.id_to_token(eos)) == eos and tok.token_to_id("no such token") is None
+        ids, marks = tok.encode_marked("<|im_end|>x", parse_special=True, plain=[])
+        assert ids[0] == eos and marks == [(10, 1)]
+        assert tok.encode("x") == ids[1:] and tok.decode(ids, errors="replace") == "<|im_end|>x"
+        assert tok.token_bytes(eos) == b"<|im_end|>"
+        assert isinstance(tok.stream_decoder(), StreamDecoder)
+        enc = PromptEncoder(tok, keep=4)
+        assert enc.encode("<|im_end|>x", plain=None, store=False) == ids
+        enc.forget(ids)
+        with pytest.raises(ValueError):
+            tok.decode([tok.n_vocab])
