@@ -11,7 +11,12 @@ Public surface:
     tok.encode(text, parse_special=False, plain=None) -> ids
     tok.encode_marked(text, parse_special=True, plain=None) -> (ids, marks)
     tok.decode(ids, errors="replace"), tok.token_bytes(id), tok.stream_decoder() -> StreamDecoder
-    PromptEncoder(tok, keep=4).encode(text, plain=None, store=True), .forget(ids)
+    tok.token_to_id(text), tok.id_to_token(id); attributes n_vocab, pre, chat_template, special_ids
+    (keys among bos, eos, eot, eom, im_start, im_end, endoftext), token_types, add_bos, missing_bytes,
+    special_overlaps
+    PromptEncoder(tok, keep=4).encode(text, plain=None, store=True), .forget(ids), .reused_ids
+    PRE_NAMES: the supported tokenizer.ggml.pre names (smollm, gpt-2, llama-bpe, qwen2, qwen35 and the
+    names llama.cpp treats alike); any other name is a ValueError naming it.
 
 Algorithm (matches llama.cpp's BPE tokenizer for the supported `tokenizer.ggml.pre` names):
   1. Special tokens are split out first, scanning left to right and taking the longest literal at each
@@ -22,7 +27,8 @@ Algorithm (matches llama.cpp's BPE tokenizer for the supported `tokenizer.ggml.p
   2. Each text fragment between specials is cut by the pre-tokenizer regex of its `pre` name.
   3. Each piece's UTF-8 bytes start as one symbol per byte (GPT-2 byte->unicode map); the adjacent pair of
      lowest merge rank is merged, leftmost on ties, until no pair has a rank. Symbols are token ids.
-No BOS is added. Decoding concatenates token bytes (control and user-defined tokens give their text).
+No BOS is added. A byte whose GPT-2 character is no token (`missing_bytes`) is dropped, as llama.cpp
+does. Decoding concatenates token bytes (control and user-defined tokens give their text).
 
 Marks: for each special token matched, (char offset just after it, number of ids up to and including it).
 Text after a mark is tokenised independently of the text before it, which PromptEncoder uses to re-encode
