@@ -21,6 +21,23 @@ constexpr uint64_t GGUF_MAX_STRING_BYTES = 1u << 26;  // 64 MiB: a chat template
 constexpr size_t GGUF_MAX_ALIGNMENT = 1u << 16;
 constexpr int64_t GGUF_MAX_ELEMENTS = int64_t(1) << 40;  // per tensor
 
+}  // namespace
+
+std::string gguf_printable(std::string_view s) {
+    constexpr size_t MAX_NAME_IN_ERROR = 80;
+    std::string out;
+    for (size_t i = 0; i < s.size() && i < MAX_NAME_IN_ERROR; ++i) {
+        const unsigned char c = static_cast<unsigned char>(s[i]);
+        out.push_back(c < 0x20 || c == 0x7F ? '?' : static_cast<char>(c));
+    }
+    if (s.size() > MAX_NAME_IN_ERROR) out += "...";
+    return out;
+}
+
+namespace {
+
+std::string printable(std::string_view s) { return gguf_printable(s); }
+
 struct reader {
     const uint8_t* p;
     size_t size;
@@ -145,7 +162,7 @@ gguf_file* parse(const uint8_t* data, size_t size, const std::string& name, std:
         uint32_t t;
         if (!r.get_string(&key)) return bail("metadata entry " + std::to_string(i) + ": " + r.why);
         gguf_value v;
-        if (!r.get(&t) || !read_value(r, t, &v)) return bail("metadata '" + std::string(key) + "': " + r.why);
+        if (!r.get(&t) || !read_value(r, t, &v)) return bail("metadata '" + printable(key) + "': " + r.why);
         f->kv[std::string(key)] = std::move(v);
     }
     if (const gguf_value* a = gguf_find(f, "general.alignment")) {
@@ -165,7 +182,7 @@ gguf_file* parse(const uint8_t* data, size_t size, const std::string& name, std:
         if (!r.get_string(&tname)) return bail("tensor entry " + std::to_string(i) + ": " + r.why);
         gguf_tensor t;
         t.name = std::string(tname);
-        const std::string tn = "tensor '" + t.name + "': ";
+        const std::string tn = "tensor '" + printable(t.name) + "': ";
         uint32_t type;
         if (!r.get(&t.n_dims)) return bail(tn + r.why);
         if (t.n_dims < 1 || t.n_dims > 4) return bail(tn + std::to_string(t.n_dims) + " dimensions");
@@ -198,7 +215,7 @@ gguf_file* parse(const uint8_t* data, size_t size, const std::string& name, std:
     const size_t data_size = size - data_off;
     for (gguf_tensor& t : f->tensors) {
         if (t.offset > data_size || t.n_bytes > data_size - t.offset) {
-            return bail("tensor '" + t.name + "': data [" + std::to_string(t.offset) + ", +" +
+            return bail("tensor '" + printable(t.name) + "': data [" + std::to_string(t.offset) + ", +" +
                         std::to_string(t.n_bytes) + ") past the end of the file (truncated?)");
         }
         t.data = data + data_off + t.offset;

@@ -81,3 +81,5 @@ void gguf_close(gguf_file* f);
 
 const gguf_value* gguf_find(const gguf_file* f, const std::string& key);
 const gguf_tensor* gguf_find_tensor(const gguf_file* f, const std::string& name);
+// A string from the file as it may appear in an error line: control bytes shown as '?', at most 80 bytes.
+std::string gguf_printable(std::string_view s);

@@ -1,4 +1,156 @@
-// engine/kernels_avx2.cpp — AVX2 + FMA + F16C kernel set; compiled with -mavx2 -mfma -mf16c (CMakeLists).
+// engine/kernels_avx2.cpp — AVX2 + FMA + F16C kernel set; compiled with -mavx2 -mfma -mf16c (CMakeLists),
+// chosen at run time when the CPU has AVX2 but not AVX-512 VNNI (kernels.cpp).
+//
+// Same arithmetic as the AVX-512 set: each 32-element weight block is widened to 32 int16 lanes (two ymm)
+// and multiplied with the token's 16-bit activations by pmaddwd (s16 x s16 pairs -> int32), converted to
+// float and scaled by the block's dw; offset terms go through the activation block sums.
 #include "kernels.h"
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include <immintrin.h>
+
+#include <type_traits>
+
+namespace {
+
+inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+void quantize_q16_avx2(const float* x, int64_t k, int16_t* qs, float* d, int32_t* sum) {
+    const __m256 sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 ax = _mm256_setzero_ps();
+    for (int64_t i = 0; i < k; i += 8) ax = _mm256_max_ps(ax, _mm256_and_ps(_mm256_loadu_ps(x + i), sign_mask));
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(ax), _mm256_extractf128_ps(ax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float amax = _mm_cvtss_f32(m);
+    const float dt = amax / 32767.0f;
+    const __m256 vid = _mm256_set1_ps(dt != 0.0f ? 1.0f / dt : 0.0f);
+    for (int64_t b = 0; b < k / QK32; ++b) {
+        __m256i s = _mm256_setzero_si256();
+        for (int j = 0; j < QK32; j += 16) {
+            const __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + b * QK32 + j), vid));
+            const __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + b * QK32 + j + 8), vid));
+            s = _mm256_add_epi32(s, _mm256_add_epi32(q0, q1));
+            // packs interleaves 128-bit lanes: permute back to element order
+            const __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + b * QK32 + j), p);
+        }
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        sum[b] = _mm_cvtsi128_si32(s4);
+    }
+    *d = dt;
+}
+
+template <int KIND, int T>
+void row_kernel(const uint8_t* w, const act_q16& a, int64_t t0, float* y, size_t y_stride) {
+    using blk = std::conditional_t<KIND == 0, block_q4_0, std::conditional_t<KIND == 1, block_q4_1, block_q8_0>>;
+    const blk* wb = reinterpret_cast<const blk*>(w);
+    const int64_t nb = a.k / QK32;
+    __m256 acc[T];
+    float acc_off[T];
+    for (int t = 0; t < T; ++t) {
+        acc[t] = _mm256_setzero_ps();
+        acc_off[t] = 0.0f;
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+        __m256i w0, w1;  // elements 0..15, 16..31 as int16
+        if constexpr (KIND == 2) {
+            w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[b].qs)));
+            w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[b].qs + 16)));
+        } else {
+            const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[b].qs));
+            const __m128i mk = _mm_set1_epi8(0x0F);
+            w0 = _mm256_cvtepu8_epi16(_mm_and_si128(v, mk));
+            w1 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), mk));
+        }
+        const float dw = _cvtsh_ss(wb[b].d);
+        const __m256 dwv = _mm256_set1_ps(dw);
+        for (int t = 0; t < T; ++t) {
+            const int16_t* q = a.qs + (t0 + t) * a.k + b * QK32;
+            const __m256i p0 = _mm256_madd_epi16(w0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+            const __m256i p1 = _mm256_madd_epi16(w1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16)));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(p0, p1)), dwv, acc[t]);
+        }
+        if constexpr (KIND != 2) {
+            float off;
+            if constexpr (KIND == 0) off = -8.0f * dw;
+            else off = _cvtsh_ss(wb[b].m);
+            for (int t = 0; t < T; ++t) acc_off[t] += off * static_cast<float>(a.sum[(t0 + t) * nb + b]);
+        }
+    }
+    for (int t = 0; t < T; ++t) y[t * y_stride] = a.d[t0 + t] * (hsum8(acc[t]) + acc_off[t]);
+}
+
+template <int KIND>
+void row_dispatch(const uint8_t* w, const act_q16& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
+    switch (n_tok) {
+    case 1: row_kernel<KIND, 1>(w, a, t0, y, y_stride); break;
+    case 2: row_kernel<KIND, 2>(w, a, t0, y, y_stride); break;
+    case 3: row_kernel<KIND, 3>(w, a, t0, y, y_stride); break;
+    default: row_kernel<KIND, 4>(w, a, t0, y, y_stride); break;
+    }
+}
+static_assert(MM_TOK_TILE == 4, "row_dispatch handles tiles of up to 4 tokens");
+
+float dot_f32_avx2(const float* a, const float* b, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    float s = hsum8(acc);
+    for (; i < n; ++i) s += a[i] * b[i];
+    return s;
+}
+
+float dot_f16_f32_avx2(const uint16_t* a, const float* b, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 av = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+        acc = _mm256_fmadd_ps(av, _mm256_loadu_ps(b + i), acc);
+    }
+    float s = hsum8(acc);
+    for (; i < n; ++i) s += _cvtsh_ss(a[i]) * b[i];
+    return s;
+}
+
+void axpy_f16_avx2(float a, const uint16_t* x, float* y, int64_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 xv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, xv, _mm256_loadu_ps(y + i)));
+    }
+    for (; i < n; ++i) y[i] += a * _cvtsh_ss(x[i]);
+}
+
+void fp32_to_fp16_row_avx2(const float* x, uint16_t* y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    for (; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+
+const kernel_set AVX2_SET = {
+    "avx2",          quantize_q16_avx2,    row_dispatch<0>,  row_dispatch<1>,        row_dispatch<2>,
+    dot_f32_avx2,    dot_f16_f32_avx2,     axpy_f16_avx2,    fp32_to_fp16_row_avx2,
+};
+
+}  // namespace
+
+const kernel_set* kernels_avx2() { return &AVX2_SET; }
+
+#else
+
 const kernel_set* kernels_avx2() { return nullptr; }
+
+#endif

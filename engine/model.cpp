@@ -165,7 +165,7 @@ bool model_read_common_hparams(strata_model* m, const std::string& arch, std::st
     }
     if (const gguf_value* s = gguf_find(m->file, a + "rope.scaling.type")) {
         if (s->type == GGUF_TYPE_STRING && s->str != "none") {
-            *err = file_err(m, "unsupported rope scaling '" + std::string(s->str) + "'");
+            *err = file_err(m, "unsupported rope scaling '" + gguf_printable(s->str) + "'");
             return false;
         }
     }
@@ -236,7 +236,7 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     } else if (arch_name == "qwen3") {
         ok = build_qwen3(m, err);
     } else {
-        *err = f->path + ": unsupported architecture '" + arch_name + "'";
+        *err = f->path + ": unsupported architecture '" + gguf_printable(arch_name) + "'";
     }
     if (!ok) {
         model_free(m);

@@ -1,6 +1,8 @@
 // engine/threadpool.cpp — spin-then-wait worker pool (contract in threadpool.h).
 #include "threadpool.h"
 
+#include <sched.h>
+
 #include <atomic>
 #include <fstream>
 #include <set>
@@ -17,9 +19,30 @@
 #endif
 
 namespace {
-// ~50 us of pause loops on current x86 before a worker sleeps: longer than the gap between the jobs of
-// one decode step, shorter than anything a human notices as a busy core.
-constexpr int POOL_SPIN_ITERS = 20000;
+// Waiting for the next job (or for the workers to finish): first POOL_SPIN_ITERS pause loops (a few us: the
+// gap between the jobs of one decode step), then POOL_YIELD_ITERS sched_yield rounds (a core shared with
+// another busy process lets the thread we wait for run instead of burning our slice), then sleep on the
+// atomic (futex).
+constexpr int POOL_SPIN_ITERS = 2000;
+constexpr int POOL_YIELD_ITERS = 200;
+
+template <typename A, typename V>
+V spin_then_wait(const A& atom, V old) {
+    V v = atom.load(std::memory_order_acquire);
+    for (int i = 0; v == old && i < POOL_SPIN_ITERS; ++i) {
+        STRATA_PAUSE();
+        v = atom.load(std::memory_order_acquire);
+    }
+    for (int i = 0; v == old && i < POOL_YIELD_ITERS; ++i) {
+        sched_yield();
+        v = atom.load(std::memory_order_acquire);
+    }
+    while (v == old) {
+        atom.wait(old, std::memory_order_acquire);
+        v = atom.load(std::memory_order_acquire);
+    }
+    return v;
+}
 }  // namespace
 
 struct threadpool {
@@ -43,16 +66,7 @@ static void run_range(threadpool* pool, int k) {
 static void worker_main(threadpool* pool, int k) {
     uint32_t seen = 0;
     for (;;) {
-        uint32_t g = pool->generation.load(std::memory_order_acquire);
-        for (int spin = 0; g == seen && spin < POOL_SPIN_ITERS; ++spin) {
-            STRATA_PAUSE();
-            g = pool->generation.load(std::memory_order_acquire);
-        }
-        while (g == seen) {
-            pool->generation.wait(seen, std::memory_order_acquire);
-            g = pool->generation.load(std::memory_order_acquire);
-        }
-        seen = g;
+        seen = spin_then_wait(pool->generation, seen);
         if (pool->stop.load(std::memory_order_acquire)) return;
         run_range(pool, k);
         if (pool->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) pool->pending.notify_one();
@@ -89,14 +103,8 @@ void threadpool_run(threadpool* pool, int64_t n_items, threadpool_fn fn, void* c
     pool->generation.fetch_add(1, std::memory_order_acq_rel);
     pool->generation.notify_all();
     run_range(pool, 0);
-    int left = pool->pending.load(std::memory_order_acquire);
-    for (int spin = 0; left != 0 && spin < POOL_SPIN_ITERS; ++spin) {
-        STRATA_PAUSE();
-        left = pool->pending.load(std::memory_order_acquire);
-    }
-    while (left != 0) {
-        pool->pending.wait(left, std::memory_order_acquire);
-        left = pool->pending.load(std::memory_order_acquire);
+    for (int left = pool->pending.load(std::memory_order_acquire); left != 0;) {
+        left = spin_then_wait(pool->pending, left);
     }
 }
 

@@ -1,0 +1,236 @@
+// tests/engine/kernels_test.cpp — every compiled-in kernel set (scalar, AVX2, AVX-512 VNNI, where the CPU has
+// them) against a float64 computation from the scalar dequantisation, and the matmul driver's guarantees.
+//
+// Checked: 16-bit activation quantisation is identical across sets; row kernels for Q4_0/Q4_1/Q8_0 at 1..4
+// tokens (odd and even block counts) agree with double dot products of the dequantised weights and the
+// dequantised activations; f16 dot/axpy/convert agree with the scalar set; matmul (integer and generic
+// paths, K types included) is bitwise identical for 1, 2 and 3 threads and for a token alone or inside a
+// chunk; RoPE (normal and NeoX ordering) and rmsnorm against double references.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels.h"
+#include "quants.h"
+#include "threadpool.h"
+
+namespace {
+
+int g_failures = 0;
+#define CHECK(cond, ...)                                              \
+    do {                                                              \
+        if (!(cond)) {                                                \
+            std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+            std::fprintf(stderr, __VA_ARGS__);                        \
+            std::fprintf(stderr, "\n");                               \
+            ++g_failures;                                             \
+        }                                                             \
+    } while (0)
+
+std::mt19937 g_rng(1234);
+
+float frand(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(g_rng); }
+
+// random blocks of a type with sane (finite, modest) scales
+std::vector<uint8_t> random_rows(ggml_type type, int64_t k, int64_t n) {
+    const size_t rb = quant_row_bytes(type, k);
+    std::vector<uint8_t> buf(rb * size_t(n));
+    for (uint8_t& b : buf) b = uint8_t(g_rng());
+    const size_t bb = quant_block_bytes(type);
+    const int64_t n_blocks = int64_t(buf.size() / bb);
+    for (int64_t i = 0; i < n_blocks; ++i) {
+        uint8_t* blk = buf.data() + size_t(i) * bb;
+        auto put = [&](size_t off, float v) {
+            const uint16_t h = fp32_to_fp16(v);
+            std::memcpy(blk + off, &h, 2);
+        };
+        switch (type) {
+        case GGML_TYPE_Q4_0: case GGML_TYPE_Q8_0: put(0, frand(-0.05f, 0.05f)); break;
+        case GGML_TYPE_Q4_1: put(0, frand(0.001f, 0.05f)); put(2, frand(-0.3f, 0.1f)); break;
+        case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: put(0, frand(0.001f, 0.01f)); put(2, frand(0.0f, 0.01f)); break;
+        case GGML_TYPE_Q6_K: put(208, frand(-0.01f, 0.01f)); break;
+        case GGML_TYPE_F16: for (size_t o = 0; o < bb; o += 2) put(o, frand(-1, 1)); break;
+        case GGML_TYPE_BF16: {
+            const float v = frand(-1, 1);
+            uint32_t u;
+            std::memcpy(&u, &v, 4);
+            const uint16_t h = uint16_t(u >> 16);
+            std::memcpy(blk, &h, 2);
+            break;
+        }
+        case GGML_TYPE_F32: { const float v = frand(-1, 1); std::memcpy(blk, &v, 4); break; }
+        }
+    }
+    return buf;
+}
+
+std::vector<const kernel_set*> kernel_sets() {
+    std::vector<const kernel_set*> v = {&kernels_scalar()};
+    const kernel_set& best = kernels_get();
+    // a set is usable when the dispatcher would pick it or something above it
+    if (kernels_avx2() && (std::strcmp(best.name, "avx2") == 0 || std::strcmp(best.name, "avx512_vnni") == 0)) {
+        v.push_back(kernels_avx2());
+    }
+    if (kernels_avx512() && std::strcmp(best.name, "avx512_vnni") == 0) v.push_back(kernels_avx512());
+    return v;
+}
+
+void test_quantize_and_rows() {
+    const ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0};
+    for (int64_t k : {96, 576, 1536}) {
+        const int T = MM_TOK_TILE;
+        std::vector<float> x(static_cast<size_t>(T * k));
+        for (float& v : x) v = frand(-2, 2);
+        x[5] = 40.0f;  // an outlier channel, as real residual streams have
+        std::vector<int16_t> qs_ref(static_cast<size_t>(T * k));
+        std::vector<float> d_ref(static_cast<size_t>(T));
+        std::vector<int32_t> sum_ref(static_cast<size_t>(T * k / 32));
+        for (int t = 0; t < T; ++t) {
+            kernels_scalar().quantize_q16(x.data() + t * k, k, qs_ref.data() + t * k, &d_ref[size_t(t)], sum_ref.data() + t * k / 32);
+        }
+        for (const kernel_set* ks : kernel_sets()) {
+            std::vector<int16_t> qs(qs_ref.size());
+            std::vector<float> d(d_ref.size());
+            std::vector<int32_t> sum(sum_ref.size());
+            for (int t = 0; t < T; ++t) ks->quantize_q16(x.data() + t * k, k, qs.data() + t * k, &d[size_t(t)], sum.data() + t * k / 32);
+            CHECK(qs == qs_ref && d == d_ref && sum == sum_ref, "%s: quantize_q16 differs from scalar (k=%ld)", ks->name, long(k));
+            const act_q16 a{qs.data(), d.data(), sum.data(), k};
+            for (ggml_type type : types) {
+                const std::vector<uint8_t> w = random_rows(type, k, 1);
+                std::vector<float> wf(static_cast<size_t>(k));
+                dequantize_row(type, w.data(), wf.data(), k);
+                const mm_row_fn row = type == GGML_TYPE_Q4_0 ? ks->row_q4_0 : type == GGML_TYPE_Q4_1 ? ks->row_q4_1 : ks->row_q8_0;
+                for (int nt = 1; nt <= T; ++nt) {
+                    std::vector<float> y(size_t(nt * 3), -1.0f);
+                    row(w.data(), a, 0, nt, y.data(), 3);
+                    for (int t = 0; t < nt; ++t) {
+                        double ref = 0, mag = 0;
+                        for (int64_t i = 0; i < k; ++i) {
+                            const double av = double(qs[size_t(t * k + i)]) * double(d[size_t(t)]);
+                            ref += double(wf[size_t(i)]) * av;
+                            mag += std::fabs(double(wf[size_t(i)]) * av);
+                        }
+                        const double err = std::fabs(double(y[size_t(t * 3)]) - ref);
+                        CHECK(err <= 1e-5 * mag + 1e-6, "%s %s k=%ld nt=%d t=%d: %g vs %g", ks->name, quant_name(type), long(k), nt, t, double(y[size_t(t * 3)]), ref);
+                    }
+                }
+            }
+        }
+    }
+}
+
+void test_f16_ops() {
+    const int64_t n = 64 + 7;
+    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    for (float& v : a) v = frand(-3, 3);
+    for (float& v : b) v = frand(-3, 3);
+    std::vector<uint16_t> h_ref(static_cast<size_t>(n));
+    kernels_scalar().fp32_to_fp16_row(a.data(), h_ref.data(), n);
+    for (const kernel_set* ks : kernel_sets()) {
+        std::vector<uint16_t> h(static_cast<size_t>(n));
+        ks->fp32_to_fp16_row(a.data(), h.data(), n);
+        CHECK(h == h_ref, "%s: fp32_to_fp16_row differs from scalar", ks->name);
+        double ref = 0;
+        for (int64_t i = 0; i < n; ++i) ref += double(fp16_to_fp32(h_ref[size_t(i)])) * b[size_t(i)];
+        CHECK(std::fabs(ks->dot_f16_f32(h_ref.data(), b.data(), n) - ref) < 1e-4, "%s: dot_f16_f32", ks->name);
+        double ref32 = 0;
+        for (int64_t i = 0; i < n; ++i) ref32 += double(a[size_t(i)]) * b[size_t(i)];
+        CHECK(std::fabs(ks->dot_f32(a.data(), b.data(), n) - ref32) < 1e-4, "%s: dot_f32", ks->name);
+        std::vector<float> y = b;
+        ks->axpy_f16(0.5f, h_ref.data(), y.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+            const double r = b[size_t(i)] + 0.5 * fp16_to_fp32(h_ref[size_t(i)]);
+            CHECK(std::fabs(y[size_t(i)] - r) < 1e-6, "%s: axpy_f16 at %ld", ks->name, long(i));
+        }
+    }
+}
+
+// matmul: identical bits for any thread count, and a token's row is the same alone or inside a chunk
+void test_matmul_determinism() {
+    const ggml_type types[] = {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_F16};
+    const int64_t k = 512, n = 77, n_tok = 11;
+    std::vector<float> x(static_cast<size_t>(n_tok * k));
+    for (float& v : x) v = frand(-1, 1);
+    threadpool* pools[3] = {threadpool_init(1), threadpool_init(2), threadpool_init(3)};
+    for (ggml_type type : types) {
+        const std::vector<uint8_t> wbuf = random_rows(type, k, n);
+        weight_view w{type, k, n, quant_row_bytes(type, k), wbuf.data()};
+        std::vector<float> y[3];
+        for (int p = 0; p < 3; ++p) {
+            mm_scratch s;
+            y[p].assign(size_t(n_tok * n), 0.0f);
+            matmul(pools[p], kernels_get(), w, x.data(), k, n_tok, y[p].data(), &s);
+        }
+        CHECK(y[0] == y[1] && y[0] == y[2], "%s: matmul depends on the thread count", quant_name(type));
+        mm_scratch s;
+        std::vector<float> one(static_cast<size_t>(n));
+        matmul(pools[1], kernels_get(), w, x.data() + 6 * k, k, 1, one.data(), &s);
+        CHECK(std::memcmp(one.data(), y[0].data() + 6 * n, size_t(n) * 4) == 0, "%s: token 6 alone differs from in a chunk", quant_name(type));
+        // and against double
+        std::vector<float> wf(static_cast<size_t>(k));
+        double worst = 0;
+        for (int64_t r = 0; r < n; ++r) {
+            dequantize_row(type, wbuf.data() + r * w.row_bytes, wf.data(), k);
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < k; ++i) {
+                ref += double(wf[size_t(i)]) * x[size_t(6 * k + i)];
+                mag += std::fabs(double(wf[size_t(i)]) * x[size_t(6 * k + i)]);
+            }
+            worst = std::fmax(worst, std::fabs(one[size_t(r)] - ref) / mag);
+        }
+        CHECK(worst < 1e-4, "%s: matmul vs double: %g of the magnitude", quant_name(type), worst);
+    }
+    for (threadpool* p : pools) threadpool_free(p);
+}
+
+void test_rope_and_norm() {
+    const int heads = 3, hd = 64, n_rot = 64;
+    std::vector<float> inv(static_cast<size_t>(n_rot / 2));
+    for (int i = 0; i < n_rot / 2; ++i) inv[size_t(i)] = float(std::pow(10000.0, -2.0 * i / n_rot));
+    for (int neox = 0; neox < 2; ++neox) {
+        std::vector<float> x(static_cast<size_t>(heads * hd));
+        for (float& v : x) v = frand(-1, 1);
+        std::vector<float> y = x;
+        const int pos = 37;
+        rope_row(y.data(), heads, hd, n_rot, neox != 0, pos, inv.data());
+        for (int h = 0; h < heads; ++h) {
+            for (int i = 0; i < n_rot / 2; ++i) {
+                // NeoX rotates (i, i + n_rot/2); normal ordering rotates (2i, 2i+1)
+                const int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+                const double th = pos * std::pow(10000.0, -2.0 * i / n_rot);
+                const double x0 = x[size_t(h * hd + a)], x1 = x[size_t(h * hd + b)];
+                const double r0 = x0 * std::cos(th) - x1 * std::sin(th), r1 = x0 * std::sin(th) + x1 * std::cos(th);
+                CHECK(std::fabs(y[size_t(h * hd + a)] - r0) < 1e-5 && std::fabs(y[size_t(h * hd + b)] - r1) < 1e-5,
+                      "rope neox=%d head %d pair %d", neox, h, i);
+            }
+        }
+    }
+    std::vector<float> x(300), w(300), y(300);
+    for (float& v : x) v = frand(-5, 5);
+    for (float& v : w) v = frand(0, 2);
+    rmsnorm_row(x.data(), w.data(), y.data(), 300, 1e-5f);
+    double ss = 0;
+    for (float v : x) ss += double(v) * v;
+    const double sc = 1.0 / std::sqrt(ss / 300 + 1e-5);
+    for (int i = 0; i < 300; ++i) CHECK(std::fabs(y[size_t(i)] - x[size_t(i)] * sc * w[size_t(i)]) < 1e-5, "rmsnorm at %d", i);
+}
+
+}  // namespace
+
+int main() {
+    std::printf("dispatch picks %s; testing", kernels_get().name);
+    for (const kernel_set* ks : kernel_sets()) std::printf(" %s", ks->name);
+    std::printf("\n");
+    test_quantize_and_rows();
+    test_f16_ops();
+    test_matmul_determinism();
+    test_rope_and_norm();
+    if (g_failures) {
+        std::fprintf(stderr, "%d failures\n", g_failures);
+        return 1;
+    }
+    std::printf("PASS\n");
+    return 0;
+}
