@@ -33,7 +33,9 @@ FUNCTION_CLOSE = "</function>"
 PARAM_OPEN = "<parameter="
 PARAM_CLOSE = "</parameter>"
 NAME_MAX_CHARS = 256   # a tool name longer than this is not a name: the text is content
-_VALUE_END = re.compile(r"\n?</parameter>\s*(?=<parameter=|</function>)")
+# A value ends at `</parameter>` followed by the next parameter or the function's end; a `</tool_call>` there
+# (small models skip `</function>`) ends the function too: no value can be read another way.
+_VALUE_END = re.compile(r"\n?</parameter>\s*(?=<parameter=|</function>|</tool_call>)")
 _WS = " \t\r\n"
 
 
@@ -171,7 +173,7 @@ def _could_end_value(tail: str) -> bool:
     if not tail.startswith(PARAM_CLOSE):
         return False
     rest = tail[len(PARAM_CLOSE):].lstrip(_WS)
-    return PARAM_OPEN.startswith(rest) or FUNCTION_CLOSE.startswith(rest)
+    return PARAM_OPEN.startswith(rest) or FUNCTION_CLOSE.startswith(rest) or CALL_CLOSE.startswith(rest)
 
 
 class XmlCallBody(CallBody):
@@ -222,8 +224,9 @@ class XmlCallBody(CallBody):
         rest = self.raw[self.pos:]
         stripped = rest.lstrip(_WS)
         skipped = len(rest) - len(stripped)
-        if stripped.startswith(FUNCTION_CLOSE):
-            self.pos += skipped + len(FUNCTION_CLOSE)
+        if stripped.startswith(FUNCTION_CLOSE) or stripped.startswith(CALL_CLOSE):
+            if stripped.startswith(FUNCTION_CLOSE):
+                self.pos += skipped + len(FUNCTION_CLOSE)
             self._piece("}" if self._n_params else "{}")
             self.status = "closed"
             return False
@@ -231,7 +234,7 @@ class XmlCallBody(CallBody):
             self.pos += skipped
             self.state = "param"
             return True
-        if not stripped or PARAM_OPEN.startswith(stripped) or FUNCTION_CLOSE.startswith(stripped):
+        if not stripped or any(tag.startswith(stripped) for tag in (PARAM_OPEN, FUNCTION_CLOSE, CALL_CLOSE)):
             return False
         self._fail()
         return False
@@ -562,15 +565,26 @@ _JSON_INSTRUCTIONS = (
     "{\"PARAMETER_NAME\": VALUE}}\n</tool_call>\nAfter calls, stop and wait for their results.")
 
 
+def tools_intro(fmt: str = "json") -> str:
+    """The tool section's text before the signatures (which follow one JSON object per line)."""
+    return ("# Tools\n\nYou can call these functions to help with the user's request. Their signatures, "
+            "as JSON schemas:\n<tools>\n")
+
+
+def tools_outro(fmt: str = "json") -> str:
+    """The tool section's text after the signatures: how to write a call in the form `fmt`."""
+    return "</tools>\n\n" + (_XML_INSTRUCTIONS if fmt == "xml" else _JSON_INSTRUCTIONS)
+
+
 def tools_system_text(tools: list[ToolSpec], fmt: str = "json") -> str:
     """The system turn's tool section: the signatures inside `<tools>...</tools>`, one JSON object per
     line, and how to write a call in the template's form ("json" or "xml")."""
-    lines = [json.dumps({"type": "function", "function": {"name": t.name, "description": t.description,
-                                                          "parameters": t.parameters or {}}},
-                        ensure_ascii=False) for t in tools]
-    return ("# Tools\n\nYou can call these functions to help with the user's request. Their signatures, "
-            "as JSON schemas:\n<tools>\n" + "\n".join(lines) + "\n</tools>\n\n" +
-            (_XML_INSTRUCTIONS if fmt == "xml" else _JSON_INSTRUCTIONS))
+    return tools_intro(fmt) + "".join(tool_signature(t) + "\n" for t in tools) + tools_outro(fmt)
+
+
+def tool_signature(tool: ToolSpec) -> str:
+    return json.dumps({"type": "function", "function": {"name": tool.name, "description": tool.description,
+                                                        "parameters": tool.parameters or {}}}, ensure_ascii=False)
 
 
 def render_tool_calls(calls: list[ToolCall], fmt: str = "json") -> str:
@@ -629,10 +643,15 @@ def forced_opening(tool_choice: Any, tools: list[ToolSpec], fmt: str = "json") -
         return None
     if name is None and tool_choice not in ("required", "any"):
         return None
+    # A named tool with required parameters can only go on with its first parameter: the opening writes
+    # that much too, which keeps small models on the format.
+    spec = next((t for t in tools if t.name == name), None)
+    required = bool(spec and isinstance(spec.parameters, dict) and spec.parameters.get("required"))
     if fmt == "xml":
-        return f"{CALL_OPEN}\n{FUNCTION_OPEN}" + (f"{name}>\n" if name else "")
+        return f"{CALL_OPEN}\n{FUNCTION_OPEN}" + (f"{name}>\n" + (PARAM_OPEN if required else "") if name else "")
     if name:
-        return f'{CALL_OPEN}\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": '
+        return (f'{CALL_OPEN}\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": ' +
+                ('{"' if required else ""))
     return f'{CALL_OPEN}\n{{"name": "'
 
 

@@ -154,13 +154,16 @@ def test_forced_opening_is_parsed_as_output():
         assert got["calls"] == [{"name": "get_weather", "arguments": {"city": "Paris"}}]
     one = [TOOLS[0]]
     opening = forced_opening("required", one, "json")
-    assert opening == '<tool_call>\n{"name": "get_weather", "arguments": '
-    assert summary(parse(['{"city": "Rome"}}'], tools=one, forced=opening))["calls"][0]["arguments"] == {
+    # a named tool with required parameters: the opening goes on to the first parameter
+    assert opening == '<tool_call>\n{"name": "get_weather", "arguments": {"'
+    assert summary(parse(['city": "Rome"}}'], tools=one, forced=opening))["calls"][0]["arguments"] == {
         "city": "Rome"}
+    assert forced_opening("required", [TOOLS[2]], "json") == '<tool_call>\n{"name": "run", "arguments": '
+    assert forced_opening("required", [TOOLS[2]], "xml") == "<tool_call>\n<function=run>\n"
     assert forced_opening({"type": "function", "function": {"name": "run"}}, TOOLS, "xml") == \
         "<tool_call>\n<function=run>\n"
     assert forced_opening({"type": "tool", "name": "list_files"}, TOOLS, "json").count("list_files") == 1
-    assert forced_opening("any", one, "xml") == "<tool_call>\n<function=get_weather>\n"
+    assert forced_opening("any", one, "xml") == "<tool_call>\n<function=get_weather>\n<parameter="
     assert forced_opening({"name": "unknown"}, TOOLS) is None      # unknown acts as auto
     assert forced_opening("auto", TOOLS) is None and forced_opening("required", []) is None
     assert tools_for_choice("none", TOOLS) == [] and tools_for_choice("auto", TOOLS) == TOOLS
@@ -171,9 +174,9 @@ def test_forced_opening_after_thinking():
     assert parser.take_forced_opening() is None
     events = parser.feed("Need to call.\n</think>\n")
     text = parser.take_forced_opening()
-    assert text == '\n\n<tool_call>\n{"name": "get_weather", "arguments": '
+    assert text == '\n\n<tool_call>\n{"name": "get_weather", "arguments": {"'
     assert parser.take_forced_opening() is None
-    events += parser.feed(text) + parser.feed('{"city": "Oslo"}}') + parser.finish()
+    events += parser.feed(text) + parser.feed('city": "Oslo"}}') + parser.finish()
     got = summary(events)
     assert got["reasoning"] == "Need to call." and got["calls"][0]["arguments"] == {"city": "Oslo"}
 
