@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from serve.events import BadRequest, Message, ToolSpec
+from serve.toolcalls import tool_signature, tools_intro, tools_outro
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -52,8 +53,8 @@ class _Writer:
             self.raw(text)
 
 
-def _write_call(w: "_Writer", call) -> None:
-    """One tool call of the history in the template's XML form; names and values are client text."""
+def _write_call(w: "_Writer", call, tool_format: str = "xml") -> None:
+    """One tool call of the history in the template's form (XML or JSON); names and values are client text."""
     args = call.arguments
     if isinstance(args, str):
         try:
@@ -62,6 +63,11 @@ def _write_call(w: "_Writer", call) -> None:
             args = {"arguments": args}
     if not isinstance(args, dict):
         args = {"arguments": args}
+    if tool_format == "json":
+        w.raw("<tool_call>\n")
+        w.user_text(json.dumps({"name": call.name, "arguments": args}, ensure_ascii=False))
+        w.raw("\n</tool_call>")
+        return
     w.raw("<tool_call>\n<function=")
     w.user_text(call.name)
     w.raw(">\n")
@@ -77,9 +83,10 @@ def _write_call(w: "_Writer", call) -> None:
 class ChatTemplate:
     """The ChatML family, with the facts read from one model's template text."""
 
-    def __init__(self, default_system: str | None = None, knows_think: bool = False):
+    def __init__(self, default_system: str | None = None, knows_think: bool = False, tool_format: str = "xml"):
         self.default_system = default_system
         self.knows_think = knows_think
+        self.tool_format = tool_format  # "xml" (<function=...>) or "json" (Hermes; templates without the XML form)
 
     @classmethod
     def from_text(cls, template: str | None) -> "ChatTemplate":
@@ -91,7 +98,8 @@ class ChatTemplate:
         if m and "{{" not in m.group(1) and "{%" not in m.group(1) and "!= 'system'" in template.replace(
                 '"', "'"):
             default = m.group(1).replace("\\n", "\n")
-        return cls(default_system=default, knows_think=THINK_OPEN in template)
+        return cls(default_system=default, knows_think=THINK_OPEN in template,
+                   tool_format="xml" if "<function=" in template else "json")
 
     def render(self, messages: list[Message], tools: list[ToolSpec] | None = None,
                thinking: bool | None = None, add_generation_prompt: bool = True) -> Rendered:
@@ -108,13 +116,12 @@ class ChatTemplate:
             elif system_text:
                 w.raw(system_text)
             if tools:
-                w.raw(("\n\n" if system_text else "") + TOOLS_INTRO)
+                json_form = self.tool_format == "json"
+                w.raw(("\n\n" if system_text else "") + (tools_intro("json") if json_form else TOOLS_INTRO))
                 for t in tools:
-                    w.user_text(json.dumps({"type": "function", "function": {
-                        "name": t.name, "description": t.description, "parameters": t.parameters}},
-                        ensure_ascii=False))
+                    w.user_text(tool_signature(t))
                     w.raw("\n")
-                w.raw("</tools>")
+                w.raw(tools_outro("json") if json_form else "</tools>")
             w.raw(f"{IM_END}\n")
         rest = messages[1:] if first_system else messages
         i = 0
@@ -164,4 +171,4 @@ class ChatTemplate:
         w.user_text(content)
         for k, call in enumerate(m.tool_calls):
             w.raw("\n" if (k or content) else "")
-            _write_call(w, call)
+            _write_call(w, call, self.tool_format)
