@@ -35,6 +35,7 @@ try:
     from serve import sampling as sampling_mod
 except ImportError:
     sampling_mod = None
+from serve.toolcalls import forced_opening
 
 REPEAT_STOP_TOKENS = 256   # the same token this many times in a row is a loop: end the reply as `length`
 QUEUE_BEAT_S = 10.0        # a request waiting for the turn yields a keep-alive this often
@@ -140,16 +141,26 @@ class Service:
             raise EngineStarting("the engine is starting (a minute or two); try again shortly")
         return ctx
 
-    def encode_chat(self, req: ChatRequest) -> tuple[list[int], bool]:
+    def encode_chat(self, req: ChatRequest, store: bool = True) -> tuple[list[int], bool]:
         thinking = None
         if req.reasoning_effort is not None:
             thinking = req.reasoning_effort != "none"
         rendered = self.template.render(req.messages, req.tools if req.tool_choice != "none" else [],
                                         thinking=thinking)
-        return self.encoder.encode(rendered.text, plain=rendered.plain), rendered.thinking
+        ids = self.encoder.encode(rendered.text, plain=rendered.plain, store=store)
+        opening = self.forced_opening(req, rendered.thinking)
+        if opening:  # a forced call (tool_choice): the opening ends the prompt (UPSTREAM §5.3)
+            ids = ids + self.tok.encode(opening)
+        return ids, rendered.thinking
+
+    def forced_opening(self, req: ChatRequest, thinking: bool) -> str | None:
+        """The forced call opening for `tool_choice` required/named (thinking off), else None."""
+        if thinking:
+            return None
+        return forced_opening(req.tool_choice, req.tools, getattr(self.template, "tool_format", "xml"))
 
     def count_tokens(self, req: ChatRequest) -> int:
-        return len(self.encode_chat(req)[0])
+        return len(self.encode_chat(req, store=False)[0])
 
     def prepare(self, req) -> Prepared:
         if self.shutting_down.is_set():
@@ -181,7 +192,8 @@ class Service:
                     f"(at most {max(room, 0)} here)", param="max_tokens", code="context_length_exceeded")
         keys = self._engine_keys(req, thinking)
         self.ensure_engine()
-        return Prepared(req, ids, max_new, keys, thinking=thinking, chat=chat)
+        return Prepared(req, ids, max_new, keys, thinking=thinking, chat=chat,
+                        forced_opening=self.forced_opening(req, thinking) if chat else None)
 
     def _engine_keys(self, req, thinking) -> str:
         if sampling_mod is None:
@@ -251,7 +263,8 @@ class Service:
         stop = _StopMatcher(list(prep.req.stop or []))
         parser = None
         if prep.chat and OutputParser is not None:
-            parser = OutputParser(prep.req.tools, prep.thinking, prep.forced_opening)
+            parser = OutputParser(prep.req.tools, prep.thinking, prep.forced_opening,
+                                  parallel=prep.req.parallel_tool_calls, api=prep.req.api)
         decoder = self.tok.stream_decoder()
         result: dict = {}
         n_out, last_id, run_len, finish = 0, None, 0, None
@@ -279,8 +292,8 @@ class Service:
                         break
                     for ev in self._events(decoder.feed(tid), parser, stop):
                         yield ev
-                    if stop.hit is not None:
-                        finish = "stop"
+                    if stop.hit is not None or (parser is not None and parser.done):
+                        finish = "stop"  # a stop string, or the one call parallel_tool_calls=false allows
                         break
                     record["output_tokens"] = n_out
                     with self._lock:
