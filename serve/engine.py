@@ -169,6 +169,7 @@ class StrataEngine:
         self.prefill_tok_s = None
         self._log_start = 0
         self._log = None
+        self.batch = None               # serve.batch.BatchPath once an engine reports batch_slots > 0
 
     # ---------------------------------------------------------------- life cycle
     def alive(self) -> bool:
@@ -219,6 +220,11 @@ class StrataEngine:
             raise
         proc.pump = threading.Thread(target=self._pump, args=(proc,), daemon=True,
                                      name=f"engine-pump-{proc.gen}")
+        if int(info.get("batch_slots") or 0) > 0:  # issue 3: slot queues of this process, before its pump
+            if self.batch is None:
+                from serve.batch import BatchPath
+                self.batch = BatchPath(self)
+            self.batch.attach(proc, info)
         with self._state:
             self.info.update(info)
             self.max_context = ctx
@@ -386,6 +392,8 @@ class StrataEngine:
                         proc.popen.terminate()
                     break
                 last = line
+                if self.batch is not None and self.batch.route(proc, line):
+                    continue  # BT/BDONE: to that slot's claimant (or dropped as stale)
                 proc.lines.put(line)
         except (OSError, ValueError):
             pass
@@ -393,6 +401,8 @@ class StrataEngine:
             proc.last_err = last[4:]
         proc.ended = True  # only this process's flag: a successor has its own _Proc
         proc.lines.put(None)
+        if self.batch is not None:
+            self.batch.proc_ended(proc)
 
     # ---------------------------------------------------------------- writing
     def _write(self, proc: _Proc, line: str) -> None:
@@ -417,6 +427,9 @@ class StrataEngine:
         result = {} if result is None else result
         if not self.alive():
             raise EngineDied("the engine is unavailable; this request was not sent")
+        if self.batched():
+            yield from self.generate_batched(ids, max_new, keys, cancelled, result)
+            return
         acquired = False
         while not acquired:
             acquired = self.ctl.acquire(timeout=POLL_S)
@@ -429,6 +442,14 @@ class StrataEngine:
             yield from self._solo(self._cur, ids, max_new, keys, cancelled, result)
         finally:
             self.ctl.release()
+
+    def batched(self) -> bool:
+        """Whether the current process has decode slots (then requests run concurrently)."""
+        return self.batch is not None and getattr(self._cur, "slots", None) is not None
+
+    def generate_batched(self, ids, max_new, keys="", cancelled=None, result=None):
+        """The batch path (serve/batch.py): same contract as generate()."""
+        return self.batch.generate(ids, max_new, keys, cancelled, result)
 
     def _solo(self, proc, ids, max_new, keys, cancelled, result):
         if proc is None or proc.ended:
