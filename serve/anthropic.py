@@ -28,7 +28,7 @@ import secrets
 
 from serve.events import (BadRequest, ChatRequest, Done, Message, ToolCall, ToolSpec, KIND_CONTENT, KIND_PING,
                           KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START)
-from serve.reasoning import effort_from_anthropic
+from serve.reasoning import effort_from_anthropic, reasoning_fields
 from serve.replies import JsonReply, StreamReply
 from serve.sampling import check_request_sampling
 
@@ -232,6 +232,7 @@ def parse_messages(body: dict, anthropic_thinking: str = "model") -> ChatRequest
     thinking = body.get("thinking")
     if isinstance(thinking, dict) and thinking.get("type") == "enabled" and thinking.get("budget_tokens"):
         req.reasoning_budget_tokens = thinking["budget_tokens"]
+    reasoning_fields(body, req)
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise BadRequest("model: a string", param="model")

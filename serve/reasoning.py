@@ -155,6 +155,51 @@ def thinking_budget(budget: int | None, max_new: int, answer_room: bool = True) 
     return None
 
 
+def reasoning_fields(body: dict, req) -> None:
+    """Strata's reasoning extensions, on either API, onto a ChatRequest: `reasoning_budget_tokens`
+    (integer >= 0; 0 = none), `answer_room` and `reasoning_close_retry` (booleans)."""
+    budget = body.get("reasoning_budget_tokens")
+    if budget is not None:
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+            raise BadRequest("`reasoning_budget_tokens`: an integer >= 0 (0 = no budget)",
+                             param="reasoning_budget_tokens")
+        req.reasoning_budget_tokens = budget
+    for name in ("answer_room", "reasoning_close_retry"):
+        value = body.get(name)
+        if value is not None:
+            if not isinstance(value, bool):
+                raise BadRequest(f"`{name}`: true or false", param=name)
+            setattr(req, name, value)
+
+
+class ThinkingBudget:
+    """The run loop's thinking counter: `count(parser)` after each token's text was fed returns True once,
+    when the budget is spent at a clean point (the parser holds nothing): the loop then stops the engine,
+    appends `WRAP_UP_TEXT` to the prompt (and feeds it to the parser) and goes on in a new pass.
+
+    budget: `thinking_budget(...)`'s answer (None = never)."""
+
+    def __init__(self, budget: int | None):
+        self.budget = budget
+        self.used = 0
+        self.spent = False
+
+    def count(self, parser: "OutputParser") -> bool:
+        if self.budget is None or self.spent or not parser.in_reasoning:
+            return False
+        self.used += 1
+        if self.used >= self.budget and not parser.holding:
+            self.spent = True
+            return True
+        return False
+
+
+def needs_close_retry(parser: "OutputParser", finish: str, answered: bool, enabled: bool, tried: bool) -> bool:
+    """Opt-in `reasoning_close_retry`: a reply that stopped inside its thinking with no answer gets
+    `CLOSE_RETRY_TEXT` appended once and goes on."""
+    return enabled and not tried and finish == "stop" and parser.in_reasoning and not answered
+
+
 # ------------------------------------------------------------------------------------------ parser
 
 REASONING_CALL_HOLD_MAX_CHARS = 32 * 1024   # a call written inside the thinking is held this far, no further

@@ -108,3 +108,43 @@ def test_in_reasoning_and_holding():
     assert not parser.in_reasoning
     parser = OutputParser([], False)
     assert [e.text for e in parser.feed("<think>a</think>b")] == ["a", "b"]
+
+
+def test_reasoning_fields():
+    from serve.events import ChatRequest
+    from serve.reasoning import reasoning_fields
+    req = ChatRequest(messages=[])
+    reasoning_fields({"reasoning_budget_tokens": 300, "answer_room": False, "reasoning_close_retry": True}, req)
+    assert (req.reasoning_budget_tokens, req.answer_room, req.reasoning_close_retry) == (300, False, True)
+    for bad in ({"reasoning_budget_tokens": "3"}, {"reasoning_budget_tokens": -1}, {"answer_room": 1},
+                {"reasoning_close_retry": "yes"}):
+        with pytest.raises(BadRequest):
+            reasoning_fields(bad, ChatRequest(messages=[]))
+
+
+def test_thinking_budget_breaks_once_at_a_clean_point():
+    from serve.reasoning import ThinkingBudget, WRAP_UP_TEXT
+    parser = OutputParser([], True)
+    budget = ThinkingBudget(3)
+    verdicts = []
+    for piece in ["a", " b", " </thi", "c", " d"]:   # the third token leaves a partial tag held
+        parser.feed(piece)
+        verdicts.append(budget.count(parser))
+    assert verdicts == [False, False, False, True, False]
+    events = parser.feed(WRAP_UP_TEXT) + parser.feed("Answer.") + parser.finish()
+    kinds = {}
+    for e in events:
+        kinds[e.kind] = kinds.get(e.kind, "") + e.text
+    assert kinds["content"] == "Answer." and "long enough" in kinds["reasoning"]
+    assert not parser.in_reasoning and budget.count(parser) is False
+    assert ThinkingBudget(None).count(OutputParser([], True)) is False
+
+
+def test_close_retry_rule():
+    from serve.reasoning import needs_close_retry
+    parser = OutputParser([], True)
+    parser.feed("thinking and never closing")
+    assert needs_close_retry(parser, "stop", answered=False, enabled=True, tried=False)
+    assert not needs_close_retry(parser, "stop", answered=False, enabled=False, tried=False)
+    assert not needs_close_retry(parser, "stop", answered=False, enabled=True, tried=True)
+    assert not needs_close_retry(parser, "length", answered=False, enabled=True, tried=False)
