@@ -42,7 +42,7 @@ struct act_q16 {
 };
 
 // Most tokens one row kernel handles at once (the matmul walks a chunk in tiles of this many).
-constexpr int MM_TOK_TILE = 4;
+constexpr int MM_TOK_TILE = 8;
 
 // Row kernel: for t in [0, n_tok) (n_tok <= MM_TOK_TILE), y[t * y_stride] = dot(weight row w, token t0 + t).
 using mm_row_fn = void (*)(const uint8_t* w, const act_q16& a, int64_t t0, int n_tok, float* y, size_t y_stride);

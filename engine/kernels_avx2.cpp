@@ -89,16 +89,20 @@ void row_kernel(const uint8_t* w, const act_q16& a, int64_t t0, float* y, size_t
     for (int t = 0; t < T; ++t) y[t * y_stride] = a.d[t0 + t] * (hsum8(acc[t]) + acc_off[t]);
 }
 
+// up to 4 tokens at once (16 ymm registers); larger tiles in runs of 4 (per-token arithmetic is the same)
 template <int KIND>
 void row_dispatch(const uint8_t* w, const act_q16& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
-    switch (n_tok) {
-    case 1: row_kernel<KIND, 1>(w, a, t0, y, y_stride); break;
-    case 2: row_kernel<KIND, 2>(w, a, t0, y, y_stride); break;
-    case 3: row_kernel<KIND, 3>(w, a, t0, y, y_stride); break;
-    default: row_kernel<KIND, 4>(w, a, t0, y, y_stride); break;
+    for (int done = 0; done < n_tok; done += 4) {
+        const int n = n_tok - done < 4 ? n_tok - done : 4;
+        float* yy = y + size_t(done) * y_stride;
+        switch (n) {
+        case 1: row_kernel<KIND, 1>(w, a, t0 + done, yy, y_stride); break;
+        case 2: row_kernel<KIND, 2>(w, a, t0 + done, yy, y_stride); break;
+        case 3: row_kernel<KIND, 3>(w, a, t0 + done, yy, y_stride); break;
+        default: row_kernel<KIND, 4>(w, a, t0 + done, yy, y_stride); break;
+        }
     }
 }
-static_assert(MM_TOK_TILE == 4, "row_dispatch handles tiles of up to 4 tokens");
 
 float dot_f32_avx2(const float* a, const float* b, int64_t n) {
     __m256 acc = _mm256_setzero_ps();

@@ -46,23 +46,20 @@ inline __m512i unpack_nibbles16(const uint8_t* qs) {
     return _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m)));
 }
 
-// KIND 0: Q4_0, 1: Q4_1, 2: Q8_0.  T tokens of the tile at once.
+// Offset multipliers of up to this many blocks live on the stack (K up to 64Ki elements); longer rows are
+// split into runs of this many blocks.
+constexpr int64_t ROW_MAX_BLOCKS = 2048;
+
+// KIND 0: Q4_0, 1: Q4_1, 2: Q8_0.  T tokens of the tile at once, blocks [b0, b1) of the row.
 template <int KIND, int T>
-void row_kernel(const uint8_t* w, const act_q16& a, int64_t t0, float* y, size_t y_stride) {
+void row_run(const uint8_t* w, const act_q16& a, int64_t t0, int64_t b0, int64_t b1, float* part) {
     using blk = std::conditional_t<KIND == 0, block_q4_0, std::conditional_t<KIND == 1, block_q4_1, block_q8_0>>;
     const blk* wb = reinterpret_cast<const blk*>(w);
     const int64_t nb = a.k / QK32;
-    const int16_t* aq[T];
-    const int32_t* as[T];
+    alignas(64) float offs[ROW_MAX_BLOCKS + 16];
     __m512 acc[T];
-    float acc_off[T];
-    for (int t = 0; t < T; ++t) {
-        aq[t] = a.qs + (t0 + t) * a.k;
-        as[t] = a.sum + (t0 + t) * nb;
-        acc[t] = _mm512_setzero_ps();
-        acc_off[t] = 0.0f;
-    }
-    for (int64_t b = 0; b < nb; ++b) {
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = b0; b < b1; ++b) {
         __m512i wv;
         if constexpr (KIND == 2) {
             wv = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qs)));
@@ -71,17 +68,41 @@ void row_kernel(const uint8_t* w, const act_q16& a, int64_t t0, float* y, size_t
         }
         const float dw = h2f(wb[b].d);
         const __m512 dwv = _mm512_set1_ps(dw);
+        if constexpr (KIND == 0) offs[b - b0] = -8.0f * dw;
+        if constexpr (KIND == 1) offs[b - b0] = h2f(wb[b].m);
         for (int t = 0; t < T; ++t) {
-            const __m512i av = _mm512_loadu_si512(aq[t] + b * QK32);
+            const __m512i av = _mm512_loadu_si512(a.qs + (t0 + t) * a.k + b * QK32);
             const __m512i p = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wv, av);
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), dwv, acc[t]);
         }
-        if constexpr (KIND != 2) {
-            const float off = KIND == 0 ? -8.0f * dw : h2f(reinterpret_cast<const block_q4_1*>(wb)[b].m);
-            for (int t = 0; t < T; ++t) acc_off[t] += off * static_cast<float>(as[t][b]);
-        }
     }
-    for (int t = 0; t < T; ++t) y[t * y_stride] = a.d[t0 + t] * (_mm512_reduce_add_ps(acc[t]) + acc_off[t]);
+    for (int t = 0; t < T; ++t) {
+        float total = _mm512_reduce_add_ps(acc[t]);
+        if constexpr (KIND != 2) {  // offset terms: sum_b offs[b] * block_sum[b], 16 blocks per step
+            const int32_t* as = a.sum + (t0 + t) * nb + b0;
+            __m512 o = _mm512_setzero_ps();
+            int64_t i = 0;
+            for (; i + 16 <= b1 - b0; i += 16) {
+                o = _mm512_fmadd_ps(_mm512_load_ps(offs + i), _mm512_cvtepi32_ps(_mm512_loadu_si512(as + i)), o);
+            }
+            if (i < b1 - b0) {
+                const __mmask16 m = static_cast<__mmask16>((1u << (b1 - b0 - i)) - 1);
+                o = _mm512_fmadd_ps(_mm512_maskz_load_ps(m, offs + i), _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(m, as + i)), o);
+            }
+            total += _mm512_reduce_add_ps(o);
+        }
+        part[t] += total;
+    }
+}
+
+template <int KIND, int T>
+void row_kernel(const uint8_t* w, const act_q16& a, int64_t t0, float* y, size_t y_stride) {
+    const int64_t nb = a.k / QK32;
+    float part[T] = {};
+    for (int64_t b0 = 0; b0 < nb; b0 += ROW_MAX_BLOCKS) {
+        row_run<KIND, T>(w, a, t0, b0, b0 + ROW_MAX_BLOCKS < nb ? b0 + ROW_MAX_BLOCKS : nb, part);
+    }
+    for (int t = 0; t < T; ++t) y[t * y_stride] = a.d[t0 + t] * part[t];
 }
 
 template <int KIND>
@@ -90,10 +111,14 @@ void row_dispatch(const uint8_t* w, const act_q16& a, int64_t t0, int n_tok, flo
     case 1: row_kernel<KIND, 1>(w, a, t0, y, y_stride); break;
     case 2: row_kernel<KIND, 2>(w, a, t0, y, y_stride); break;
     case 3: row_kernel<KIND, 3>(w, a, t0, y, y_stride); break;
-    default: row_kernel<KIND, 4>(w, a, t0, y, y_stride); break;
+    case 4: row_kernel<KIND, 4>(w, a, t0, y, y_stride); break;
+    case 5: row_kernel<KIND, 5>(w, a, t0, y, y_stride); break;
+    case 6: row_kernel<KIND, 6>(w, a, t0, y, y_stride); break;
+    case 7: row_kernel<KIND, 7>(w, a, t0, y, y_stride); break;
+    default: row_kernel<KIND, 8>(w, a, t0, y, y_stride); break;
     }
 }
-static_assert(MM_TOK_TILE == 4, "row_dispatch handles tiles of up to 4 tokens");
+static_assert(MM_TOK_TILE == 8, "row_dispatch handles tiles of up to 8 tokens");
 
 float dot_f32_avx512(const float* a, const float* b, int64_t n) {
     __m512 acc = _mm512_setzero_ps();
