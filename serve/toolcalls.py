@@ -185,7 +185,7 @@ class XmlCallBody(CallBody):
         self._param: str | None = None
         self._string = False      # the current value is a declared string: it streams
         self._skip = False        # the current parameter repeats an earlier one: parsed, not kept
-        self._streamed = 0        # chars of the current value already written as pieces
+        self._streamed = 0        # chars of the current value known not to start its end (string: written)
         self._started = False     # the value's first char (a newline to drop, or not) is decided
         self._n_params = 0
 
@@ -267,15 +267,15 @@ class XmlCallBody(CallBody):
             self._started = True
         text = self.raw[self.pos:]
         m = _VALUE_END.search(text, self._streamed)
-        if m is None:
+        if m is None:   # no end yet: what cannot start one is safe (streamed when the value is a string)
+            safe = len(text)
+            for i in range(self._streamed, len(text)):
+                if text[i] in "\n<" and _could_end_value(text[i:]):
+                    safe = i
+                    break
             if self._string and not self._skip:
-                safe = len(text)
-                for i in range(self._streamed, len(text)):
-                    if text[i] in "\n<" and _could_end_value(text[i:]):
-                        safe = i
-                        break
                 self._piece(_esc(text[self._streamed:safe]))
-                self._streamed = safe
+            self._streamed = safe
             return False
         value = text[:m.start()]
         if not self._skip:

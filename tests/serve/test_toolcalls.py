@@ -235,3 +235,19 @@ def test_call_ids():
     assert new_call_id().startswith("call_") and len(new_call_id()) == 5 + 24
     assert new_call_id("anthropic").startswith("toolu_")
     assert new_call_id() != new_call_id()
+
+
+def test_long_values_parse_in_linear_time():
+    """A 60 KB argument fed in 4-character pieces (as tokens come) takes well under a second in any form;
+    a parser that rescans its buffer per piece takes seconds here."""
+    import time
+    body = json.dumps({"k": ["x\n<" * 20] * 700})
+    texts = ["<tool_call>\n<function=run>\n<parameter=data>\n" + body + "\n</parameter>\n</function>\n</tool_call>",
+             "<tool_call>\n<function=write_file>\n<parameter=content>\n" + body + "\n</parameter>\n</function>\n"
+             "</tool_call>",
+             '<tool_call>\n{"name": "run", "arguments": {"data": ' + body + "}}\n</tool_call>"]
+    for text in texts:
+        start = time.perf_counter()
+        got = summary(parse([text[i:i + 4] for i in range(0, len(text), 4)]))
+        assert time.perf_counter() - start < 1.0
+        assert len(got["calls"]) == 1
