@@ -31,7 +31,8 @@ void quantize_q16_scalar(const float* x, int64_t k, int16_t* qs, float* d, int32
 }
 
 // Row kernels: acc += dw * isum per block, plus the block's offset term times the block sum; one token
-// scale at the end.  Q4_0: w = d (q - 8);  Q4_1: w = d q + m;  Q8_0: w = d q.
+// scale at the end. 4-bit values are centred (q - 8) so that the offset term is small:
+// Q4_0: w = d (q - 8), no offset;  Q4_1: w = d (q - 8) + (m + 8 d);  Q8_0: w = d q.
 template <int KIND>
 void row_scalar(const uint8_t* w, const act_q16& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
     const int64_t nb = a.k / QK32;
@@ -51,10 +52,10 @@ void row_scalar(const uint8_t* w, const act_q16& a, int64_t t0, int n_tok, float
             } else {
                 using blk = std::conditional_t<KIND == 0, block_q4_0, block_q4_1>;
                 const blk& wb = reinterpret_cast<const blk*>(w)[b];
-                for (int j = 0; j < 16; ++j) isum += (wb.qs[j] & 0xF) * qb[j] + (wb.qs[j] >> 4) * qb[j + 16];
+                for (int j = 0; j < 16; ++j) isum += ((wb.qs[j] & 0xF) - 8) * qb[j] + ((wb.qs[j] >> 4) - 8) * qb[j + 16];
                 dw = fp16_to_fp32(wb.d);
-                if constexpr (KIND == 0) off = -8.0f * dw;
-                else off = fp16_to_fp32(wb.m);
+                if constexpr (KIND == 0) off = 0.0f;
+                else off = fp16_to_fp32(wb.m) + 8.0f * dw;
             }
             acc += dw * static_cast<float>(isum);
             acc_off += off * static_cast<float>(as[b]);

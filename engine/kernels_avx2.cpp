@@ -2,8 +2,9 @@
 // chosen at run time when the CPU has AVX2 but not AVX-512 VNNI (kernels.cpp).
 //
 // Same arithmetic as the AVX-512 set: each 32-element weight block is widened to 32 int16 lanes (two ymm)
-// and multiplied with the token's 16-bit activations by pmaddwd (s16 x s16 pairs -> int32), converted to
-// float and scaled by the block's dw; offset terms go through the activation block sums.
+// (4-bit values centred, q - 8) and multiplied with the token's 16-bit activations by pmaddwd (s16 x s16
+// pairs -> int32), converted to float and scaled by the block's dw; Q4_1's offset m + 8 dw goes through
+// the activation block sums.
 #include "kernels.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -68,8 +69,9 @@ void row_kernel(const uint8_t* w, const act_q16& a, int64_t t0, float* y, size_t
         } else {
             const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[b].qs));
             const __m128i mk = _mm_set1_epi8(0x0F);
-            w0 = _mm256_cvtepu8_epi16(_mm_and_si128(v, mk));
-            w1 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), mk));
+            const __m256i eight = _mm256_set1_epi16(8);  // centred: q - 8
+            w0 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(v, mk)), eight);
+            w1 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), mk)), eight);
         }
         const float dw = _cvtsh_ss(wb[b].d);
         const __m256 dwv = _mm256_set1_ps(dw);
@@ -79,10 +81,8 @@ void row_kernel(const uint8_t* w, const act_q16& a, int64_t t0, float* y, size_t
             const __m256i p1 = _mm256_madd_epi16(w1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16)));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(p0, p1)), dwv, acc[t]);
         }
-        if constexpr (KIND != 2) {
-            float off;
-            if constexpr (KIND == 0) off = -8.0f * dw;
-            else off = _cvtsh_ss(wb[b].m);
+        if constexpr (KIND == 1) {
+            const float off = _cvtsh_ss(wb[b].m) + 8.0f * dw;
             for (int t = 0; t < T; ++t) acc_off[t] += off * static_cast<float>(a.sum[(t0 + t) * nb + b]);
         }
     }

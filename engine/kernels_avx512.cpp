@@ -1,10 +1,10 @@
 // engine/kernels_avx512.cpp — AVX-512 (F/BW/VL/DQ) + VNNI kernel set; compiled with -mavx512* (CMakeLists),
 // chosen at run time only when CPUID and XGETBV report the features (kernels.cpp).
 //
-// Row kernels: each 32-element weight block is widened once to 32 int16 lanes and used against each token
-// of the tile with vpdpwssd (s16 x s16 -> 16 int32 lanes), converted to float and scaled by the block's dw;
-// offset terms are folded per block through the activation block sums (Q4_0: -8 dw, Q4_1: m), and the
-// token's scale multiplies the total once.
+// Row kernels: each 32-element weight block is widened once to 32 int16 lanes (4-bit values centred, q - 8)
+// and used against each token of the tile with vpdpwssd (s16 x s16 -> 16 int32 lanes), converted to float
+// and scaled by the block's dw; Q4_1's offset (m + 8 dw, small once q is centred, so little cancellation)
+// is folded per block through the activation block sums; the token's scale multiplies the total once.
 #include "kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__F16C__)
@@ -64,12 +64,11 @@ void row_run(const uint8_t* w, const act_q16& a, int64_t t0, int64_t b0, int64_t
         if constexpr (KIND == 2) {
             wv = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qs)));
         } else {
-            wv = unpack_nibbles16(wb[b].qs);
+            wv = _mm512_sub_epi16(unpack_nibbles16(wb[b].qs), _mm512_set1_epi16(8));  // centred: q - 8
         }
         const float dw = h2f(wb[b].d);
         const __m512 dwv = _mm512_set1_ps(dw);
-        if constexpr (KIND == 0) offs[b - b0] = -8.0f * dw;
-        if constexpr (KIND == 1) offs[b - b0] = h2f(wb[b].m);
+        if constexpr (KIND == 1) offs[b - b0] = h2f(wb[b].m) + 8.0f * dw;
         for (int t = 0; t < T; ++t) {
             const __m512i av = _mm512_loadu_si512(a.qs + (t0 + t) * a.k + b * QK32);
             const __m512i p = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wv, av);
@@ -78,7 +77,7 @@ void row_run(const uint8_t* w, const act_q16& a, int64_t t0, int64_t b0, int64_t
     }
     for (int t = 0; t < T; ++t) {
         float total = _mm512_reduce_add_ps(acc[t]);
-        if constexpr (KIND != 2) {  // offset terms: sum_b offs[b] * block_sum[b], 16 blocks per step
+        if constexpr (KIND == 1) {  // offset terms: sum_b offs[b] * block_sum[b], 16 blocks per step
             const int32_t* as = a.sum + (t0 + t) * nb + b0;
             __m512 o = _mm512_setzero_ps();
             int64_t i = 0;
