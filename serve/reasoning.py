@@ -9,8 +9,9 @@ Public surface:
   The same text gives the same events however it is split (never a partial tag, never a verdict taken
   before the text that decides it has arrived). `in_reasoning` tells the run loop where the model is.
 - Effort: `normalize_effort(value, field)`, `effort_from_openai(body)`, `effort_from_anthropic(body, mode)`,
-  `template_kwargs(effort)`.
-- Budget: `thinking_budget(budget, max_new, answer_room)`, `WRAP_UP_TEXT`, `CLOSE_RETRY_TEXT`.
+  `resolve_effort(request, settings, config)`, `template_kwargs(effort)`, `reasoning_fields(body, req)`.
+- Budget: `thinking_budget(budget, max_new, answer_room)`, `ThinkingBudget` (the run loop's counter),
+  `needs_close_retry(...)`, `WRAP_UP_TEXT`, `CLOSE_RETRY_TEXT`, `ANSWER_RESERVE_MIN`, `ANSWER_ROOM_MIN_CAP`.
 """
 from __future__ import annotations
 
@@ -121,6 +122,18 @@ def effort_from_anthropic(body: dict, mode: str = "model") -> str | None:
                              param="thinking.budget_tokens")
         return "low" if budget < 2048 else "medium" if budget < 8192 else "high"
     return "none" if mode == "on_request" else None
+
+
+def resolve_effort(request: str | None, settings: Any = None, config: Any = None) -> str | None:
+    """The effort a run uses: the request's, else the shared Chat settings' `reasoning_effort`, else the
+    config's (both normalised here; a bad stored value is a 400 naming where it came from)."""
+    if request is not None:
+        return request
+    for value, field in ((settings, "settings.reasoning_effort"), (config, "config reasoning_effort")):
+        level = normalize_effort(value, field)
+        if level is not None:
+            return level
+    return None
 
 
 def template_kwargs(effort: str | None) -> dict:

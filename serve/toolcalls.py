@@ -12,7 +12,8 @@ call. It never raises on model text: a body that is not a call says so (`failed`
 turns it back into content. Knows no HTTP; `serve/reasoning.py` drives these parsers.
 
 Public surface: `XmlCallBody`, `JsonCallBody`, `body_parser_for(text)`, `arguments_text(args)`,
-`new_call_id(api)`, `tools_system_text(tools, fmt)`, `render_tool_calls(calls, fmt)`,
+`new_call_id(api)`, `tools_system_text(tools, fmt)` (and its pieces `tools_intro`, `tool_signature`,
+`tools_outro`), `render_tool_calls(calls, fmt)`,
 `render_tool_response(text)`, `tools_for_choice(tool_choice, tools)`, `forced_opening(tool_choice, tools,
 fmt)`, `openai_tool_call_delta(event)`, `openai_tool_call(call)`, `CALL_OPEN`, `CALL_CLOSE`.
 """

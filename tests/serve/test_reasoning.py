@@ -148,3 +148,13 @@ def test_close_retry_rule():
     assert not needs_close_retry(parser, "stop", answered=False, enabled=False, tried=False)
     assert not needs_close_retry(parser, "stop", answered=False, enabled=True, tried=True)
     assert not needs_close_retry(parser, "length", answered=False, enabled=True, tried=False)
+
+
+def test_resolve_effort_order():
+    from serve.reasoning import resolve_effort
+    assert resolve_effort("low", "high", "none") == "low"
+    assert resolve_effort(None, "xhigh", "none") == "high"
+    assert resolve_effort(None, None, "off") == "none"
+    assert resolve_effort(None) is None
+    with pytest.raises(BadRequest, match="settings"):
+        resolve_effort(None, "loud")
