@@ -88,10 +88,12 @@ def build(ns):
         args += ["--max-context", str(int(ctx))]
     if threads:
         args += ["--threads", str(int(threads))]
+    if parallel is not None and not 1 <= int(parallel) <= 8:  # the engine's slot limit (PROTOCOL.md)
+        print(f"strata: --parallel {parallel}: lanes are 1..8; using {min(8, max(1, int(parallel)))}",
+              file=sys.stderr)
+        parallel = min(8, max(1, int(parallel)))
     if parallel and int(parallel) >= 2:
-        args += ["--batch", str(int(parallel))]
-        print(f"strata: --parallel {parallel}: the engine gets {parallel} slots; this server version still "
-              "runs one request at a time", file=sys.stderr)
+        args += ["--batch", str(int(parallel))]  # decode slots: requests run concurrently (serve/batch.py)
     args += [str(a) for a in cfg.get("args") or []]
     log = getattr(ns, "log", None) or cfg.get("log") or os.path.join(CACHE_DIR, "engine.log")
     echo = (lambda line: print(f"engine> {line}", file=sys.stderr)) if os.environ.get("STRATA_DEBUG") == "1" \

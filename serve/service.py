@@ -234,13 +234,15 @@ class Service:
 
     def run(self, prep: Prepared, cancelled=None):
         t0 = time.monotonic()
-        held = yield from self._take_turn(cancelled)
+        # with decode slots requests run concurrently; their order is the engine's (serve/batch.py)
+        batched = bool(getattr(self.engine, "batched", lambda: False)())
+        held = True if batched else (yield from self._take_turn(cancelled))
         if not held:
             yield Done("cancel", prep.prompt_tokens, 0)
             return
         record = {"time": time.time(), "prompt_tokens": prep.prompt_tokens, "api": getattr(prep.req, "api", "")}
         try:
-            if not self.engine.alive():
+            if not self.engine.alive() and not batched:
                 self.engine.restart(tries=1)
             with self._lock:
                 self.status = {"busy": True, "phase": "reading the prompt", "prompt_tokens": prep.prompt_tokens,
@@ -256,7 +258,8 @@ class Service:
             raise
         finally:
             self._finish(record, t0)
-            self.fifo.release()
+            if not batched:
+                self.fifo.release()
         yield done  # after the turn is given back: a consumer that stops at Done holds nothing
 
     def _generate(self, prep: Prepared, cancelled, record, t0):
