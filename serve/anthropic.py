@@ -28,6 +28,7 @@ import secrets
 
 from serve.events import (BadRequest, ChatRequest, Done, Message, ToolCall, ToolSpec, KIND_CONTENT, KIND_PING,
                           KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START)
+from serve.openai import _error_text, _int_field, _model_name   # shared with the OpenAI translator
 from serve.reasoning import effort_from_anthropic, reasoning_fields
 from serve.replies import JsonReply, StreamReply
 from serve.sampling import check_request_sampling
@@ -199,15 +200,6 @@ def _stop_sequences(raw) -> list[str]:
     return [s for s in raw if s]
 
 
-def _int(body: dict, name: str):
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest(f"{name}: an integer", param=name)
-    return value
-
-
 def parse_messages(body: dict, anthropic_thinking: str = "model") -> ChatRequest:
     """An Anthropic Messages body -> the internal `ChatRequest` (api "anthropic")."""
     raw = body.get("messages")
@@ -221,7 +213,7 @@ def parse_messages(body: dict, anthropic_thinking: str = "model") -> ChatRequest
         messages += _message(m, i)
     req = ChatRequest(messages=messages, tools=_tools(body.get("tools")), api="anthropic")
     _tool_choice(body.get("tool_choice"), req)
-    req.max_new = _int(body, "max_tokens")
+    req.max_new = _int_field(body, "max_tokens")
     stream = body.get("stream", False)
     if stream is not None and not isinstance(stream, bool):
         raise BadRequest("stream: true or false", param="stream")
@@ -358,16 +350,6 @@ class MessageBuilder:
                 "stop_sequence": done.stop_sequence if done.stop_sequence else None,
                 "usage": {"input_tokens": done.prompt_tokens - reused, "cache_read_input_tokens": reused,
                           "cache_creation_input_tokens": 0, "output_tokens": done.completion_tokens}}
-
-
-def _model_name(service, req: ChatRequest) -> str:
-    aliases = service.config.get("aliases") or []
-    return req.model if req.model and req.model in aliases else service.model_name
-
-
-def _error_text(service, e: Exception) -> str:
-    from serve.openai import _error_text as openai_error_text
-    return openai_error_text(service, e)
 
 
 def _builder(service, req: ChatRequest, prep) -> MessageBuilder:

@@ -12,10 +12,9 @@ call. It never raises on model text: a body that is not a call says so (`failed`
 turns it back into content. Knows no HTTP; `serve/reasoning.py` drives these parsers.
 
 Public surface: `XmlCallBody`, `JsonCallBody`, `body_parser_for(text)`, `arguments_text(args)`,
-`new_call_id(api)`, `tools_system_text(tools, fmt)` (and its pieces `tools_intro`, `tool_signature`,
-`tools_outro`), `render_tool_calls(calls, fmt)`,
-`render_tool_response(text)`, `tools_for_choice(tool_choice, tools)`, `forced_opening(tool_choice, tools,
-fmt)`, `openai_tool_call_delta(event)`, `openai_tool_call(call)`, `CALL_OPEN`, `CALL_CLOSE`.
+`new_call_id(api)`, the system turn's tool section in pieces (`tools_intro(fmt)`, `tool_signature(tool)` per
+line, `tools_outro(fmt)`; the template writes them, with the signatures as client text), `forced_opening(
+tool_choice, tools, fmt)`, `CALL_OPEN`, `CALL_CLOSE`.
 """
 from __future__ import annotations
 
@@ -577,47 +576,9 @@ def tools_outro(fmt: str = "json") -> str:
     return "</tools>\n\n" + (_XML_INSTRUCTIONS if fmt == "xml" else _JSON_INSTRUCTIONS)
 
 
-def tools_system_text(tools: list[ToolSpec], fmt: str = "json") -> str:
-    """The system turn's tool section: the signatures inside `<tools>...</tools>`, one JSON object per
-    line, and how to write a call in the template's form ("json" or "xml")."""
-    return tools_intro(fmt) + "".join(tool_signature(t) + "\n" for t in tools) + tools_outro(fmt)
-
-
 def tool_signature(tool: ToolSpec) -> str:
     return json.dumps({"type": "function", "function": {"name": tool.name, "description": tool.description,
                                                         "parameters": tool.parameters or {}}}, ensure_ascii=False)
-
-
-def render_tool_calls(calls: list[ToolCall], fmt: str = "json") -> str:
-    """An assistant turn's calls as the model writes them (history). Blocks are joined by newlines."""
-    blocks = []
-    for call in calls:
-        args = call.arguments
-        if fmt == "xml":
-            params = ""
-            if isinstance(args, dict):
-                for key, value in args.items():
-                    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-                    params += f"{PARAM_OPEN}{key}>\n{text}\n{PARAM_CLOSE}\n"
-            else:
-                params = f"{PARAM_OPEN}arguments>\n{args}\n{PARAM_CLOSE}\n"
-            blocks.append(f"{CALL_OPEN}\n{FUNCTION_OPEN}{call.name}>\n{params}{FUNCTION_CLOSE}\n{CALL_CLOSE}")
-        else:
-            body = json.dumps({"name": call.name, "arguments": args if isinstance(args, dict) else
-                               _json_value(args) if isinstance(_json_value(args), dict) else {"arguments": args}},
-                              ensure_ascii=False)
-            blocks.append(f"{CALL_OPEN}\n{body}\n{CALL_CLOSE}")
-    return "\n".join(blocks)
-
-
-def render_tool_response(text: str) -> str:
-    """One tool result as the template shows it inside the user (or tool) turn."""
-    return f"<tool_response>\n{text}\n</tool_response>"
-
-
-def tools_for_choice(tool_choice: Any, tools: list[ToolSpec]) -> list[ToolSpec]:
-    """The tools the prompt shows: none for `tool_choice: "none"`, else all of them."""
-    return [] if tool_choice == "none" else list(tools)
 
 
 def _choice_name(tool_choice: Any) -> str | None:
@@ -654,23 +615,3 @@ def forced_opening(tool_choice: Any, tools: list[ToolSpec], fmt: str = "json") -
         return (f'{CALL_OPEN}\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": ' +
                 ('{"' if required else ""))
     return f'{CALL_OPEN}\n{{"name": "'
-
-
-# ------------------------------------------------------------------------------------------ OpenAI shape
-
-def openai_tool_call(call: ToolCall) -> dict:
-    """A finished call in the non-streamed message: `{id, type, function{name, arguments}}`."""
-    return {"id": call.id, "type": "function",
-            "function": {"name": call.name, "arguments": arguments_text(call.arguments)}}
-
-
-def openai_tool_call_delta(event: Event) -> dict | None:
-    """The `delta.tool_calls[0]` item for a tool event, in the OpenAI grammar: the first delta of a call
-    carries index, id, type and name with empty arguments; then only index and argument pieces. A
-    `tool_call` event adds nothing (its arguments were already sent)."""
-    if event.kind == KIND_TOOL_START:
-        return {"index": event.index, "id": event.call_id, "type": "function",
-                "function": {"name": event.name, "arguments": ""}}
-    if event.kind == KIND_TOOL_ARGS:
-        return {"index": event.index, "function": {"arguments": event.text}}
-    return None

@@ -1,7 +1,6 @@
 """serve/anthropic.py: request parsing, the stream's event order, and stream == non-stream on the tool-call
 corpus (streamed arguments on and off), checked the way the Anthropic SDK assembles a stream."""
 import json
-import os
 
 import pytest
 
@@ -11,7 +10,7 @@ from serve.events import BadRequest, Done, Event, KIND_CONTENT
 from serve.reasoning import OutputParser
 from serve.replies import JsonReply, RequestContext, StreamReply
 
-from tests.serve.test_toolcalls import SPECIMENS, TOOLS, counter_ids
+from tests.serve.test_toolcalls import SPECIMENS, TOOLS, StubService, counter_ids
 
 
 def sse_events(frames):
@@ -235,36 +234,6 @@ def test_error_shapes():
     assert name == "error" and data == {"type": "error", "error": {"type": "api_error", "message": "boom"}}
 
 
-class StubService:
-    """The service surface a translator uses, scripted: `run` parses `text` as the model's output."""
-
-    def __init__(self, text, fail_after=None, prompt_tokens=12):
-        self.text, self.fail_after, self.n = text, fail_after, prompt_tokens
-        self.config, self.model_name = {"aliases": ["claude-x"]}, "smollm2"
-        self.prepared = []
-
-    def prepare(self, req):
-        self.prepared.append(req)
-
-        class Prep:
-            prompt_tokens = self.n
-        Prep.req = req
-        return Prep()
-
-    def count_tokens(self, req):
-        return self.n
-
-    def run(self, prep, cancelled):
-        parser = OutputParser(prep.req.tools, False, new_id=counter_ids())
-        yield Event("ping")
-        for i, ch in enumerate(self.text):
-            if self.fail_after is not None and i == self.fail_after:
-                raise RuntimeError("engine died")
-            yield from parser.feed(ch)
-        yield from parser.finish()
-        yield Done("stop", self.n, len(self.text), cached_tokens=3)
-
-
 BODY = {"model": "claude-x", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}],
         "tools": [{"name": "run", "input_schema": {"type": "object"}}]}
 TEXT = 'Sure.\n<tool_call>\n{"name": "run", "arguments": {"cmd": "ls"}}\n</tool_call>'
@@ -289,7 +258,7 @@ def test_handler_stream_and_non_stream_agree():
 
 
 def test_handler_error_after_start_is_an_error_event():
-    stream = anthropic.messages(StubService(TEXT, fail_after=3), dict(BODY, stream=True), RequestContext())
+    stream = anthropic.messages(StubService(TEXT, pieces=list(TEXT), fail_after=3), dict(BODY, stream=True), RequestContext())
     events = sse_events(list(stream.frames))
     assert events[0][0] == "message_start" and events[-1][0] == "error"
     assert "engine died" in events[-1][1]["error"]["message"]

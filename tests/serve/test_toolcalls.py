@@ -13,10 +13,14 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from serve.events import ToolCall, ToolSpec
+from types import SimpleNamespace
+
+from serve import openai
+from serve.events import Done, Event, KIND_PING, Message, ToolCall, ToolSpec
 from serve.reasoning import OutputParser
-from serve.toolcalls import (arguments_text, forced_opening, new_call_id, openai_tool_call,
-                             openai_tool_call_delta, render_tool_calls, tools_for_choice, tools_system_text)
+from serve.replies import RequestContext
+from serve.template import ChatTemplate
+from serve.toolcalls import arguments_text, forced_opening, new_call_id
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "toolcall_specimens.json")
 with open(DATA, encoding="utf-8") as _f:
@@ -166,7 +170,6 @@ def test_forced_opening_is_parsed_as_output():
     assert forced_opening("any", one, "xml") == "<tool_call>\n<function=get_weather>\n<parameter="
     assert forced_opening({"name": "unknown"}, TOOLS) is None      # unknown acts as auto
     assert forced_opening("auto", TOOLS) is None and forced_opening("required", []) is None
-    assert tools_for_choice("none", TOOLS) == [] and tools_for_choice("auto", TOOLS) == TOOLS
 
 
 def test_forced_opening_after_thinking():
@@ -199,36 +202,88 @@ def assemble_openai_stream(deltas):
     return [calls[i] for i in sorted(calls)]
 
 
-@pytest.mark.parametrize("spec", [s for s in SPECIMENS if s["calls"]], ids=lambda s: s["name"])
-def test_openai_stream_assembles_to_the_non_streamed_calls(spec):
-    kw = {"thinking": spec["thinking"], "parallel": spec["parallel"]}
+class StubService:
+    """The service surface a translator uses, scripted: `run` parses `text` (fed in `pieces`) as the model's
+    output, with deterministic call ids."""
+
+    def __init__(self, text, thinking=False, pieces=None, fail_after=None, prompt_tokens=12, finish="stop"):
+        self.pieces = pieces if pieces is not None else [text]
+        self.thinking, self.fail_after, self.n, self.finish = thinking, fail_after, prompt_tokens, finish
+        self.config, self.model_name = {"aliases": ["claude-x"]}, "smollm2"
+
+    def prepare(self, req):
+        return SimpleNamespace(req=req, prompt_tokens=self.n)
+
+    def count_tokens(self, req):
+        return self.n
+
+    def run(self, prep, cancelled=None):
+        parser = OutputParser(prep.req.tools, self.thinking, parallel=prep.req.parallel_tool_calls,
+                              new_id=counter_ids())
+        yield Event(KIND_PING)
+        for i, piece in enumerate(self.pieces):
+            if self.fail_after is not None and i == self.fail_after:
+                raise RuntimeError("engine died")
+            yield from parser.feed(piece)
+        yield from parser.finish()
+        yield Done(self.finish, self.n, len(self.pieces), cached_tokens=3)
+
+
+OPENAI_TOOLS = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                  "parameters": t.parameters}} for t in TOOLS]
+
+
+@pytest.mark.parametrize("spec", SPECIMENS, ids=[s["name"] for s in SPECIMENS])
+def test_openai_stream_assembles_to_the_message_on_every_specimen(spec):
+    """serve/openai.py on the corpus: whole and character by character, streamed and not, the same answer."""
+    body = {"messages": [{"role": "user", "content": "hi"}], "tools": OPENAI_TOOLS,
+            "parallel_tool_calls": spec["parallel"]}
+    answers = []
     for pieces in ([spec["text"]], list(spec["text"])):
-        events = parse(pieces, **kw)
-        deltas = [d for d in map(openai_tool_call_delta, events) if d is not None]
-        streamed = assemble_openai_stream(deltas)
-        final = [openai_tool_call(e.call) for e in events if e.kind == "tool_call"]
-        assert streamed == final
-        assert all(json.loads(c["function"]["arguments"]) == c_spec["arguments"]
-                   for c, c_spec in zip(final, spec["calls"]))
+        svc = StubService(spec["text"], spec["thinking"], pieces)
+        choice = openai.chat_completions(svc, dict(body), RequestContext()).body["choices"][0]
+        message = choice["message"]
+        stream = openai.chat_completions(StubService(spec["text"], spec["thinking"], pieces),
+                                         dict(body, stream=True), RequestContext())
+        chunks = [json.loads(f[6:]) for f in "".join(stream.frames).split("\n\n")
+                  if f.startswith("data: {")]
+        deltas = [c["choices"][0]["delta"] for c in chunks if c.get("choices")]
+        assert deltas[0] == {"role": "assistant", "content": ""}
+        streamed = assemble_openai_stream([tc for d in deltas for tc in d.get("tool_calls", [])])
+        finished = message.get("tool_calls", [])
+        assert [c for c in streamed if c["id"] in {f["id"] for f in finished}] == finished
+        assert [c["function"]["name"] for c in streamed if c not in finished] == spec["unfinished"]
+        assert "".join(d.get("content") or "" for d in deltas) == (message["content"] or "")
+        assert "".join(d.get("reasoning_content") or "" for d in deltas) == message.get("reasoning_content", "")
+        assert chunks[-1]["choices"][0]["finish_reason"] == choice["finish_reason"]
+        answers.append(choice)
+    assert answers[0] == answers[1]
+    message = answers[0]["message"]
+    assert (message["content"] or "") == spec["content"] and message.get("reasoning_content", "") == spec["reasoning"]
+    assert [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
+            for c in message.get("tool_calls", [])] == spec["calls"]
+    assert answers[0]["finish_reason"] == ("tool_calls" if spec["calls"] else "stop")
 
 
-def test_rendered_history_calls_parse_back():
+@pytest.mark.parametrize("fmt", ["json", "xml"])
+def test_rendered_history_calls_parse_back(fmt):
+    """The template's rendering of an assistant turn's calls is what the parser reads as those calls."""
     calls = [ToolCall("call_1", "get_weather", {"city": "Paris", "days": 2}),
              ToolCall("call_2", "write_file", {"path": "a", "content": "x\n</parameter> y"})]
-    for fmt in ("json", "xml"):
-        text = render_tool_calls(calls, fmt)
-        got = summary(parse([text]))
-        assert got["calls"] == [{"name": c.name, "arguments": c.arguments} for c in calls], fmt
-        assert got["content"] == ""
+    template = ChatTemplate(tool_format=fmt)
+    text = template.render([Message("user", "go"), Message("assistant", "", tool_calls=calls)], TOOLS,
+                           add_generation_prompt=False).text
+    turn = text.split("<|im_start|>assistant\n")[1].split("<|im_end|>")[0]
+    got = summary(parse([turn]))
+    assert got["calls"] == [{"name": c.name, "arguments": c.arguments} for c in calls]
+    assert got["content"] == ""
 
 
-def test_tools_system_text():
-    text = tools_system_text(TOOLS[:1], "json")
-    body = text[text.index("<tools>\n") + 8:text.index("\n</tools>")]
-    assert json.loads(body)["function"]["name"] == "get_weather"
-    assert "<tool_call>" in text and '"arguments"' in text
-    assert "<function=" in tools_system_text(TOOLS, "xml")
-    assert len(tools_system_text(TOOLS, "xml").split("<tools>\n")[1].split("\n</tools>")[0].split("\n")) == 4
+def test_json_tool_section():
+    text = ChatTemplate(tool_format="json").render([Message("user", "go")], TOOLS[:2]).text
+    body = text[text.index("<tools>\n") + 8:text.index("</tools>")]
+    assert [json.loads(line)["function"]["name"] for line in body.splitlines()] == ["get_weather", "write_file"]
+    assert '{"name": "FUNCTION_NAME", "arguments":' in text and "<function=" not in text
 
 
 def test_call_ids():
