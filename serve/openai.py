@@ -35,9 +35,9 @@ try:
 except ImportError:
     check_request_sampling = None
 try:
-    from serve.reasoning import effort_from_openai
+    from serve.reasoning import effort_from_openai, reasoning_fields
 except ImportError:
-    effort_from_openai = None
+    effort_from_openai = reasoning_fields = None
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 KEEP_ALIVE = ": keep-alive\n\n"
@@ -184,6 +184,7 @@ def parse_chat(body: dict) -> ChatRequest:
     req.sampling = _sampling(body)
     if effort_from_openai is not None:
         req.reasoning_effort = effort_from_openai(body)
+        reasoning_fields(body, req)  # reasoning_budget_tokens, answer_room, reasoning_close_retry
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise BadRequest("model: a string", param="model")
@@ -240,7 +241,8 @@ def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
                 calls.append(ev.call)
     message = {"role": "assistant", "content": "".join(content) or None}
     if reasoning:
-        message["reasoning_content"] = "".join(reasoning)
+        # both names: llama.cpp/DeepSeek clients read reasoning_content, vLLM/Ollama ones reasoning
+        message["reasoning_content"] = message["reasoning"] = "".join(reasoning)
     if calls:
         message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
             "name": c.name, "arguments": c.arguments if isinstance(c.arguments, str)
@@ -268,7 +270,7 @@ def _chat_stream(service, prep, ctx, meta, include_usage):
                 elif ev.kind == KIND_CONTENT:
                     yield chunk({"content": ev.text})
                 elif ev.kind == KIND_REASONING:
-                    yield chunk({"reasoning_content": ev.text})
+                    yield chunk({"reasoning_content": ev.text, "reasoning": ev.text})
                 elif ev.kind == KIND_TOOL_START:
                     started.add(ev.index)
                     yield chunk({"tool_calls": [{"index": ev.index, "id": ev.call_id, "type": "function",
