@@ -256,6 +256,9 @@ def test_openai_stream_assembles_to_the_message_on_every_specimen(spec):
         assert "".join(d.get("content") or "" for d in deltas) == (message["content"] or "")
         assert "".join(d.get("reasoning_content") or "" for d in deltas) == message.get("reasoning_content", "")
         assert chunks[-1]["choices"][0]["finish_reason"] == choice["finish_reason"]
+        # the thinking also goes by the name vLLM/Ollama clients read
+        assert message.get("reasoning") == message.get("reasoning_content")
+        assert all(d.get("reasoning") == d.get("reasoning_content") for d in deltas)
         answers.append(choice)
     assert answers[0] == answers[1]
     message = answers[0]["message"]
