@@ -494,7 +494,9 @@ class JsonCallBody(CallBody):
         elif self._args_kind == '"':
             inner = json.loads(text)
             parsed = _json_value(inner)
-            self.args = parsed if isinstance(parsed, dict) else inner
+            # arguments given as a string: the object it holds, else the text under "arguments", so the
+            # arguments' text is always a JSON object for both APIs
+            self.args = parsed if isinstance(parsed, dict) else {"arguments": inner}
             self._piece(arguments_text(self.args))
         elif self._args_kind in ("", "null"):
             self.args = {}
