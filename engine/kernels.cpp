@@ -13,32 +13,33 @@
 
 namespace {
 
-void quantize_q16_scalar(const float* x, int64_t k, int16_t* qs, float* d, int32_t* sum) {
-    float amax = 0.0f;
-    for (int64_t i = 0; i < k; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-    const float dt = amax / 32767.0f;
-    const float id = dt != 0.0f ? 1.0f / dt : 0.0f;
+void quantize_q16_scalar(const float* x, int64_t k, int16_t* qs, float* d, float* dsum) {
     for (int64_t b = 0; b < k / QK32; ++b) {
+        const float* xb = x + b * QK32;
+        float amax = 0.0f;
+        for (int j = 0; j < QK32; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+        const float db = amax / 32767.0f;
+        const float id = db != 0.0f ? 1.0f / db : 0.0f;
         int32_t s = 0;
         for (int j = 0; j < QK32; ++j) {
-            const int q = static_cast<int>(std::nearbyint(x[b * QK32 + j] * id));
+            const int q = static_cast<int>(std::nearbyint(xb[j] * id));
             qs[b * QK32 + j] = static_cast<int16_t>(q);
             s += q;
         }
-        sum[b] = s;
+        d[b] = db;
+        dsum[b] = db * static_cast<float>(s);
     }
-    *d = dt;
 }
 
-// Row kernels: acc += dw * isum per block, plus the block's offset term times the block sum; one token
-// scale at the end. 4-bit values are centred (q - 8) so that the offset term is small:
+// Row kernels: acc += (dw * da) * isum per block, plus the block's offset term times the block's dsum. 4-bit values are centred (q - 8) so that the offset term is small:
 // Q4_0: w = d (q - 8), no offset;  Q4_1: w = d (q - 8) + (m + 8 d);  Q8_0: w = d q.
 template <int KIND>
 void row_scalar(const uint8_t* w, const act_q16& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
     const int64_t nb = a.k / QK32;
     for (int t = 0; t < n_tok; ++t) {
         const int16_t* q = a.qs + (t0 + t) * a.k;
-        const int32_t* as = a.sum + (t0 + t) * nb;
+        const float* ad = a.d + (t0 + t) * nb;
+        const float* as = a.dsum + (t0 + t) * nb;
         float acc = 0.0f, acc_off = 0.0f;
         for (int64_t b = 0; b < nb; ++b) {
             const int16_t* qb = q + b * QK32;
@@ -57,10 +58,10 @@ void row_scalar(const uint8_t* w, const act_q16& a, int64_t t0, int n_tok, float
                 if constexpr (KIND == 0) off = 0.0f;
                 else off = fp16_to_fp32(wb.m) + 8.0f * dw;
             }
-            acc += dw * static_cast<float>(isum);
-            acc_off += off * static_cast<float>(as[b]);
+            acc += dw * ad[b] * static_cast<float>(isum);
+            acc_off += off * as[b];
         }
-        y[t * y_stride] = a.d[t0 + t] * (acc + acc_off);
+        y[t * y_stride] = acc + acc_off;
     }
 }
 
@@ -87,6 +88,7 @@ void fp32_to_fp16_row_scalar(const float* x, uint16_t* y, int64_t n) {
 const kernel_set SCALAR_SET = {
     "scalar",         quantize_q16_scalar, row_scalar<0>,    row_scalar<1>,           row_scalar<2>,
     dot_f32_scalar,   dot_f16_f32_scalar, axpy_f16_scalar,   fp32_to_fp16_row_scalar,
+    nullptr,
 };
 
 bool cpu_has_avx512_vnni() {
@@ -174,7 +176,7 @@ void quantize_range(void* ctx, int64_t t0, int64_t t1, int) {
     const int64_t k = j.w->n_cols, nb = k / QK32;
     mm_scratch& s = *j.scratch;
     for (int64_t t = t0; t < t1; ++t) {
-        j.ks->quantize_q16(j.x + t * j.x_stride, k, s.qs.data() + t * k, s.d.data() + t, s.sum.data() + t * nb);
+        j.ks->quantize_q16(j.x + t * j.x_stride, k, s.qs.data() + t * k, s.d.data() + t * nb, s.dsum.data() + t * nb);
     }
 }
 
@@ -201,14 +203,14 @@ void matmul(threadpool* pool, const kernel_set& ks, const weight_view& w, const 
     if (kernels_uses_q16(w.type)) {
         const int64_t nb = k / QK32;
         if (scratch->qs.size() < size_t(n_tok * k)) scratch->qs.resize(size_t(n_tok * k));
-        if (scratch->d.size() < size_t(n_tok)) scratch->d.resize(size_t(n_tok));
-        if (scratch->sum.size() < size_t(n_tok * nb)) scratch->sum.resize(size_t(n_tok * nb));
+        if (scratch->d.size() < size_t(n_tok * nb)) scratch->d.resize(size_t(n_tok * nb));
+        if (scratch->dsum.size() < size_t(n_tok * nb)) scratch->dsum.resize(size_t(n_tok * nb));
         if (n_tok >= MM_PARALLEL_QUANT_TOKENS) {
             threadpool_run(pool, n_tok, quantize_range, &j);
         } else {
             quantize_range(&j, 0, n_tok, 0);
         }
-        j.act = act_q16{scratch->qs.data(), scratch->d.data(), scratch->sum.data(), k};
+        j.act = act_q16{scratch->qs.data(), scratch->d.data(), scratch->dsum.data(), k};
         j.row = w.type == GGML_TYPE_Q4_0 ? ks.row_q4_0 : w.type == GGML_TYPE_Q4_1 ? ks.row_q4_1 : ks.row_q8_0;
         threadpool_run(pool, w.n_rows, mm_q16_range, &j);
         return;

@@ -3,11 +3,13 @@
 // Contract:
 //  - kernels_get() picks, once, the fastest kernel set the CPU supports (CPUID + XGETBV: AVX-512 needs the OS
 //    to save zmm state). AMX is never used.
-//  - Quantised matmuls (Q4_0, Q4_1, Q8_0 weights) quantise each token's activations to 16-bit integers (one
-//    float scale per token, round to nearest even, per-32-block sums kept) and use integer dot products
-//    (vpdpwssd / pmaddwd); each weight block's float scale is applied once per block. 16 rather than 8 bits:
-//    8-bit activation blocks cost ~1e-2 relative error on the top logits against a float64 forward
-//    (measured on SmolLM2), the 16-bit ones ~1e-5, and decode is bound by reading the 4-bit weights anyway.
+//  - Quantised matmuls (Q4_0, Q4_1, Q8_0 weights) quantise the activations to 16-bit blocks of 32 (one float
+//    scale per block, round to nearest even, the block's scaled sum kept for offset terms) and use integer
+//    dot products (vpdpwssd / pmaddwd); the product of the two blocks' float scales is applied once per
+//    block. 16 rather than 8 bits: 8-bit blocks cost 7e-3..4e-2 relative error on the top logits against a
+//    float64 forward (measured on SmolLM2), 16-bit ones reach the float32 / half-KV floor; decode is bound by
+//    reading the 4-bit weights anyway. Per block rather than per token: residual-stream outlier channels
+//    would otherwise leave ordinary channels ~9 bits.
 //    Other weight types (F32, F16, BF16, Q4_K, Q5_K, Q6_K) take the generic path: each weight row is
 //    dequantised once per call and dotted in float with every token of the chunk.
 //  - matmul reads each weight row once per call (for a prompt chunk: once per chunk, not once per token) and
@@ -33,11 +35,11 @@ struct weight_view {
     const uint8_t* data = nullptr;
 };
 
-// Activations of n_tok tokens quantised to 16-bit integers.
+// Activations of n_tok tokens quantised to 16-bit blocks of 32.
 struct act_q16 {
     const int16_t* qs = nullptr;  // (n_tok, K)
-    const float* d = nullptr;     // (n_tok) token scale: x ~= qs * d
-    const int32_t* sum = nullptr; // (n_tok, K/32) sum of the qs of each block of 32
+    const float* d = nullptr;     // (n_tok, K/32) block scale: x ~= qs * d
+    const float* dsum = nullptr;  // (n_tok, K/32) d * (sum of the block's qs)
     int64_t k = 0;                // K
 };
 
@@ -49,8 +51,8 @@ using mm_row_fn = void (*)(const uint8_t* w, const act_q16& a, int64_t t0, int n
 
 struct kernel_set {
     const char* name;
-    // x[0..k) -> qs, *d, sum (k a multiple of 32): d = max|x| / 32767, qs = nearbyint(x / d)
-    void (*quantize_q16)(const float* x, int64_t k, int16_t* qs, float* d, int32_t* sum);
+    // x[0..k) -> qs, d, dsum per block of 32 (k a multiple of 32): d = max|x| / 32767, qs = nearbyint(x / d)
+    void (*quantize_q16)(const float* x, int64_t k, int16_t* qs, float* d, float* dsum);
     mm_row_fn row_q4_0;
     mm_row_fn row_q4_1;
     mm_row_fn row_q8_0;
@@ -58,6 +60,12 @@ struct kernel_set {
     float (*dot_f16_f32)(const uint16_t* a, const float* b, int64_t n);  // a in IEEE half
     void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n);  // y += a * x, x in IEEE half
     void (*fp32_to_fp16_row)(const float* x, uint16_t* y, int64_t n);
+    // Attention of n_q query heads sharing one kv head over positions [0, n_pos) of a half K/V cache:
+    // q (n_q, hd) floats; k, v point at position 0 of this kv head, rows kv_stride halves apart;
+    // scores (n_q, n_pos) scratch; out (n_q, hd) = softmax(scale * q k^T) v. nullptr: the generic path in
+    // model.cpp (dot_f16_f32 / axpy_f16) is used instead.
+    void (*attn_f16)(const float* q, int n_q, const uint16_t* k, const uint16_t* v, size_t kv_stride,
+                     int n_pos, int hd, float scale, float* scores, float* out);
 };
 
 const kernel_set& kernels_get();
@@ -72,7 +80,7 @@ bool kernels_uses_q16(ggml_type type);
 struct mm_scratch {
     std::vector<int16_t> qs;
     std::vector<float> d;
-    std::vector<int32_t> sum;
+    std::vector<float> dsum;
     std::vector<float> rows;  // (n_threads, K) dequantised weight rows for the generic path
 };
 

@@ -22,21 +22,21 @@ inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-void quantize_q16_avx2(const float* x, int64_t k, int16_t* qs, float* d, int32_t* sum) {
+void quantize_q16_avx2(const float* x, int64_t k, int16_t* qs, float* d, float* dsum) {
     const __m256 sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-    __m256 ax = _mm256_setzero_ps();
-    for (int64_t i = 0; i < k; i += 8) ax = _mm256_max_ps(ax, _mm256_and_ps(_mm256_loadu_ps(x + i), sign_mask));
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(ax), _mm256_extractf128_ps(ax, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    const float amax = _mm_cvtss_f32(m);
-    const float dt = amax / 32767.0f;
-    const __m256 vid = _mm256_set1_ps(dt != 0.0f ? 1.0f / dt : 0.0f);
     for (int64_t b = 0; b < k / QK32; ++b) {
+        const float* xb = x + b * QK32;
+        __m256 ax = _mm256_and_ps(_mm256_loadu_ps(xb), sign_mask);
+        for (int j = 8; j < QK32; j += 8) ax = _mm256_max_ps(ax, _mm256_and_ps(_mm256_loadu_ps(xb + j), sign_mask));
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(ax), _mm256_extractf128_ps(ax, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        const float db = _mm_cvtss_f32(m) / 32767.0f;
+        const __m256 vid = _mm256_set1_ps(db != 0.0f ? 1.0f / db : 0.0f);
         __m256i s = _mm256_setzero_si256();
         for (int j = 0; j < QK32; j += 16) {
-            const __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + b * QK32 + j), vid));
-            const __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + b * QK32 + j + 8), vid));
+            const __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + j), vid));
+            const __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + j + 8), vid));
             s = _mm256_add_epi32(s, _mm256_add_epi32(q0, q1));
             // packs interleaves 128-bit lanes: permute back to element order
             const __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
@@ -45,9 +45,9 @@ void quantize_q16_avx2(const float* x, int64_t k, int16_t* qs, float* d, int32_t
         __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-        sum[b] = _mm_cvtsi128_si32(s4);
+        d[b] = db;
+        dsum[b] = db * static_cast<float>(_mm_cvtsi128_si32(s4));
     }
-    *d = dt;
 }
 
 template <int KIND, int T>
@@ -74,19 +74,19 @@ void row_kernel(const uint8_t* w, const act_q16& a, int64_t t0, float* y, size_t
             w1 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), mk)), eight);
         }
         const float dw = _cvtsh_ss(wb[b].d);
-        const __m256 dwv = _mm256_set1_ps(dw);
         for (int t = 0; t < T; ++t) {
+            const __m256 sc = _mm256_set1_ps(dw * a.d[(t0 + t) * nb + b]);
             const int16_t* q = a.qs + (t0 + t) * a.k + b * QK32;
             const __m256i p0 = _mm256_madd_epi16(w0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
             const __m256i p1 = _mm256_madd_epi16(w1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16)));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(p0, p1)), dwv, acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(p0, p1)), sc, acc[t]);
         }
         if constexpr (KIND == 1) {
             const float off = _cvtsh_ss(wb[b].m) + 8.0f * dw;
-            for (int t = 0; t < T; ++t) acc_off[t] += off * static_cast<float>(a.sum[(t0 + t) * nb + b]);
+            for (int t = 0; t < T; ++t) acc_off[t] += off * a.dsum[(t0 + t) * nb + b];
         }
     }
-    for (int t = 0; t < T; ++t) y[t * y_stride] = a.d[t0 + t] * (hsum8(acc[t]) + acc_off[t]);
+    for (int t = 0; t < T; ++t) y[t * y_stride] = hsum8(acc[t]) + acc_off[t];
 }
 
 // up to 4 tokens at once (16 ymm registers); larger tiles in runs of 4 (per-token arithmetic is the same)
@@ -147,6 +147,7 @@ void fp32_to_fp16_row_avx2(const float* x, uint16_t* y, int64_t n) {
 const kernel_set AVX2_SET = {
     "avx2",          quantize_q16_avx2,    row_dispatch<0>,  row_dispatch<1>,        row_dispatch<2>,
     dot_f32_avx2,    dot_f16_f32_avx2,     axpy_f16_avx2,    fp32_to_fp16_row_avx2,
+    nullptr,
 };
 
 }  // namespace

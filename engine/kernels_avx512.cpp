@@ -3,8 +3,8 @@
 //
 // Row kernels: each 32-element weight block is widened once to 32 int16 lanes (4-bit values centred, q - 8)
 // and used against each token of the tile with vpdpwssd (s16 x s16 -> 16 int32 lanes), converted to float
-// and scaled by the block's dw; Q4_1's offset (m + 8 dw, small once q is centred, so little cancellation)
-// is folded per block through the activation block sums; the token's scale multiplies the total once.
+// and scaled by dw * da of the two blocks; Q4_1's offset (m + 8 dw, small once q is centred, so little
+// cancellation) is folded per block through the activation blocks' dsum.
 #include "kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__F16C__)
@@ -15,28 +15,28 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <cmath>
 #include <type_traits>
 
 namespace {
 
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-void quantize_q16_avx512(const float* x, int64_t k, int16_t* qs, float* d, int32_t* sum) {
+void quantize_q16_avx512(const float* x, int64_t k, int16_t* qs, float* d, float* dsum) {
     const __m512 sign_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
-    __m512 ax = _mm512_setzero_ps();
-    for (int64_t i = 0; i < k; i += 16) ax = _mm512_max_ps(ax, _mm512_and_ps(_mm512_loadu_ps(x + i), sign_mask));
-    const float amax = _mm512_reduce_max_ps(ax);
-    const float dt = amax / 32767.0f;
-    const __m512 vid = _mm512_set1_ps(dt != 0.0f ? 1.0f / dt : 0.0f);
     for (int64_t b = 0; b < k / QK32; ++b) {
+        const __m512 x0 = _mm512_loadu_ps(x + b * QK32), x1 = _mm512_loadu_ps(x + b * QK32 + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x0, sign_mask), _mm512_and_ps(x1, sign_mask)));
+        const float db = amax / 32767.0f;
+        const __m512 vid = _mm512_set1_ps(db != 0.0f ? 1.0f / db : 0.0f);
         // cvtps_epi32 rounds to nearest even under the default MXCSR, as nearbyint does in the scalar set
-        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + b * QK32), vid));
-        const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + b * QK32 + 16), vid));
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, vid));
+        const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, vid));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + b * QK32), _mm512_cvtsepi32_epi16(q0));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + b * QK32 + 16), _mm512_cvtsepi32_epi16(q1));
-        sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        d[b] = db;
+        dsum[b] = db * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
     }
-    *d = dt;
 }
 
 // 16 packed nibbles -> 32 int16 lanes in element order: low nibbles are elements 0..15, high ones 16..31
@@ -67,26 +67,25 @@ void row_run(const uint8_t* w, const act_q16& a, int64_t t0, int64_t b0, int64_t
             wv = _mm512_sub_epi16(unpack_nibbles16(wb[b].qs), _mm512_set1_epi16(8));  // centred: q - 8
         }
         const float dw = h2f(wb[b].d);
-        const __m512 dwv = _mm512_set1_ps(dw);
         if constexpr (KIND == 1) offs[b - b0] = h2f(wb[b].m) + 8.0f * dw;
         for (int t = 0; t < T; ++t) {
             const __m512i av = _mm512_loadu_si512(a.qs + (t0 + t) * a.k + b * QK32);
             const __m512i p = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wv, av);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), dwv, acc[t]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(dw * a.d[(t0 + t) * nb + b]), acc[t]);
         }
     }
     for (int t = 0; t < T; ++t) {
         float total = _mm512_reduce_add_ps(acc[t]);
         if constexpr (KIND == 1) {  // offset terms: sum_b offs[b] * block_sum[b], 16 blocks per step
-            const int32_t* as = a.sum + (t0 + t) * nb + b0;
+            const float* as = a.dsum + (t0 + t) * nb + b0;
             __m512 o = _mm512_setzero_ps();
             int64_t i = 0;
             for (; i + 16 <= b1 - b0; i += 16) {
-                o = _mm512_fmadd_ps(_mm512_load_ps(offs + i), _mm512_cvtepi32_ps(_mm512_loadu_si512(as + i)), o);
+                o = _mm512_fmadd_ps(_mm512_load_ps(offs + i), _mm512_loadu_ps(as + i), o);
             }
             if (i < b1 - b0) {
                 const __mmask16 m = static_cast<__mmask16>((1u << (b1 - b0 - i)) - 1);
-                o = _mm512_fmadd_ps(_mm512_maskz_load_ps(m, offs + i), _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(m, as + i)), o);
+                o = _mm512_fmadd_ps(_mm512_maskz_load_ps(m, offs + i), _mm512_maskz_loadu_ps(m, as + i), o);
             }
             total += _mm512_reduce_add_ps(o);
         }
@@ -101,7 +100,7 @@ void row_kernel(const uint8_t* w, const act_q16& a, int64_t t0, float* y, size_t
     for (int64_t b0 = 0; b0 < nb; b0 += ROW_MAX_BLOCKS) {
         row_run<KIND, T>(w, a, t0, b0, b0 + ROW_MAX_BLOCKS < nb ? b0 + ROW_MAX_BLOCKS : nb, part);
     }
-    for (int t = 0; t < T; ++t) y[t * y_stride] = a.d[t0 + t] * part[t];
+    for (int t = 0; t < T; ++t) y[t * y_stride] = part[t];
 }
 
 template <int KIND>
@@ -161,9 +160,128 @@ void fp32_to_fp16_row_avx512(const float* x, uint16_t* y, int64_t n) {
     for (; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
 
+// exp(x) for x <= 0 (softmax after the max is subtracted): 2^(x log2 e) = 2^n * 2^f, |f| <= 1/2, with
+// 2^f from its Taylor series to degree 7 (truncation < 2e-7 relative); below -87 the result is 0.
+inline __m512 exp_neg(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504f));
+    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_mul_ps(_mm512_sub_ps(t, n), _mm512_set1_ps(0.693147181f));  // f ln 2
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+// r[i] = the sum of the 16 lanes of v[i], i < 16 (transpose-and-add: 2 ops per vector instead of 8)
+inline __m512 hsum16x16(const __m512* v) {
+    __m512 g[4];
+    for (int k = 0; k < 4; ++k) {
+        const __m512* w = v + 4 * k;
+        const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(w[0], w[1]), _mm512_unpackhi_ps(w[0], w[1]));
+        const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(w[2], w[3]), _mm512_unpackhi_ps(w[2], w[3]));
+        const __m512d a = _mm512_castps_pd(s01), b = _mm512_castps_pd(s23);
+        g[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    const __m512 u01 = _mm512_add_ps(_mm512_shuffle_f32x4(g[0], g[1], 0x88), _mm512_shuffle_f32x4(g[0], g[1], 0xDD));
+    const __m512 u23 = _mm512_add_ps(_mm512_shuffle_f32x4(g[2], g[3], 0x88), _mm512_shuffle_f32x4(g[2], g[3], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(u01, u23, 0x88), _mm512_shuffle_f32x4(u01, u23, 0xDD));
+}
+
+// NV = hd / 16 zmm per head row; HC heads of the group per pass over V (accumulators stay in registers)
+template <int NV>
+void attn_f16_impl(const float* q, int n_q, const uint16_t* k, const uint16_t* v, size_t kv_stride, int n_pos,
+                   float scale, float* scores, float* out) {
+    constexpr int HD = NV * 16;
+    constexpr int HC = NV <= 4 ? 4 : 2;
+    alignas(64) float kf[16 * HD];  // 16 positions of K in float
+    for (int p0 = 0; p0 < n_pos; p0 += 16) {
+        const int np = n_pos - p0 < 16 ? n_pos - p0 : 16;
+        for (int p = 0; p < np; ++p) {
+            const uint16_t* kr = k + size_t(p0 + p) * kv_stride;
+            for (int j = 0; j < NV; ++j) {
+                _mm512_store_ps(kf + p * HD + j * 16,
+                                _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kr + j * 16))));
+            }
+        }
+        for (int h = 0; h < n_q; ++h) {
+            __m512 qv[NV], part[16];
+            for (int j = 0; j < NV; ++j) qv[j] = _mm512_loadu_ps(q + h * HD + j * 16);
+            for (int p = 0; p < 16; ++p) {
+                if (p < np) {
+                    __m512 a = _mm512_mul_ps(qv[0], _mm512_load_ps(kf + p * HD));
+                    for (int j = 1; j < NV; ++j) a = _mm512_fmadd_ps(qv[j], _mm512_load_ps(kf + p * HD + j * 16), a);
+                    part[p] = a;
+                } else {
+                    part[p] = _mm512_setzero_ps();
+                }
+            }
+            const __m512 sc = _mm512_mul_ps(hsum16x16(part), _mm512_set1_ps(scale));
+            _mm512_mask_storeu_ps(scores + size_t(h) * size_t(n_pos) + p0, static_cast<__mmask16>((1u << np) - 1), sc);
+        }
+    }
+    for (int h = 0; h < n_q; ++h) {  // softmax per head
+        float* sc = scores + size_t(h) * size_t(n_pos);
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        int p = 0;
+        for (; p + 16 <= n_pos; p += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(sc + p));
+        float m = _mm512_reduce_max_ps(mx);
+        for (; p < n_pos; ++p) m = sc[p] > m ? sc[p] : m;
+        const __m512 mv = _mm512_set1_ps(m);
+        __m512 sum = _mm512_setzero_ps();
+        for (p = 0; p < n_pos; p += 16) {
+            const __mmask16 mk = static_cast<__mmask16>(n_pos - p >= 16 ? 0xFFFF : (1u << (n_pos - p)) - 1);
+            const __m512 e = _mm512_maskz_mov_ps(mk, exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, sc + p), mv)));
+            _mm512_mask_storeu_ps(sc + p, mk, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+        for (p = 0; p < n_pos; p += 16) {
+            const __mmask16 mk = static_cast<__mmask16>(n_pos - p >= 16 ? 0xFFFF : (1u << (n_pos - p)) - 1);
+            _mm512_mask_storeu_ps(sc + p, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, sc + p), inv));
+        }
+    }
+    for (int h0 = 0; h0 < n_q; h0 += HC) {  // out = weights . V, HC heads per pass
+        const int nh = n_q - h0 < HC ? n_q - h0 : HC;
+        __m512 acc[HC][NV];
+        for (int h = 0; h < HC; ++h) {
+            for (int j = 0; j < NV; ++j) acc[h][j] = _mm512_setzero_ps();
+        }
+        for (int p = 0; p < n_pos; ++p) {
+            const uint16_t* vr = v + size_t(p) * kv_stride;
+            __m512 vv[NV];
+            for (int j = 0; j < NV; ++j) vv[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + j * 16)));
+            for (int h = 0; h < HC; ++h) {
+                if (h < nh) {
+                    const __m512 w = _mm512_set1_ps(scores[size_t(h0 + h) * size_t(n_pos) + size_t(p)]);
+                    for (int j = 0; j < NV; ++j) acc[h][j] = _mm512_fmadd_ps(w, vv[j], acc[h][j]);
+                }
+            }
+        }
+        for (int h = 0; h < nh; ++h) {
+            for (int j = 0; j < NV; ++j) _mm512_storeu_ps(out + (h0 + h) * HD + j * 16, acc[h][j]);
+        }
+    }
+}
+
+void attn_f16_avx512(const float* q, int n_q, const uint16_t* k, const uint16_t* v, size_t kv_stride, int n_pos,
+                     int hd, float scale, float* scores, float* out) {
+    switch (hd) {
+    case 64: attn_f16_impl<4>(q, n_q, k, v, kv_stride, n_pos, scale, scores, out); break;
+    case 128: attn_f16_impl<8>(q, n_q, k, v, kv_stride, n_pos, scale, scores, out); break;
+    default: break;  // not reached: kernels_attn_supported() gates the call
+    }
+}
+
 const kernel_set AVX512_SET = {
     "avx512_vnni",        quantize_q16_avx512,      row_dispatch<0>,   row_dispatch<1>,          row_dispatch<2>,
     dot_f32_avx512,       dot_f16_f32_avx512,      axpy_f16_avx512,   fp32_to_fp16_row_avx512,
+    attn_f16_avx512,
 };
 
 }  // namespace

@@ -386,7 +386,8 @@ void qk_range(void* ctx, int64_t i0, int64_t i1, int) {
     }
 }
 
-// item = (entry, kv head): the group of query heads sharing that kv head, over positions 0..pos
+// item = (entry, kv head): the group of query heads sharing that kv head, over positions 0..pos; the
+// kernel set's fused attention when it has one for this head size, else dot / softmax / axpy here
 void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
     const fwd& f = *static_cast<fwd*>(ctx);
     strata_model* m = f.m;
@@ -405,6 +406,12 @@ void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
         const int32_t n_pos = f.b->pos[i] + 1;
         const float* q = m->s.q.data() + i * nq + g * group * hd;
         float* out = m->s.att.data() + i * nq + g * group * hd;
+        if (kv->type == KV_TYPE_F16 && ks.attn_f16 && (hd == 64 || hd == 128)) {
+            const uint16_t* k0 = reinterpret_cast<const uint16_t*>(kv_row(kv, false, f.layer, 0)) + g * hd;
+            const uint16_t* v0 = reinterpret_cast<const uint16_t*>(kv_row(kv, true, f.layer, 0)) + g * hd;
+            ks.attn_f16(q, group, k0, v0, size_t(kv->n_embd_kv), n_pos, hd, scale, scores, out);
+            continue;
+        }
         for (int32_t p = 0; p < n_pos; ++p) {
             const uint8_t* krow = kv_row(kv, false, f.layer, p);
             if (kv->type == KV_TYPE_F16) {

@@ -85,16 +85,16 @@ void test_quantize_and_rows() {
         for (float& v : x) v = frand(-2, 2);
         x[5] = 40.0f;  // an outlier channel, as real residual streams have
         std::vector<int16_t> qs_ref(static_cast<size_t>(T * k));
-        std::vector<float> d_ref(static_cast<size_t>(T));
-        std::vector<int32_t> sum_ref(static_cast<size_t>(T * k / 32));
+        std::vector<float> d_ref(static_cast<size_t>(T * k / 32));
+        std::vector<float> sum_ref(static_cast<size_t>(T * k / 32));
         for (int t = 0; t < T; ++t) {
-            kernels_scalar().quantize_q16(x.data() + t * k, k, qs_ref.data() + t * k, &d_ref[size_t(t)], sum_ref.data() + t * k / 32);
+            kernels_scalar().quantize_q16(x.data() + t * k, k, qs_ref.data() + t * k, d_ref.data() + t * k / 32, sum_ref.data() + t * k / 32);
         }
         for (const kernel_set* ks : kernel_sets()) {
             std::vector<int16_t> qs(qs_ref.size());
             std::vector<float> d(d_ref.size());
-            std::vector<int32_t> sum(sum_ref.size());
-            for (int t = 0; t < T; ++t) ks->quantize_q16(x.data() + t * k, k, qs.data() + t * k, &d[size_t(t)], sum.data() + t * k / 32);
+            std::vector<float> sum(sum_ref.size());
+            for (int t = 0; t < T; ++t) ks->quantize_q16(x.data() + t * k, k, qs.data() + t * k, d.data() + t * k / 32, sum.data() + t * k / 32);
             CHECK(qs == qs_ref && d == d_ref && sum == sum_ref, "%s: quantize_q16 differs from scalar (k=%ld)", ks->name, long(k));
             const act_q16 a{qs.data(), d.data(), sum.data(), k};
             for (ggml_type type : types) {
@@ -108,7 +108,7 @@ void test_quantize_and_rows() {
                     for (int t = 0; t < nt; ++t) {
                         double ref = 0, mag = 0;
                         for (int64_t i = 0; i < k; ++i) {
-                            const double av = double(qs[size_t(t * k + i)]) * double(d[size_t(t)]);
+                            const double av = double(qs[size_t(t * k + i)]) * double(d[size_t((t * k + i) / 32)]);
                             ref += double(wf[size_t(i)]) * av;
                             mag += std::fabs(double(wf[size_t(i)]) * av);
                         }
@@ -185,6 +185,44 @@ void test_matmul_determinism() {
     for (threadpool* p : pools) threadpool_free(p);
 }
 
+// fused attention (where a set has one) against softmax(q k^T * scale) v in double over the half rows
+void test_attention() {
+    for (const kernel_set* ks : kernel_sets()) {
+        if (!ks->attn_f16) continue;
+        for (int hd : {64, 128}) {
+            for (int n_pos : {1, 15, 16, 17, 100}) {
+                const int n_q = hd == 64 ? 3 : 5;
+                const size_t stride = size_t(hd) * 2 + 8;  // rows of a wider cache, as in (n_ctx, n_embd_kv)
+                std::vector<uint16_t> k(stride * size_t(n_pos)), v(stride * size_t(n_pos));
+                for (uint16_t& h : k) h = fp32_to_fp16(frand(-2, 2));
+                for (uint16_t& h : v) h = fp32_to_fp16(frand(-2, 2));
+                std::vector<float> q(size_t(n_q * hd)), out(size_t(n_q * hd)), scores(size_t(n_q * n_pos));
+                for (float& x : q) x = frand(-2, 2);
+                const float scale = 1.0f / std::sqrt(float(hd));
+                ks->attn_f16(q.data(), n_q, k.data(), v.data(), stride, n_pos, hd, scale, scores.data(), out.data());
+                double worst = 0;
+                for (int h = 0; h < n_q; ++h) {
+                    std::vector<double> w(static_cast<size_t>(n_pos));
+                    double mx = -1e300, sum = 0;
+                    for (int p = 0; p < n_pos; ++p) {
+                        double s = 0;
+                        for (int j = 0; j < hd; ++j) s += double(q[size_t(h * hd + j)]) * fp16_to_fp32(k[size_t(p) * stride + size_t(j)]);
+                        w[size_t(p)] = s * scale;
+                        mx = std::fmax(mx, w[size_t(p)]);
+                    }
+                    for (double& x : w) sum += (x = std::exp(x - mx));
+                    for (int j = 0; j < hd; ++j) {
+                        double o = 0;
+                        for (int p = 0; p < n_pos; ++p) o += w[size_t(p)] / sum * fp16_to_fp32(v[size_t(p) * stride + size_t(j)]);
+                        worst = std::fmax(worst, std::fabs(o - out[size_t(h * hd + j)]));
+                    }
+                }
+                CHECK(worst < 2e-5, "%s attn hd=%d n_pos=%d: max error %g", ks->name, hd, n_pos, worst);
+            }
+        }
+    }
+}
+
 void test_rope_and_norm() {
     const int heads = 3, hd = 64, n_rot = 64;
     std::vector<float> inv(static_cast<size_t>(n_rot / 2));
@@ -226,6 +264,7 @@ int main() {
     test_quantize_and_rows();
     test_f16_ops();
     test_matmul_determinism();
+    test_attention();
     test_rope_and_norm();
     if (g_failures) {
         std::fprintf(stderr, "%d failures\n", g_failures);
