@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from serve.events import BadRequest
-from serve.reasoning import normalize_effort
+from serve.reasoning import check_budget, normalize_effort
 from serve.sampling import check_config_sampling
 
 CONFIG_MAX_BYTES = 4 * 1024 * 1024   # a config is a page of JSON; anything this big is the wrong file
@@ -204,11 +204,9 @@ def check_config(cfg: dict) -> tuple[dict, list[str]]:
             notices += said
         if out.get("reasoning_effort") is not None:
             out["reasoning_effort"] = normalize_effort(out["reasoning_effort"], "reasoning_effort")
+        check_budget(out.get("reasoning_budget_tokens"))
     except BadRequest as e:
         raise ConfigError(f"config: {e.message}") from None
-    budget = out.get("reasoning_budget_tokens")
-    if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 0):
-        raise ConfigError('config: "reasoning_budget_tokens" must be an integer >= 0 (0 = no budget)')
     if out.get("anthropic_thinking", "model") not in ("model", "on_request"):
         raise ConfigError('config: "anthropic_thinking" must be "model" or "on_request"')
     if "aliases" in out:

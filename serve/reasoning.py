@@ -114,12 +114,9 @@ def effort_from_anthropic(body: dict, mode: str = "model") -> str | None:
     if level is not None:
         return level
     if thinking is not None:
-        budget = thinking.get("budget_tokens")
+        budget = check_budget(thinking.get("budget_tokens"), "thinking.budget_tokens")
         if budget is None:
             return None
-        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
-            raise BadRequest("`thinking.budget_tokens` must be an integer >= 0",
-                             param="thinking.budget_tokens")
         return "low" if budget < 2048 else "medium" if budget < 8192 else "high"
     return "none" if mode == "on_request" else None
 
@@ -147,6 +144,13 @@ def template_kwargs(effort: str | None) -> dict:
 
 # ------------------------------------------------------------------------------------------ budget
 
+def check_budget(value: Any, field: str = "reasoning_budget_tokens") -> int | None:
+    """A token budget as sent: None, or an integer >= 0 (0 = no budget); anything else is a 400."""
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise BadRequest(f"`{field}`: an integer >= 0 (0 = no budget)", param=field)
+    return value
+
+
 def answer_reserve(max_new: int) -> int:
     """Tokens kept for the answer out of `max_new`: min(max(512, max_new // 4), max_new // 2)."""
     return min(max(ANSWER_RESERVE_MIN, max_new // 4), max_new // 2)
@@ -158,8 +162,7 @@ def thinking_budget(budget: int | None, max_new: int, answer_room: bool = True) 
     A request's budget (0 or None = none) is lowered so the answer keeps its reserve. Without a budget, a
     cap of at least `ANSWER_ROOM_MIN_CAP` still gets one (the answer's room), unless `answer_room` is off.
     """
-    if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 0):
-        raise BadRequest("`reasoning_budget_tokens` must be an integer >= 0", param="reasoning_budget_tokens")
+    budget = check_budget(budget)
     reserve = answer_reserve(max_new)
     if budget:
         return budget if budget <= max_new - reserve else max(1, max_new - reserve)
@@ -171,11 +174,8 @@ def thinking_budget(budget: int | None, max_new: int, answer_room: bool = True) 
 def reasoning_fields(body: dict, req) -> None:
     """Strata's reasoning extensions, on either API, onto a ChatRequest: `reasoning_budget_tokens`
     (integer >= 0; 0 = none), `answer_room` and `reasoning_close_retry` (booleans)."""
-    budget = body.get("reasoning_budget_tokens")
+    budget = check_budget(body.get("reasoning_budget_tokens"))
     if budget is not None:
-        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
-            raise BadRequest("`reasoning_budget_tokens`: an integer >= 0 (0 = no budget)",
-                             param="reasoning_budget_tokens")
         req.reasoning_budget_tokens = budget
     for name in ("answer_room", "reasoning_close_retry"):
         value = body.get(name)
