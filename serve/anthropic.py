@@ -249,7 +249,7 @@ class MessageBuilder:
         self._open: str | None = None      # kind of the block open in the stream: thinking / text / tool_use
         self._tool_index: int | None = None  # the open tool_use block's call index
         self._tool_blocks: dict[int, int] = {}   # call index -> block index (announced calls)
-        self._tool_json: dict[int, str] = {}     # call index -> arguments text so far
+        self._announced: set[int] = set()        # call indexes whose name was known
         self._finished: set[int] = set()
 
     def start(self) -> list[str]:
@@ -292,14 +292,13 @@ class MessageBuilder:
             frames.append(self._delta({"type": delta_type, field: ev.text}))
             return frames
         if kind == KIND_TOOL_START:
-            self._tool_json[ev.index] = ""
+            self._announced.add(ev.index)
             if not self.stream_args:
                 return []
             frames = self._start_block({"type": "tool_use", "id": ev.call_id, "name": ev.name, "input": {}})
             self._tool_blocks[ev.index], self._tool_index = len(self.content) - 1, ev.index
             return frames
         if kind == KIND_TOOL_ARGS:
-            self._tool_json[ev.index] = self._tool_json.get(ev.index, "") + ev.text
             if not self.stream_args or self._tool_index != ev.index:
                 return []
             return [self._delta({"type": "input_json_delta", "partial_json": ev.text})]
@@ -335,7 +334,7 @@ class MessageBuilder:
     def stop_reason(self, done: Done) -> str:
         if done.stop_sequence:
             return "stop_sequence"
-        all_done = set(self._tool_json) <= self._finished
+        all_done = self._announced <= self._finished
         if self._finished and all_done and done.finish in ("stop", "tool_calls"):
             return "tool_use"
         return "max_tokens" if done.finish == "length" else "end_turn"
