@@ -123,7 +123,7 @@ def test_text_without_tags_is_kept(text, thinking):
         return
     got = summary(parse([text], thinking=thinking))
     kind = "reasoning" if thinking else "content"
-    assert got[kind] == text.lstrip("\n") if thinking else got[kind] == text.lstrip("\n")
+    assert got[kind] == text.lstrip("\n")
     assert got["calls"] == []
 
 
