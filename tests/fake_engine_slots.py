@@ -18,6 +18,7 @@ Script (JSON; every key optional; `starts` and `state` as in tests/fake_engine.p
   token_delay_s (per solo token), pp_chunk (default 64), pp_delay_s (per prompt chunk), record (file),
   rules: [{match: substring of the question, ...any of repeat/pp_delay_s/token_delay_s/step_delay_s}]
   stray: lines written right after READY (e.g. a `BT 3 65` for nobody)
+  bstop_lag_steps: decode steps a slot still makes after its BSTOP (the token of a step under way)
   die_after_steps: exit 3 after that many decode steps
   hang_after_bstop: after a BSTOP, write nothing more (but `tick_s` WARN lines) for this many seconds
   hang_on_stop: the same after a STOP;  tick_s: a `WARN tick` line this often while hanging
@@ -152,6 +153,9 @@ class Engine:
             sl = self.slots[b]
             with self.lock:
                 stopped = self.bstop_at[b] >= sl["seq"]
+            if stopped and sl.setdefault("lag", int(self.s.get("bstop_lag_steps", 0))) > 0:
+                sl["lag"] -= 1   # a BSTOP that came during a step: that step's token is still written
+                stopped = False
             if stopped:
                 if self.s.get("hang_after_bstop"):
                     self.hang(self.s["hang_after_bstop"])
@@ -268,6 +272,7 @@ class Engine:
         emit(f"DONE 1 {len(ids)} {prompt_ms:.1f} 0.0 {fin} - - {reused} - - - - - {read} - chunk={chunk}")
         cont = first not in EOS_IDS and not stopped and max_new > 1 and bool(answer)
         if cont:
+            self.slots[slot].pop("lag", None)
             self.slots[slot].update(busy=True, seq=seq, pending=first, generated=1, max_new=max_new,
                                     answer=answer, q=q, t0=time.monotonic())
         emit(f"BADM {slot} {1 if cont else 0}")

@@ -105,7 +105,7 @@ def test_promotion_solo_to_slot_when_another_arrives(slots_engine):
 
 def test_solo_again_when_left_alone(slots_engine):
     e = slots_engine({"slots": 2, "repeat": 40, "step_delay_s": 0.004, "token_delay_s": 0.001,
-                      "rules": [{"match": "short", "repeat": 1}]})
+                      "bstop_lag_steps": 2, "rules": [{"match": "short", "repeat": 1}]})
     out = {}
     ta = threading.Thread(target=lambda: out.setdefault("a", run(e, "long-one")))
     tb = threading.Thread(target=lambda: out.setdefault("b", run(e, "short")))
@@ -318,25 +318,36 @@ def test_take_control_sees_a_turn_that_changed_just_before_its_wait(monkeypatch)
 
 
 def test_a_waiter_that_leaves_lets_the_next_one_go(monkeypatch):
-    monkeypatch.setattr(batch, "WAIT_STEP_S", 3.0)
+    """A waiter that gives up its place (its client left) notifies: the next one must not sleep a step."""
+    monkeypatch.setattr(batch, "WAIT_STEP_S", 1.0)
+    monkeypatch.setattr(batch, "HEARTBEAT_S", 0.0)
     bp = BatchPath(_StubEngine())
-    bp.engine.ctl.acquire()  # someone reads: both must wait
-    gone = threading.Event()
-    short, long_ = _Request([1] * 10, 5, "", gone.is_set), _Request([1] * 5000, 5, "", None)
+    ahead = batch._Waiter(5, 0.0, None)     # a short waiter ahead of both (it never proceeds)
+    bp.waiting[ahead.seq] = ahead
+    short, long_ = _Request([1] * 10, 5, "", None), _Request([1] * 5000, 5, "", None)
     long_.arrival = short.arrival + 1
-    done = {}
-    ts = threading.Thread(target=lambda: list(bp._take_control(short, 10)))
+    g_short = bp._take_control(short, 10)
+    assert next(g_short) is None            # registered, not its turn, one step waited, heartbeat
+    waiting_now = threading.Event()
+
+    class Cond(threading.Condition):
+        def wait(self, timeout=None):
+            if threading.current_thread().name == "L":
+                waiting_now.set()
+            return super().wait(timeout)
+
+    cond = Cond()
+    with bp.cv:
+        bp.cv = cond
+    got = {}
     tl = threading.Thread(target=lambda: (list(bp._take_control(long_, 5000)),
-                                          done.setdefault("t", time.monotonic())))
-    ts.start()
-    time.sleep(0.1)
+                                          got.setdefault("t", time.monotonic())), name="L")
     tl.start()
-    time.sleep(0.1)
-    bp.engine.ctl.release()  # the short one's turn: it is in acquire; the long one waits on cv
-    gone.set()               # ... but its client left before it got there? it takes ctl, or leaves
-    ts.join(5)
-    if short.has_ctl:
-        bp._release_ctl(short)
+    assert waiting_now.wait(3)
+    time.sleep(0.05)                         # it now sleeps a fresh 1 s step on the condition
+    with bp.cv:
+        bp.waiting.pop(ahead.seq)            # the one ahead went (its own notify is not what we test)
     t0 = time.monotonic()
+    g_short.close()                          # the short one's client left: it must wake the long one
     tl.join(5)
-    assert long_.has_ctl and done["t"] - t0 < 1.0
+    assert long_.has_ctl and got["t"] - t0 < 0.5, got["t"] - t0

@@ -116,3 +116,49 @@ def _take(g, n):
             if len(got) == n:
                 return got
     return got
+
+
+class _HookedLock:
+    """engine.ctl stand-in: runs `hook()` once, right after the n-th successful acquire by thread `who`."""
+
+    def __init__(self, who, n, hook):
+        self.lock, self.who, self.n, self.hook, self.count = threading.Lock(), who, n, hook, 0
+
+    def acquire(self, blocking=True, timeout=-1):
+        ok = self.lock.acquire(blocking, timeout)
+        if ok and threading.current_thread().name == self.who:
+            self.count += 1
+            if self.count == self.n:
+                self.hook()
+        return ok
+
+    def release(self):
+        self.lock.release()
+
+    def locked(self):
+        return self.lock.locked()
+
+
+def test_a_request_never_goes_on_on_a_restarted_process(slots_engine):
+    """Going solo again, the request re-takes ctl; the engine restarts just then: EngineDied, nothing sent to
+    the new process."""
+    e = slots_engine({"slots": 2, "repeat": 60, "step_delay_s": 0.004, "token_delay_s": 0.002,
+                      "rules": [{"match": "short", "repeat": 1}, {"match": "fresh", "repeat": 2}]})
+    e.ctl = _HookedLock("L", 2, lambda: e.restart(tries=1))
+    errors = {}
+
+    def long_one():
+        try:
+            run(e, "long-one")
+        except EngineDied as ex:
+            errors["L"] = str(ex)
+
+    tl = threading.Thread(target=long_one, name="L")
+    tl.start()
+    time.sleep(0.05)
+    assert text_of(run(e, "short")) == answer("short")   # promotes L into a slot; L then goes solo again
+    tl.join(10)
+    assert "L" in errors, "the request went on on the new process"
+    new_pid = e._cur.popen.pid
+    assert not [c for pid, c in _pids(e) if int(pid) == new_pid]
+    assert text_of(run(e, "fresh")) == answer("fresh", 2)
