@@ -147,17 +147,43 @@ struct mm_job {
 // activations stay in L1/L2 while the tile walks the block.
 constexpr int64_t MM_ROW_BLOCK = 64;
 
-void mm_q16_range(void* ctx, int64_t r0, int64_t r1, int) {
-    const mm_job& j = *static_cast<mm_job*>(ctx);
-    const int64_t n = j.w->n_rows;
+// rows [r0, r1) of w for every token: row blocks outside, token tiles inside, rows innermost
+void mm_rows(const weight_view& w, mm_row_fn row, const act_q16& act, int64_t n_tok, float* y, int64_t r0, int64_t r1) {
+    const int64_t n = w.n_rows;
     for (int64_t rb = r0; rb < r1; rb += MM_ROW_BLOCK) {
         const int64_t re = rb + MM_ROW_BLOCK < r1 ? rb + MM_ROW_BLOCK : r1;
-        for (int64_t t0 = 0; t0 < j.n_tok; t0 += MM_TOK_TILE) {
-            const int nt = static_cast<int>(j.n_tok - t0 < MM_TOK_TILE ? j.n_tok - t0 : MM_TOK_TILE);
-            for (int64_t r = rb; r < re; ++r) {
-                j.row(j.w->data + r * j.w->row_bytes, j.act, t0, nt, j.y + t0 * n + r, static_cast<size_t>(n));
-            }
+        for (int64_t t0 = 0; t0 < n_tok; t0 += MM_TOK_TILE) {
+            const int nt = static_cast<int>(n_tok - t0 < MM_TOK_TILE ? n_tok - t0 : MM_TOK_TILE);
+            for (int64_t r = rb; r < re; ++r) row(w.data + r * w.row_bytes, act, t0, nt, y + t0 * n + r, static_cast<size_t>(n));
         }
+    }
+}
+
+mm_row_fn row_fn(const kernel_set& ks, ggml_type t) {
+    return t == GGML_TYPE_Q4_0 ? ks.row_q4_0 : t == GGML_TYPE_Q4_1 ? ks.row_q4_1 : ks.row_q8_0;
+}
+
+void mm_q16_range(void* ctx, int64_t r0, int64_t r1, int) {
+    const mm_job& j = *static_cast<mm_job*>(ctx);
+    mm_rows(*j.w, j.row, j.act, j.n_tok, j.y, r0, r1);
+}
+
+// several weights over the same activations: one row space [0, sum of n_rows), weight i at offset first[i]
+struct mm_multi_job {
+    const kernel_set* ks;
+    const weight_view* const* ws;
+    float* const* ys;
+    int n_w;
+    int64_t first[MM_MAX_FUSED + 1];
+    act_q16 act;
+    int64_t n_tok;
+};
+
+void mm_multi_range(void* ctx, int64_t r0, int64_t r1, int) {
+    const mm_multi_job& j = *static_cast<mm_multi_job*>(ctx);
+    for (int i = 0; i < j.n_w; ++i) {
+        const int64_t a = r0 > j.first[i] ? r0 : j.first[i], b = r1 < j.first[i + 1] ? r1 : j.first[i + 1];
+        if (a < b) mm_rows(*j.ws[i], row_fn(*j.ks, j.ws[i]->type), j.act, j.n_tok, j.ys[i], a - j.first[i], b - j.first[i]);
     }
 }
 
@@ -196,22 +222,41 @@ bool kernels_uses_q16(ggml_type type) {
 // Token counts at or above this quantise their activations on the pool (below, the fork costs more).
 constexpr int64_t MM_PARALLEL_QUANT_TOKENS = 8;
 
+static act_q16 quantize_acts(threadpool* pool, mm_job* j) {
+    const int64_t k = j->w->n_cols, nb = k / QK32, n_tok = j->n_tok;
+    mm_scratch* scratch = j->scratch;
+    if (scratch->qs.size() < size_t(n_tok * k)) scratch->qs.resize(size_t(n_tok * k));
+    if (scratch->d.size() < size_t(n_tok * nb)) scratch->d.resize(size_t(n_tok * nb));
+    if (scratch->dsum.size() < size_t(n_tok * nb)) scratch->dsum.resize(size_t(n_tok * nb));
+    if (n_tok >= MM_PARALLEL_QUANT_TOKENS) {
+        threadpool_run(pool, n_tok, quantize_range, j);
+    } else {
+        quantize_range(j, 0, n_tok, 0);
+    }
+    return act_q16{scratch->qs.data(), scratch->d.data(), scratch->dsum.data(), k};
+}
+
+void matmul_fused(threadpool* pool, const kernel_set& ks, const weight_view* const* ws, float* const* ys, int n_w,
+                  const float* x, int64_t x_stride, int64_t n_tok, mm_scratch* scratch) {
+    bool fuse = n_w <= MM_MAX_FUSED;
+    for (int i = 0; i < n_w; ++i) fuse = fuse && kernels_uses_q16(ws[i]->type) && ws[i]->n_cols == ws[0]->n_cols;
+    if (!fuse) {
+        for (int i = 0; i < n_w; ++i) matmul(pool, ks, *ws[i], x, x_stride, n_tok, ys[i], scratch);
+        return;
+    }
+    mm_job q{&ks, ws[0], x, x_stride, n_tok, nullptr, act_q16{}, scratch, nullptr};
+    mm_multi_job j{&ks, ws, ys, n_w, {0}, quantize_acts(pool, &q), n_tok};
+    for (int i = 0; i < n_w; ++i) j.first[i + 1] = j.first[i] + ws[i]->n_rows;
+    threadpool_run(pool, j.first[n_w], mm_multi_range, &j);
+}
+
 void matmul(threadpool* pool, const kernel_set& ks, const weight_view& w, const float* x, int64_t x_stride,
             int64_t n_tok, float* y, mm_scratch* scratch) {
     mm_job j{&ks, &w, x, x_stride, n_tok, y, act_q16{}, scratch, nullptr};
     const int64_t k = w.n_cols;
     if (kernels_uses_q16(w.type)) {
-        const int64_t nb = k / QK32;
-        if (scratch->qs.size() < size_t(n_tok * k)) scratch->qs.resize(size_t(n_tok * k));
-        if (scratch->d.size() < size_t(n_tok * nb)) scratch->d.resize(size_t(n_tok * nb));
-        if (scratch->dsum.size() < size_t(n_tok * nb)) scratch->dsum.resize(size_t(n_tok * nb));
-        if (n_tok >= MM_PARALLEL_QUANT_TOKENS) {
-            threadpool_run(pool, n_tok, quantize_range, &j);
-        } else {
-            quantize_range(&j, 0, n_tok, 0);
-        }
-        j.act = act_q16{scratch->qs.data(), scratch->d.data(), scratch->dsum.data(), k};
-        j.row = w.type == GGML_TYPE_Q4_0 ? ks.row_q4_0 : w.type == GGML_TYPE_Q4_1 ? ks.row_q4_1 : ks.row_q8_0;
+        j.act = quantize_acts(pool, &j);
+        j.row = row_fn(ks, w.type);
         threadpool_run(pool, w.n_rows, mm_q16_range, &j);
         return;
     }

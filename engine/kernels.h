@@ -84,6 +84,9 @@ struct mm_scratch {
     std::vector<float> rows;  // (n_threads, K) dequantised weight rows for the generic path
 };
 
+// Most weights one matmul_fused call takes (Q, K, V).
+constexpr int MM_MAX_FUSED = 3;
+
 // y (n_tok, N) = x (n_tok, K) @ W^T, where W is (N, K). x rows are x_stride floats apart.
 void matmul(threadpool* pool, const kernel_set& ks, const weight_view& w, const float* x, int64_t x_stride,
             int64_t n_tok, float* y, mm_scratch* scratch);
@@ -95,3 +98,8 @@ void rmsnorm_row(const float* x, const float* w, float* y, int32_t n, float eps)
 // pairs, (2i, 2i+1) ("normal", llama) or (i, i + n_rot/2) (NeoX, qwen2/qwen3), by pos * inv_freq[i].
 void rope_row(float* x, int32_t n_heads, int32_t head_dim, int32_t n_rot, bool neox, int32_t pos,
               const float* inv_freq);
+
+// ys[i] = x @ ws[i]^T for i < n_w weights of the same K: the activations are quantised once and all rows go
+// to the pool as one job (one fork/join instead of n_w); each output is computed exactly as by matmul.
+void matmul_fused(threadpool* pool, const kernel_set& ks, const weight_view* const* ws, float* const* ys, int n_w,
+                  const float* x, int64_t x_stride, int64_t n_tok, mm_scratch* scratch);

@@ -41,9 +41,9 @@ void quantize_q16_avx512(const float* x, int64_t k, int16_t* qs, float* d, float
 
 // 16 packed nibbles -> 32 int16 lanes in element order: low nibbles are elements 0..15, high ones 16..31
 inline __m512i unpack_nibbles16(const uint8_t* qs) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-    const __m128i m = _mm_set1_epi8(0x0F);
-    return _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m)));
+    const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+    const __m256i m = _mm256_set1_epi16(0x0F);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m)), _mm256_srli_epi16(v, 4), 1);
 }
 
 // Offset multipliers of up to this many blocks live on the stack (K up to 64Ki elements); longer rows are
