@@ -162,7 +162,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=default_model())
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--runs", type=int, default=2, help="runs per figure; the best is kept")
+    ap.add_argument("--runs", type=int, default=3, help="runs per figure; the best is kept")
     ap.add_argument("--engine", default=os.path.join(REPO_ROOT, "build", "strata-engine"))
     ap.add_argument("--no-peer", action="store_true", help="skip llama.cpp")
     args = ap.parse_args(argv)
