@@ -60,12 +60,12 @@ struct kernel_set {
     float (*dot_f16_f32)(const uint16_t* a, const float* b, int64_t n);  // a in IEEE half
     void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n);  // y += a * x, x in IEEE half
     void (*fp32_to_fp16_row)(const float* x, uint16_t* y, int64_t n);
-    // Attention of n_q query heads sharing one kv head over positions [0, n_pos) of a half K/V cache:
-    // q (n_q, hd) floats; k, v point at position 0 of this kv head, rows kv_stride halves apart;
-    // scores (n_q, n_pos) scratch; out (n_q, hd) = softmax(scale * q k^T) v. nullptr: the generic path in
-    // model.cpp (dot_f16_f32 / axpy_f16) is used instead.
-    void (*attn_f16)(const float* q, int n_q, const uint16_t* k, const uint16_t* v, size_t kv_stride,
-                     int n_pos, int hd, float scale, float* scores, float* out);
+    // Attention of n_q query heads sharing one kv head over positions [0, n_pos) of the cache:
+    // q (n_q, hd) floats; k, v point at this kv head's part of position 0, rows row_bytes apart, each
+    // head's part hd halves (kv_q8 false) or hd / 32 Q8_0 blocks (kv_q8 true); scores (n_q, n_pos)
+    // scratch; out (n_q, hd) = softmax(scale * q k^T) v. nullptr: the generic path in model.cpp is used.
+    void (*attn)(const float* q, int n_q, const uint8_t* k, const uint8_t* v, size_t row_bytes, bool kv_q8,
+                 int n_pos, int hd, float scale, float* scores, float* out);
 };
 
 const kernel_set& kernels_get();

@@ -193,21 +193,30 @@ inline __m512 hsum16x16(const __m512* v) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(u01, u23, 0x88), _mm512_shuffle_f32x4(u01, u23, 0xDD));
 }
 
+// elements [16 j, 16 j + 16) of one head's cache row: halves, or Q8_0 blocks of 32
+template <bool Q8>
+inline __m512 load_kv16(const uint8_t* row, int j) {
+    if constexpr (Q8) {
+        const block_q8_0* b = reinterpret_cast<const block_q8_0*>(row) + j / 2;
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + (j % 2) * 16));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(h2f(b->d)));
+    } else {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row) + j));
+    }
+}
+
 // NV = hd / 16 zmm per head row; HC heads of the group per pass over V (accumulators stay in registers)
-template <int NV>
-void attn_f16_impl(const float* q, int n_q, const uint16_t* k, const uint16_t* v, size_t kv_stride, int n_pos,
-                   float scale, float* scores, float* out) {
+template <int NV, bool Q8>
+void attn_impl(const float* q, int n_q, const uint8_t* k, const uint8_t* v, size_t row_bytes, int n_pos,
+               float scale, float* scores, float* out) {
     constexpr int HD = NV * 16;
     constexpr int HC = NV <= 4 ? 4 : 2;
     alignas(64) float kf[16 * HD];  // 16 positions of K in float
     for (int p0 = 0; p0 < n_pos; p0 += 16) {
         const int np = n_pos - p0 < 16 ? n_pos - p0 : 16;
         for (int p = 0; p < np; ++p) {
-            const uint16_t* kr = k + size_t(p0 + p) * kv_stride;
-            for (int j = 0; j < NV; ++j) {
-                _mm512_store_ps(kf + p * HD + j * 16,
-                                _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kr + j * 16))));
-            }
+            const uint8_t* kr = k + size_t(p0 + p) * row_bytes;
+            for (int j = 0; j < NV; ++j) _mm512_store_ps(kf + p * HD + j * 16, load_kv16<Q8>(kr, j));
         }
         for (int h = 0; h < n_q; ++h) {
             __m512 qv[NV], part[16];
@@ -253,9 +262,9 @@ void attn_f16_impl(const float* q, int n_q, const uint16_t* k, const uint16_t* v
             for (int j = 0; j < NV; ++j) acc[h][j] = _mm512_setzero_ps();
         }
         for (int p = 0; p < n_pos; ++p) {
-            const uint16_t* vr = v + size_t(p) * kv_stride;
+            const uint8_t* vr = v + size_t(p) * row_bytes;
             __m512 vv[NV];
-            for (int j = 0; j < NV; ++j) vv[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + j * 16)));
+            for (int j = 0; j < NV; ++j) vv[j] = load_kv16<Q8>(vr, j);
             for (int h = 0; h < HC; ++h) {
                 if (h < nh) {
                     const __m512 w = _mm512_set1_ps(scores[size_t(h0 + h) * size_t(n_pos) + size_t(p)]);
@@ -269,19 +278,22 @@ void attn_f16_impl(const float* q, int n_q, const uint16_t* k, const uint16_t* v
     }
 }
 
-void attn_f16_avx512(const float* q, int n_q, const uint16_t* k, const uint16_t* v, size_t kv_stride, int n_pos,
-                     int hd, float scale, float* scores, float* out) {
-    switch (hd) {
-    case 64: attn_f16_impl<4>(q, n_q, k, v, kv_stride, n_pos, scale, scores, out); break;
-    case 128: attn_f16_impl<8>(q, n_q, k, v, kv_stride, n_pos, scale, scores, out); break;
-    default: break;  // not reached: kernels_attn_supported() gates the call
+void attn_avx512(const float* q, int n_q, const uint8_t* k, const uint8_t* v, size_t row_bytes, bool kv_q8, int n_pos,
+                 int hd, float scale, float* scores, float* out) {
+    // model.cpp calls this only for hd 64 or 128
+    if (hd == 64) {
+        if (kv_q8) attn_impl<4, true>(q, n_q, k, v, row_bytes, n_pos, scale, scores, out);
+        else attn_impl<4, false>(q, n_q, k, v, row_bytes, n_pos, scale, scores, out);
+    } else if (hd == 128) {
+        if (kv_q8) attn_impl<8, true>(q, n_q, k, v, row_bytes, n_pos, scale, scores, out);
+        else attn_impl<8, false>(q, n_q, k, v, row_bytes, n_pos, scale, scores, out);
     }
 }
 
 const kernel_set AVX512_SET = {
     "avx512_vnni",        quantize_q16_avx512,      row_dispatch<0>,   row_dispatch<1>,          row_dispatch<2>,
     dot_f32_avx512,       dot_f16_f32_avx512,      axpy_f16_avx512,   fp32_to_fp16_row_avx512,
-    attn_f16_avx512,
+    attn_avx512,
 };
 
 }  // namespace

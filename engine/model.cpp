@@ -406,10 +406,11 @@ void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
         const int32_t n_pos = f.b->pos[i] + 1;
         const float* q = m->s.q.data() + i * nq + g * group * hd;
         float* out = m->s.att.data() + i * nq + g * group * hd;
-        if (kv->type == KV_TYPE_F16 && ks.attn_f16 && (hd == 64 || hd == 128)) {
-            const uint16_t* k0 = reinterpret_cast<const uint16_t*>(kv_row(kv, false, f.layer, 0)) + g * hd;
-            const uint16_t* v0 = reinterpret_cast<const uint16_t*>(kv_row(kv, true, f.layer, 0)) + g * hd;
-            ks.attn_f16(q, group, k0, v0, size_t(kv->n_embd_kv), n_pos, hd, scale, scores, out);
+        if (ks.attn && (hd == 64 || hd == 128)) {
+            const bool q8 = kv->type == KV_TYPE_Q8_0;
+            const size_t head_off = q8 ? size_t(g * hd / QK32) * sizeof(block_q8_0) : size_t(g * hd) * 2;
+            ks.attn(q, group, kv_row(kv, false, f.layer, 0) + head_off, kv_row(kv, true, f.layer, 0) + head_off,
+                    kv->row_bytes, q8, n_pos, hd, scale, scores, out);
             continue;
         }
         for (int32_t p = 0; p < n_pos; ++p) {

@@ -5,7 +5,8 @@
 // tokens (odd and even block counts) agree with double dot products of the dequantised weights and the
 // dequantised activations; f16 dot/axpy/convert agree with the scalar set; matmul (integer and generic
 // paths, K types included) is bitwise identical for 1, 2 and 3 threads and for a token alone or inside a
-// chunk; RoPE (normal and NeoX ordering) and rmsnorm against double references.
+// chunk; fused attention over half and Q8_0 caches; RoPE (normal and NeoX ordering) and rmsnorm against
+// double references.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -185,39 +186,52 @@ void test_matmul_determinism() {
     for (threadpool* p : pools) threadpool_free(p);
 }
 
-// fused attention (where a set has one) against softmax(q k^T * scale) v in double over the half rows
+// fused attention (where a set has one) against softmax(q k^T * scale) v in double over the cache rows as
+// stored (half, or Q8_0 blocks), each row wider than one head as in the (n_ctx, n_embd_kv) cache
 void test_attention() {
     for (const kernel_set* ks : kernel_sets()) {
-        if (!ks->attn_f16) continue;
-        for (int hd : {64, 128}) {
-            for (int n_pos : {1, 15, 16, 17, 100}) {
-                const int n_q = hd == 64 ? 3 : 5;
-                const size_t stride = size_t(hd) * 2 + 8;  // rows of a wider cache, as in (n_ctx, n_embd_kv)
-                std::vector<uint16_t> k(stride * size_t(n_pos)), v(stride * size_t(n_pos));
-                for (uint16_t& h : k) h = fp32_to_fp16(frand(-2, 2));
-                for (uint16_t& h : v) h = fp32_to_fp16(frand(-2, 2));
-                std::vector<float> q(size_t(n_q * hd)), out(size_t(n_q * hd)), scores(size_t(n_q * n_pos));
-                for (float& x : q) x = frand(-2, 2);
-                const float scale = 1.0f / std::sqrt(float(hd));
-                ks->attn_f16(q.data(), n_q, k.data(), v.data(), stride, n_pos, hd, scale, scores.data(), out.data());
-                double worst = 0;
-                for (int h = 0; h < n_q; ++h) {
-                    std::vector<double> w(static_cast<size_t>(n_pos));
-                    double mx = -1e300, sum = 0;
-                    for (int p = 0; p < n_pos; ++p) {
-                        double s = 0;
-                        for (int j = 0; j < hd; ++j) s += double(q[size_t(h * hd + j)]) * fp16_to_fp32(k[size_t(p) * stride + size_t(j)]);
-                        w[size_t(p)] = s * scale;
-                        mx = std::fmax(mx, w[size_t(p)]);
+        if (!ks->attn) continue;
+        for (int q8 = 0; q8 < 2; ++q8) {
+            for (int hd : {64, 128}) {
+                for (int n_pos : {1, 15, 16, 17, 100}) {
+                    const int n_q = hd == 64 ? 3 : 5;
+                    const ggml_type t = q8 ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
+                    const size_t row_bytes = quant_row_bytes(t, 2 * hd);  // two heads per row; we use the first
+                    std::vector<uint8_t> k(row_bytes * size_t(n_pos)), v(row_bytes * size_t(n_pos));
+                    for (std::vector<uint8_t>* buf : {&k, &v}) {
+                        for (int p = 0; p < n_pos; ++p) {
+                            const std::vector<uint8_t> row = random_rows(t, 2 * hd, 1);
+                            std::memcpy(buf->data() + size_t(p) * row_bytes, row.data(), row_bytes);
+                        }
                     }
-                    for (double& x : w) sum += (x = std::exp(x - mx));
-                    for (int j = 0; j < hd; ++j) {
-                        double o = 0;
-                        for (int p = 0; p < n_pos; ++p) o += w[size_t(p)] / sum * fp16_to_fp32(v[size_t(p) * stride + size_t(j)]);
-                        worst = std::fmax(worst, std::fabs(o - out[size_t(h * hd + j)]));
+                    std::vector<float> q(size_t(n_q * hd)), out(size_t(n_q * hd)), scores(size_t(n_q * n_pos));
+                    for (float& x : q) x = frand(-2, 2);
+                    const float scale = 1.0f / std::sqrt(float(hd));
+                    ks->attn(q.data(), n_q, k.data(), v.data(), row_bytes, q8 != 0, n_pos, hd, scale, scores.data(), out.data());
+                    std::vector<float> kr(static_cast<size_t>(2 * hd)), vr(static_cast<size_t>(2 * hd));
+                    double worst = 0, mag = 0;
+                    for (int h = 0; h < n_q; ++h) {
+                        std::vector<double> w(static_cast<size_t>(n_pos)), o(static_cast<size_t>(hd), 0.0);
+                        double mx = -1e300, sum = 0;
+                        for (int p = 0; p < n_pos; ++p) {
+                            dequantize_row(t, k.data() + size_t(p) * row_bytes, kr.data(), 2 * hd);
+                            double s = 0;
+                            for (int j = 0; j < hd; ++j) s += double(q[size_t(h * hd + j)]) * kr[size_t(j)];
+                            w[size_t(p)] = s * scale;
+                            mx = std::fmax(mx, w[size_t(p)]);
+                        }
+                        for (double& x : w) sum += (x = std::exp(x - mx));
+                        for (int p = 0; p < n_pos; ++p) {
+                            dequantize_row(t, v.data() + size_t(p) * row_bytes, vr.data(), 2 * hd);
+                            for (int j = 0; j < hd; ++j) o[size_t(j)] += w[size_t(p)] / sum * vr[size_t(j)];
+                        }
+                        for (int j = 0; j < hd; ++j) {
+                            worst = std::fmax(worst, std::fabs(o[size_t(j)] - out[size_t(h * hd + j)]));
+                            mag = std::fmax(mag, std::fabs(o[size_t(j)]));
+                        }
                     }
+                    CHECK(worst < 2e-5 * std::fmax(mag, 1.0), "%s attn %s hd=%d n_pos=%d: max error %g", ks->name, q8 ? "q8_0" : "f16", hd, n_pos, worst);
                 }
-                CHECK(worst < 2e-5, "%s attn hd=%d n_pos=%d: max error %g", ks->name, hd, n_pos, worst);
             }
         }
     }
