@@ -100,6 +100,14 @@ def build(ns):
         else None  # STRATA_DEBUG=1: every protocol line the engine writes, on the console
     engine = StrataEngine(argv, args, log_path=log, cwd=cfg.get("cwd"),
                           silence_s=float(cfg.get("engine_silence_s", ENGINE_SILENCE_S)), on_line=echo)
+    n_replicas = int(pick("replicas", default=1) or 1)
+    if n_replicas > 1:  # several engines, prefix-aware routing (serve/replicas.py); logs engine.log.r<i>
+        from serve.replicas import ReplicaEngine
+        if not threads:  # the cores are shared out, so replicas do not oversubscribe them
+            args += ["--threads", str(max(1, (os.cpu_count() or 2) // n_replicas))]
+        engine = ReplicaEngine([StrataEngine(argv, args, log_path=f"{log}.r{i}", cwd=cfg.get("cwd"),
+                                             silence_s=engine.silence_s, on_line=echo)
+                                for i in range(n_replicas)])
     meta_arch, name = None, cfg.get("model_name")
     if fake:
         from tools.strata_tokenizer import ByteTokenizer

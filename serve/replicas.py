@@ -17,7 +17,7 @@ background at most every `HEAL_EVERY_S` (`heal()`). Not offered: session files, 
 Public surface: `ReplicaEngine(engines, load_tokens=LOAD_TOKENS)`, `.start()`, `.generate(ids, max_new, keys,
 cancelled, result, replica=None)` (`replica` forces one, for tests and benchmarks), `.pick(ids)`, `.heal()`,
 `.alive()`, `.batched()`, `.batch_size()`, `.max_context`, `.known_ctx`, `.info`, `.live()`, `.restart(tries)`,
-`.close()`, `.death_note()`.
+`.close()`, `.kill_now()`, `.death_note()`.
 """
 from __future__ import annotations
 
@@ -173,6 +173,10 @@ class ReplicaEngine:
     def close(self) -> None:
         for r in self.replicas:
             r.engine.close()
+
+    def kill_now(self) -> None:
+        for r in self.replicas:
+            r.engine.kill_now()
 
     def _forget(self, r) -> None:
         with self._state:

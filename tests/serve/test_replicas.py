@@ -125,3 +125,20 @@ def test_heal_restarts_a_dead_replica_in_the_background(pair, monkeypatch):
     while not rep.replicas[0].engine.alive() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert rep.replicas[0].engine.alive() and rep.replicas[0].blocks == {}
+
+
+def test_serve_flags_parallel_clamped_and_replicas(tmp_path, capsys):
+    from serve.bootstrap import build
+    from strata_cli import parser
+    ns = parser().parse_args(["serve", "--tokenizer", "bytes", "--engine", f"{sys.executable} {FAKE_SLOTS}",
+                              "--parallel", "12", "--replicas", "2", "--log", str(tmp_path / "e.log")])
+    svc, _ = build(ns)
+    assert "lanes are 1..8; using 8" in capsys.readouterr().err
+    assert isinstance(svc.engine, ReplicaEngine) and len(svc.engine.replicas) == 2
+    args = svc.engine.replicas[0].engine.args
+    assert args[args.index("--batch") + 1] == "8" and "--threads" in args
+    assert svc.engine.replicas[1].engine.log_path.endswith("e.log.r1")
+    ns = parser().parse_args(["serve", "--tokenizer", "bytes", "--engine", f"{sys.executable} {FAKE_SLOTS}",
+                              "--parallel", "3", "--log", str(tmp_path / "e.log")])
+    svc, _ = build(ns)
+    assert isinstance(svc.engine, StrataEngine) and svc.engine.args[-2:] == ["--batch", "3"]
