@@ -16,6 +16,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 namespace {
@@ -57,25 +58,42 @@ void row_run(const uint8_t* w, const act_q16& a, int64_t t0, int64_t b0, int64_t
     const blk* wb = reinterpret_cast<const blk*>(w);
     const int64_t nb = a.k / QK32;
     alignas(64) float offs[ROW_MAX_BLOCKS + 16];
-    __m512 acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-    for (int64_t b = b0; b < b1; ++b) {
+    // two accumulators per token (even / odd blocks): breaks the fma latency chain of a single token; every
+    // tile size uses the same split, so a token's sum never depends on its neighbours
+    __m512 acc[2][T];
+    for (int t = 0; t < T; ++t) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+    auto block = [&](int64_t b, int h) {
         __m512i wv;
+        float dw;
         if constexpr (KIND == 2) {
             wv = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qs)));
+            dw = h2f(wb[b].d);
         } else {
             wv = _mm512_sub_epi16(unpack_nibbles16(wb[b].qs), _mm512_set1_epi16(8));  // centred: q - 8
+            if constexpr (KIND == 1) {  // d and m converted together
+                uint32_t dm;
+                std::memcpy(&dm, &wb[b].d, 4);
+                const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm)));
+                dw = _mm_cvtss_f32(f);
+                offs[b - b0] = _mm_cvtss_f32(_mm_movehdup_ps(f)) + 8.0f * dw;
+            } else {
+                dw = h2f(wb[b].d);
+            }
         }
-        const float dw = h2f(wb[b].d);
-        if constexpr (KIND == 1) offs[b - b0] = h2f(wb[b].m) + 8.0f * dw;
         for (int t = 0; t < T; ++t) {
             const __m512i av = _mm512_loadu_si512(a.qs + (t0 + t) * a.k + b * QK32);
-            const __m512i p = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wv, av);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(dw * a.d[(t0 + t) * nb + b]), acc[t]);
+            const __m512i p = _mm512_madd_epi16(wv, av);
+            acc[h][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(dw * a.d[(t0 + t) * nb + b]), acc[h][t]);
         }
+    };
+    int64_t b = b0;
+    for (; b + 1 < b1; b += 2) {
+        block(b, 0);
+        block(b + 1, 1);
     }
+    if (b < b1) block(b, 0);
     for (int t = 0; t < T; ++t) {
-        float total = _mm512_reduce_add_ps(acc[t]);
+        float total = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][t], acc[1][t]));
         if constexpr (KIND == 1) {  // offset terms: sum_b offs[b] * block_sum[b], 16 blocks per step
             const float* as = a.dsum + (t0 + t) * nb + b0;
             __m512 o = _mm512_setzero_ps();
