@@ -422,6 +422,10 @@ class Service:
                 "max_tokens": st.get("max_tokens"), "elapsed_s": st.get("elapsed_s"),
                 "tok_s": st.get("tokens_per_s"), "prefill_tok_s_mean": e.prefill_tok_s,
                 "prompt_read": e.progress[0] if st.get("busy") else None}
+        if getattr(e, "batch", None) is not None:  # decode slots (serve/batch.py): per-slot view, counters
+            live["slots"], live["batch"] = e.batch.slot_view(), e.batch.stats()
+        if hasattr(e, "live"):  # ReplicaEngine
+            live["replicas"] = e.live()
         records = hist[::-1] if all_requests else hist[::-1][:12]
         return {"engine": {"model": self.model_name, "max_context": e.max_context or e.known_ctx,
                            **{k: v for k, v in e.info.items() if not isinstance(v, dict)}},
