@@ -1,5 +1,6 @@
 // engine/kernels.cpp — scalar kernel set, CPU dispatch and the matmul driver (contract in kernels.h).
 #include "kernels.h"
+#include "kernels_kquant.h"
 
 #include <cmath>
 #include <cstring>
@@ -87,6 +88,7 @@ void fp32_to_fp16_row_scalar(const float* x, uint16_t* y, int64_t n) {
 
 const kernel_set SCALAR_SET = {
     "scalar",         quantize_q16_scalar, row_scalar<0>,    row_scalar<1>,           row_scalar<2>,
+    row_q45k_kq<0>, row_q45k_kq<1>, row_q6k_kq,
     dot_f32_scalar,   dot_f16_f32_scalar, axpy_f16_scalar,   fp32_to_fp16_row_scalar,
     nullptr,
 };
@@ -160,7 +162,14 @@ void mm_rows(const weight_view& w, mm_row_fn row, const act_q16& act, int64_t n_
 }
 
 mm_row_fn row_fn(const kernel_set& ks, ggml_type t) {
-    return t == GGML_TYPE_Q4_0 ? ks.row_q4_0 : t == GGML_TYPE_Q4_1 ? ks.row_q4_1 : ks.row_q8_0;
+    switch (t) {
+    case GGML_TYPE_Q4_0: return ks.row_q4_0;
+    case GGML_TYPE_Q4_1: return ks.row_q4_1;
+    case GGML_TYPE_Q4_K: return ks.row_q4_k;
+    case GGML_TYPE_Q5_K: return ks.row_q5_k;
+    case GGML_TYPE_Q6_K: return ks.row_q6_k;
+    default: return ks.row_q8_0;
+    }
 }
 
 void mm_q16_range(void* ctx, int64_t r0, int64_t r1, int) {
@@ -216,7 +225,8 @@ const kernel_set& kernels_get() {
 }
 
 bool kernels_uses_q16(ggml_type type) {
-    return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q8_0;
+    return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_K ||
+           type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K;
 }
 
 // Token counts at or above this quantise their activations on the pool (below, the fork costs more).

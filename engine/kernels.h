@@ -3,15 +3,15 @@
 // Contract:
 //  - kernels_get() picks, once, the fastest kernel set the CPU supports (CPUID + XGETBV: AVX-512 needs the OS
 //    to save zmm state). AMX is never used.
-//  - Quantised matmuls (Q4_0, Q4_1, Q8_0 weights) quantise the activations to 16-bit blocks of 32 (one float
+//  - Quantised matmuls (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K weights) quantise the activations to 16-bit blocks of 32 (one float
 //    scale per block, round to nearest even, the block's scaled sum kept for offset terms) and use integer
 //    dot products (vpdpwssd / pmaddwd); the product of the two blocks' float scales is applied once per
 //    block. 16 rather than 8 bits: 8-bit blocks cost 7e-3..4e-2 relative error on the top logits against a
 //    float64 forward (measured on SmolLM2), 16-bit ones reach the float32 / half-KV floor; decode is bound by
 //    reading the 4-bit weights anyway. Per block rather than per token: residual-stream outlier channels
 //    would otherwise leave ordinary channels ~9 bits.
-//    Other weight types (F32, F16, BF16, Q4_K, Q5_K, Q6_K) take the generic path: each weight row is
-//    dequantised once per call and dotted in float with every token of the chunk.
+//    F32, F16 and BF16 weights take the generic path: each weight row is converted once per call and
+//    dotted in float with every token of the chunk.
 //  - matmul reads each weight row once per call (for a prompt chunk: once per chunk, not once per token) and
 //    splits output rows over the pool; each output is computed by one thread with an operation order that
 //    depends only on the token's own data, so results depend neither on n_threads nor on the other tokens
@@ -56,6 +56,9 @@ struct kernel_set {
     mm_row_fn row_q4_0;
     mm_row_fn row_q4_1;
     mm_row_fn row_q8_0;
+    mm_row_fn row_q4_k;
+    mm_row_fn row_q5_k;
+    mm_row_fn row_q6_k;
     float (*dot_f32)(const float* a, const float* b, int64_t n);
     float (*dot_f16_f32)(const uint16_t* a, const float* b, int64_t n);  // a in IEEE half
     void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n);  // y += a * x, x in IEEE half

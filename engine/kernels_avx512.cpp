@@ -19,6 +19,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels_kquant.h"
+
 namespace {
 
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
@@ -310,6 +312,7 @@ void attn_avx512(const float* q, int n_q, const uint8_t* k, const uint8_t* v, si
 
 const kernel_set AVX512_SET = {
     "avx512_vnni",        quantize_q16_avx512,      row_dispatch<0>,   row_dispatch<1>,          row_dispatch<2>,
+    row_q45k_kq<0>, row_q45k_kq<1>, row_q6k_kq,
     dot_f32_avx512,       dot_f16_f32_avx512,      axpy_f16_avx512,   fp32_to_fp16_row_avx512,
     attn_avx512,
 };

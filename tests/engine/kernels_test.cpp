@@ -2,7 +2,7 @@
 // them) against a float64 computation from the scalar dequantisation, and the matmul driver's guarantees.
 //
 // Checked: 16-bit activation quantisation is identical across sets; row kernels for Q4_0/Q4_1/Q8_0 at 1..4
-// tokens (odd and even block counts) agree with double dot products of the dequantised weights and the
+// tokens (odd and even block counts) and Q4_K/Q5_K/Q6_K agree with double dot products of the dequantised weights and the
 // dequantised activations; f16 dot/axpy/convert agree with the scalar set; matmul (integer and generic
 // paths, K types included) is bitwise identical for 1, 2 and 3 threads and for a token alone or inside a
 // chunk; fused attention over half and Q8_0 caches; RoPE (normal and NeoX ordering) and rmsnorm against
@@ -79,7 +79,7 @@ std::vector<const kernel_set*> kernel_sets() {
 }
 
 void test_quantize_and_rows() {
-    const ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0};
+    const ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     for (int64_t k : {96, 576, 1536}) {
         const int T = MM_TOK_TILE;
         std::vector<float> x(static_cast<size_t>(T * k));
@@ -99,10 +99,13 @@ void test_quantize_and_rows() {
             CHECK(qs == qs_ref && d == d_ref && sum == sum_ref, "%s: quantize_q16 differs from scalar (k=%ld)", ks->name, long(k));
             const act_q16 a{qs.data(), d.data(), sum.data(), k};
             for (ggml_type type : types) {
+                if (k % quant_block_size(type) != 0) continue;
                 const std::vector<uint8_t> w = random_rows(type, k, 1);
                 std::vector<float> wf(static_cast<size_t>(k));
                 dequantize_row(type, w.data(), wf.data(), k);
-                const mm_row_fn row = type == GGML_TYPE_Q4_0 ? ks->row_q4_0 : type == GGML_TYPE_Q4_1 ? ks->row_q4_1 : ks->row_q8_0;
+                const mm_row_fn row = type == GGML_TYPE_Q4_0 ? ks->row_q4_0 : type == GGML_TYPE_Q4_1 ? ks->row_q4_1
+                                    : type == GGML_TYPE_Q8_0 ? ks->row_q8_0 : type == GGML_TYPE_Q4_K ? ks->row_q4_k
+                                    : type == GGML_TYPE_Q5_K ? ks->row_q5_k : ks->row_q6_k;
                 for (int nt = 1; nt <= T; ++nt) {
                     std::vector<float> y(size_t(nt * 3), -1.0f);
                     row(w.data(), a, 0, nt, y.data(), 3);
@@ -150,7 +153,8 @@ void test_f16_ops() {
 
 // matmul: identical bits for any thread count, and a token's row is the same alone or inside a chunk
 void test_matmul_determinism() {
-    const ggml_type types[] = {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_F16};
+    const ggml_type types[] = {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
+                               GGML_TYPE_Q6_K, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_F32};
     const int64_t k = 512, n = 77, n_tok = 11;
     std::vector<float> x(static_cast<size_t>(n_tok * k));
     for (float& v : x) v = frand(-1, 1);
