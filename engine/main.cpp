@@ -154,7 +154,10 @@ int parse_flags(int argc, char** argv, flags* f) {
 
 std::string join_ids(const std::vector<int32_t>& ids) {
     std::string s;
-    for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+    for (size_t i = 0; i < ids.size(); ++i) {
+        if (i > 0) s.push_back(',');
+        s.append(std::to_string(ids[i]));
+    }
     return s;
 }
 
