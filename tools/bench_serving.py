@@ -2,7 +2,9 @@
 
 Figures (a readable table, then one JSON line):
   decode_tok_s[c]   aggregate decode tokens/s with c = 1, 2, 4, 8 concurrent clients (each its own prompt,
-                    greedy, --tokens new tokens each); tokens after each client's first / summed wall time
+                    greedy, --tokens new tokens each): tokens after each client's first token over the span
+                    from the first first-token to the last end; median of --rounds passes
+  ratio_8_over_1    median of each pass's own 8-client / 1-client ratio
   ttft_short_ms     p50/p95 time to first token of short requests sent while long prompts are read,
                     with short-first admission on and off (STRATA_ADMIT_SHORT_FIRST)
   peer              the same decode figures for llama.cpp's `llama-server -np 8` when its binary is present
@@ -10,7 +12,7 @@ Figures (a readable table, then one JSON line):
 Bar from issue 3: 8 clients >= 3x one client's aggregate tok/s.
 
 Usage: python3 tools/bench_serving.py [--model PATH] [--engine PATH] [--tokens 64] [--long 3000]
-       [--shorts 6] [--threads N] [--no-peer]
+       [--shorts 6] [--threads N] [--rounds 3] [--no-peer]
 """
 import argparse
 import http.client
@@ -92,13 +94,26 @@ def ttft_while_long(engine, short_first, n_short, long_len, base):
     return {"p50": round(statistics.median(ms), 1), "p95": round(p95, 1)}
 
 
+def _rounds(rate_fn, rounds):
+    """Medians over `rounds` passes of 1, 2, 4, 8 clients (a shared machine's load drifts), and the median
+    of each pass's own 8-over-1 ratio."""
+    seen = {n: [] for n in CLIENTS}
+    ratios = []
+    for r in range(rounds):
+        one = {n: rate_fn(n, r) for n in CLIENTS}
+        for n in CLIENTS:
+            seen[n].append(one[n])
+        ratios.append(one[8] / one[1] if one[1] else 0.0)
+    return {str(n): round(statistics.median(v), 1) for n, v in seen.items()}, statistics.median(ratios)
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def peer_rates(path, model, threads, n_new):
+def peer_rates(path, model, threads, n_new, rounds):
     """llama-server -np 8 (continuous batching): the same decode figures over its /completion endpoint."""
     port = _free_port()
     cmd = [path, "-m", model, "-np", "8", "-c", str(8 * 1024), "--port", str(port), "-t", str(threads),
@@ -132,7 +147,7 @@ def peer_rates(path, model, threads, n_new):
                     if ev.get("stop"):
                         break
             c.close()
-        return {str(n): round(decode_rate(gen, n, n_new, base=200), 1) for n in CLIENTS}
+        return _rounds(lambda n, r: decode_rate(gen, n, n_new, base=200 + 10 * n + 100 * r), rounds)[0]
     finally:
         proc.terminate()
         try:
@@ -151,6 +166,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--peer", default=PEER_SERVER)
     ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3, help="passes over 1, 2, 4, 8 clients (medians)")
     ns = ap.parse_args(argv)
     if not ns.model or not os.access(ns.engine, os.X_OK):
         print("bench_serving: needs the engine binary and the model", file=sys.stderr)
@@ -162,15 +178,15 @@ def main(argv=None):
             print("bench_serving: this engine has no batch slots", file=sys.stderr)
             return 2
         e.batch.solo_again_on = False  # measure the slots themselves
-        rates = {str(n): round(decode_rate(e.generate, n, ns.tokens, base=10 * n), 1) for n in CLIENTS}
+        rates, ratio = _rounds(lambda n, r: decode_rate(e.generate, n, ns.tokens, base=10 * n + 100 * r),
+                               ns.rounds)
         ttft = {"short_first_on": ttft_while_long(e, True, ns.shorts, ns.long, 300),
                 "short_first_off": ttft_while_long(e, False, ns.shorts, ns.long, 7300)}
     finally:
         e.close()
     peer = None
     if not ns.no_peer and os.access(ns.peer, os.X_OK):
-        peer = peer_rates(ns.peer, ns.model, ns.threads, ns.tokens)
-    ratio = rates["8"] / rates["1"] if rates["1"] else 0.0
+        peer = peer_rates(ns.peer, ns.model, ns.threads, ns.tokens, ns.rounds)
     print(f"{'clients':>8} {'strata tok/s':>13} {'peer tok/s':>11}")
     for n in CLIENTS:
         print(f"{n:>8} {rates[str(n)]:>13} {(peer or {}).get(str(n), '-'):>11}")

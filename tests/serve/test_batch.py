@@ -351,3 +351,11 @@ def test_a_waiter_that_leaves_lets_the_next_one_go(monkeypatch):
     g_short.close()                          # the short one's client left: it must wake the long one
     tl.join(5)
     assert long_.has_ctl and got["t"] - t0 < 0.5, got["t"] - t0
+
+
+def test_conversation_slots_known_before_ready():
+    e = StrataEngine(["strata-engine"], ["--model", "m.gguf", "--batch", "12"])
+    assert batch.conversation_slots(e) == 8  # from the flag, clamped to the engine's 1..8
+    e.info = {"batch_slots": 3}
+    assert batch.conversation_slots(e) == 3  # READY's INFO wins
+    assert batch.conversation_slots(StrataEngine(["x"], [])) == 0
