@@ -3,6 +3,7 @@
 #include "kernels_kquant.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -128,6 +129,13 @@ bool cpu_has_avx2() {
 }
 
 const kernel_set& pick() {
+    // STRATA_KERNELS=avx2|scalar steps down from the best set (tests, comparisons); never up past the CPU
+    const char* want = std::getenv("STRATA_KERNELS");
+    if (want && std::strcmp(want, "scalar") == 0) return SCALAR_SET;
+    if (want && std::strcmp(want, "avx2") == 0) {
+        if (const kernel_set* k = kernels_avx2(); k && cpu_has_avx2()) return *k;
+        return SCALAR_SET;
+    }
     if (const kernel_set* k = kernels_avx512(); k && cpu_has_avx512_vnni()) return *k;
     if (const kernel_set* k = kernels_avx2(); k && cpu_has_avx2()) return *k;
     return SCALAR_SET;

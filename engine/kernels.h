@@ -2,7 +2,7 @@
 //
 // Contract:
 //  - kernels_get() picks, once, the fastest kernel set the CPU supports (CPUID + XGETBV: AVX-512 needs the OS
-//    to save zmm state). AMX is never used.
+//    to save zmm state); env STRATA_KERNELS=avx2|scalar steps down for tests. AMX is never used.
 //  - Quantised matmuls (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K weights) quantise the activations to 16-bit blocks of 32 (one float
 //    scale per block, round to nearest even, the block's scaled sum kept for offset terms) and use integer
 //    dot products (vpdpwssd / pmaddwd); the product of the two blocks' float scales is applied once per

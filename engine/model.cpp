@@ -285,7 +285,6 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     s.tmp.resize(nb * size_t(hp.n_embd));
     s.gate.resize(nb * size_t(hp.n_ff));
     s.up.resize(nb * size_t(hp.n_ff));
-    s.out_rows.reserve(nb);
     s.kv_rows.resize(size_t(info.n_threads) * 2 * size_t(hp.head_dim));
     s.kv_f16.resize(size_t(hp.n_embd_kv()));
     return m;

@@ -44,7 +44,6 @@ struct layer_weights {
 struct model_scratch {
     // activations for up to n_batch entries; shapes are (n_batch, width)
     std::vector<float> x, xn, q, k, v, att, tmp, gate, up;
-    std::vector<int32_t> out_rows;            // entries whose logits are wanted
     std::vector<float> att_scores;            // (n_threads, group, n_ctx) per-thread attention scores
     std::vector<float> kv_rows;               // (n_threads, 2, head_dim) dequantised q8_0 KV rows
     std::vector<uint16_t> kv_f16;             // (n_embd_kv) one K or V row in half
