@@ -49,7 +49,7 @@ def test_restart_while_requests_are_attached(slots_engine):
 @pytest.mark.parametrize("tick", [False, True])
 def test_stopped_slot_limit_counts_from_the_last_line(slots_engine, monkeypatch, tick):
     monkeypatch.setattr(batch, "QUARANTINE_S", 0.4)
-    script = {"slots": 2, "repeat": 300, "step_delay_s": 0.004, "token_delay_s": 0.002, "hang_after_bstop": 1.2,
+    script = {"slots": 2, "repeat": 60, "step_delay_s": 0.004, "token_delay_s": 0.002, "hang_after_bstop": 1.2,
               "rules": [{"match": "next", "repeat": 3}]}
     if tick:
         script["tick_s"] = 0.1
@@ -76,7 +76,7 @@ def test_stopped_slot_limit_counts_from_the_last_line(slots_engine, monkeypatch,
     assert text_of(run(e, "next")) == answer("next", 3)
     if tick:
         tk.join(20)
-        assert text_of(keeper["r"]) == answer("keeper", 300)
+        assert text_of(keeper["r"]) == answer("keeper", 60)
 
 
 @pytest.mark.parametrize("tick", [False, True])
