@@ -34,7 +34,10 @@ bool fail(command* out, const std::string& why) {
 }
 
 std::string quoted(const std::string& word) {
-    return "'" + protocol_message(word.size() > 40 ? word.substr(0, 40) + "..." : word) + "'";
+    std::string q(1, '\'');
+    q.append(protocol_message(word.size() > 40 ? word.substr(0, 40) + "..." : word));
+    q.push_back('\'');
+    return q;
 }
 
 // "1,2,3" -> ids; digits and single commas only.

@@ -21,18 +21,39 @@ constexpr uint32_t SESSION_VERSION = 1;
 constexpr uint64_t HASH_SEED = 0xcbf29ce484222325ull;
 constexpr uint64_t HASH_PRIME = 0x100000001b3ull;
 
-// FNV-1a over 64-bit little-endian words (the tail byte by byte); an integrity check, not security.
+// FNV-1a over 64-bit little-endian words of the byte stream (a last partial word byte by byte, in finish());
+// the result does not depend on how the stream is cut into add() calls. An integrity check, not security.
 struct file_hash {
     uint64_t h = HASH_SEED;
+    unsigned char carry[8] = {};
+    size_t n_carry = 0;
     void add(const void* data, size_t n) {
         const unsigned char* p = static_cast<const unsigned char*>(data);
-        size_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            uint64_t w;
-            std::memcpy(&w, p + i, 8);
-            h = (h ^ w) * HASH_PRIME;
+        while (n > 0 && n_carry > 0) {
+            carry[n_carry++] = *p++;
+            --n;
+            if (n_carry == 8) {
+                word(carry);
+                n_carry = 0;
+            }
         }
-        for (; i < n; ++i) h = (h ^ p[i]) * HASH_PRIME;
+        for (; n >= 8; n -= 8, p += 8) word(p);
+        while (n > 0) {
+            carry[n_carry++] = *p++;
+            --n;
+        }
+    }
+    uint64_t finish() const {
+        uint64_t r = h;
+        for (size_t i = 0; i < n_carry; ++i) r = (r ^ carry[i]) * HASH_PRIME;
+        return r;
+    }
+
+private:
+    void word(const unsigned char* p) {
+        uint64_t w;
+        std::memcpy(&w, p, 8);
+        h = (h ^ w) * HASH_PRIME;
     }
 };
 
@@ -301,7 +322,7 @@ session_io_result session_save(const strata_model* model, const seq_state& st, k
             if (progress) progress(done, total);
         }
     }
-    const uint64_t digest = hash.h;
+    const uint64_t digest = hash.finish();
     ok = ok && write_all(fd, &digest, 8, nullptr) && ::fsync(fd) == 0;
     const int write_errno = errno;
     ok = (::close(fd) == 0) && ok;
@@ -366,7 +387,7 @@ session_io_result session_restore(const strata_model* model, seq_state* st, kv_t
     }
     uint64_t digest = 0;
     if (!read_all(fd, &digest, 8)) return io_fail("io", path + ": read failed");
-    if (digest != hash.h) return io_fail("invalid", path + ": checksum mismatch (corrupt file)");
+    if (digest != hash.finish()) return io_fail("invalid", path + ": checksum mismatch (corrupt file)");
 
     // pass 2: load
     if (::lseek(fd, static_cast<off_t>(sizeof h), SEEK_SET) < 0) return io_fail("io", path + ": seek failed");
