@@ -4,12 +4,13 @@ Role: a benchmark, run by hand (`python3 tools/bench_engine.py [--model M] [--th
 prefill tok/s at 128, 512 and 2048 prompt tokens and decode tok/s over 256 generated tokens, for
 `build/strata-engine` (driven through its line protocol: `GEN <max_new> [k=v] <ids>`, timings from the
 `DONE` line's prompt_ms / decode_ms) and, when `llama_cpp` is importable, for llama.cpp
-(`llama_cpp.Llama(model_path, n_ctx, n_threads, n_batch=512)`, eval and sampling timed here). Both sides get
-the same prompts (random valid token ids; a fresh prompt per run so no prefix cache helps) and the best of
---runs runs is kept. Prints one table with the ratios ours / llama.cpp.
+(`llama_cpp.Llama(model_path, n_ctx, n_threads, n_batch=512)`, eval and greedy sampling timed here). Both
+sides get the same prompts (random valid token ids; a fresh prompt per run so no prefix cache helps), take
+turns run by run (the machine is shared: drifting load hits both), and the best of --runs is kept. Prints
+one table with the ratios ours / llama.cpp.
 
 Knows nothing of the server: only the engine's protocol (shared/PROTOCOL.md) and llama_cpp's Python API.
-Public surface: main(argv), run_ours(...), run_peer(...), format_table(rows).
+Public surface: main(argv), Ours, Peer, measure(sides, runs), format_table(rows, threads, kernels).
 """
 
 import argparse
@@ -89,59 +90,71 @@ class Engine:
             self.proc.kill()
 
 
-def run_ours(binary, model, threads, runs):
-    """{"pp128": tok/s, ..., "tg256": tok/s} for our engine."""
-    eng = Engine(binary, model, threads)
-    out = {}
-    try:
-        eng.gen(1, prompts(1, 32))  # warm the mapping and the scratch
-        for n in PREFILL_SIZES:
-            best = 0.0
-            for r in range(runs):
-                _, n_prompt, prompt_ms, _ = eng.gen(1, prompts(1000 * n + r, n))
-                best = max(best, n_prompt / (prompt_ms / 1000.0))
-            out["pp%d" % n] = best
-        best = 0.0
-        for r in range(runs):
-            gen, _, _, decode_ms = eng.gen(DECODE_TOKENS, prompts(7 + r, DECODE_PROMPT_TOKENS),
-                                           "logit_bias=" + BAN_EOS_BIAS)
-            # decode_ms covers the generated tokens after the first (which comes with the prompt's read)
-            best = max(best, max(gen - 1, 1) / (decode_ms / 1000.0))
-        out["tg%d" % DECODE_TOKENS] = best
-    finally:
-        eng.close()
-    return out
+class Ours:
+    """One figure at a time from our engine: prefill(n, seed) and decode(seed) return tok/s."""
+
+    def __init__(self, binary, model, threads):
+        self.eng = Engine(binary, model, threads)
+        self.eng.gen(1, prompts(1, 32))  # warm the mapping and the scratch
+
+    def prefill(self, n, seed):
+        _, n_prompt, prompt_ms, _ = self.eng.gen(1, prompts(seed, n))
+        return n_prompt / (prompt_ms / 1000.0)
+
+    def decode(self, seed):
+        gen, _, _, decode_ms = self.eng.gen(DECODE_TOKENS, prompts(seed, DECODE_PROMPT_TOKENS),
+                                            "logit_bias=" + BAN_EOS_BIAS)
+        # decode_ms covers the tokens after the first (which comes with the prompt's read): gen - 1 evals
+        return max(gen - 1, 1) / (decode_ms / 1000.0)
+
+    def close(self):
+        self.eng.close()
 
 
-def run_peer(model, threads, runs):
-    """The same figures for llama.cpp, or None when llama_cpp is not importable."""
-    try:
+class Peer:
+    """The same figures from llama.cpp (llama_cpp in this process)."""
+
+    def __init__(self, model, threads):
         import llama_cpp
-    except ImportError:
-        return None
-    llm = llama_cpp.Llama(model_path=model, n_ctx=N_CTX, n_threads=threads, n_threads_batch=threads,
-                          n_batch=512, verbose=False)
-    out = {}
-    llm.eval(prompts(1, 32))
-    for n in PREFILL_SIZES:
-        best = 0.0
-        for r in range(runs):
-            ids = prompts(1000 * n + r, n)
-            llm.reset()
-            t0 = time.perf_counter()
-            llm.eval(ids)
-            best = max(best, n / (time.perf_counter() - t0))
-        out["pp%d" % n] = best
-    best = 0.0
-    for r in range(runs):
-        llm.reset()
-        llm.eval(prompts(7 + r, DECODE_PROMPT_TOKENS))
-        tok = llm.sample(temp=0.0, logits_processor=None)
+        self.llm = llama_cpp.Llama(model_path=model, n_ctx=N_CTX, n_threads=threads, n_threads_batch=threads,
+                                   n_batch=512, verbose=False)
+        self.llm.eval(prompts(1, 32))
+
+    def prefill(self, n, seed):
+        ids = prompts(seed, n)
+        self.llm.reset()
+        t0 = time.perf_counter()
+        self.llm.eval(ids)
+        return n / (time.perf_counter() - t0)
+
+    def decode(self, seed):
+        self.llm.reset()
+        self.llm.eval(prompts(seed, DECODE_PROMPT_TOKENS))
+        tok = self.llm.sample(temp=0.0)
         t0 = time.perf_counter()
         for _ in range(DECODE_TOKENS - 1):
-            llm.eval([tok])
-            tok = llm.sample(temp=0.0)
-        best = max(best, (DECODE_TOKENS - 1) / (time.perf_counter() - t0))
+            self.llm.eval([tok])
+            tok = self.llm.sample(temp=0.0)
+        return (DECODE_TOKENS - 1) / (time.perf_counter() - t0)
+
+    def close(self):
+        self.llm = None
+
+
+def measure(sides, runs):
+    """{test: [best tok/s per side]}; the sides take turns run by run, so load drifting on a shared machine
+    hits both alike."""
+    out = {}
+    for n in PREFILL_SIZES:
+        best = [0.0] * len(sides)
+        for r in range(runs):
+            for i, side in enumerate(sides):
+                best[i] = max(best[i], side.prefill(n, 1000 * n + r))
+        out["pp%d" % n] = best
+    best = [0.0] * len(sides)
+    for r in range(runs):
+        for i, side in enumerate(sides):
+            best[i] = max(best[i], side.decode(7 + r))
     out["tg%d" % DECODE_TOKENS] = best
     return out
 
@@ -173,15 +186,21 @@ def main(argv=None):
         print("no engine at %s: build it first (cmake -S . -B build -G Ninja && ninja -C build)" % args.engine,
               file=sys.stderr)
         return 2
-    ours = run_ours(args.engine, args.model, args.threads, args.runs)
-    peer = None if args.no_peer else run_peer(args.model, args.threads, args.runs)
+    sides = [Ours(args.engine, args.model, args.threads)]
+    if not args.no_peer and importlib.util.find_spec("llama_cpp") is not None:
+        sides.append(Peer(args.model, args.threads))
+    try:
+        figures = measure(sides, args.runs)
+    finally:
+        for side in sides:
+            side.close()
     kernels = "?"
     info = subprocess.run([args.engine, "--serve", "--model", args.model, "--threads", "1"], input="QUIT\n",
                           capture_output=True, text=True, timeout=60).stdout
     for word in info.split():
         if word.startswith("kernels="):
             kernels = word.split("=", 1)[1]
-    rows = [(k, ours[k], peer[k] if peer else None) for k in ours]
+    rows = [(k, v[0], v[1] if len(v) > 1 else None) for k, v in figures.items()]
     print(format_table(rows, args.threads, kernels))
     return 0
 
