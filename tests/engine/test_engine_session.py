@@ -148,3 +148,17 @@ def test_logit_bias_and_penalties(engine, tok):
     assert g.tokens == [forced] * 3
     g = engine.gen(ids, max_new=3, keys=f"logit_bias={forced}:100 penalty_present=1000 penalty_last_n=64")
     assert g.tokens[0] == forced and g.tokens[1] != forced
+
+
+def test_pf_timing_totals_on_stderr(start_engine, tok):
+    e = start_engine("--max-context", "512", "--chunk", "8", env={"STRATA_PF_TIMING": "1"})
+    ids = chat(tok, "Name three colours of the rainbow, please.")
+    e.gen(ids, max_new=1)
+    e.close()
+    lines = [l for l in e.stderr_lines if l.startswith("pf timing: ")]
+    assert len(lines) == 1, e.stderr_lines
+    fields = dict(w.split("=") for w in lines[0].split()[2:])
+    assert int(fields["tokens"]) == len(ids)
+    assert float(fields["read"]) > 0 and float(fields["total_ms"]) >= float(fields["read"])
+    # chunks alternate read/emit: a record per phase change, not per mark
+    assert 2 <= int(fields["records"]) <= 2 * ((len(ids) + 7) // 8) + 2

@@ -176,3 +176,35 @@ def test_eight_concurrent_chats_equal_solo(start_engine, tok):
         assert ends[s][3] == "length"
         assert got[s] == alone[s], (s, tok.decode(got[s]), tok.decode(alone[s]))
     assert "Paris" in tok.decode(got[0])
+
+
+def test_slots_decode_while_a_long_prompt_is_read(start_engine, tok):
+    e = start_engine("--max-context", "2048", "--batch", "2", "--chunk", "16")
+    short = chat(tok, "Tell a long story.")
+    e.send(f"BGEN 0 400 {NO_EOS} {','.join(map(str, short))}")
+    assert read_admission(e, 0)[3]
+    long_ids = chat(tok, " ".join(["Reading a long prompt while another slot decodes."] * 10))
+    e.send(f"BGEN 1 2 {NO_EOS} {','.join(map(str, long_ids))}")
+    order = []
+    while True:
+        line = e.line()
+        w = line.split()
+        if w[0] in ("PP", "BT") or w[0] == "BADM":
+            order.append(w[0])
+        if w[0] == "BADM":
+            break
+    first_pp, last_pp = order.index("PP"), len(order) - 1 - order[::-1].index("PP")
+    assert "BT" in order[first_pp:last_pp], order  # slot 0 produced tokens between the admission's chunks
+    e.send("BSTOP 0")
+    collect_slots(e, {}, {0, 1})
+
+
+def test_stop_during_admission(start_engine, tok):
+    e = start_engine("--max-context", "2048", "--batch", "2", "--chunk", "16")
+    ids = chat(tok, " ".join(["A prompt that is read in many chunks."] * 12))
+    e.send(f"BGEN 0 8 {NO_EOS} {','.join(map(str, ids))}")
+    e.expect("RESUME 0")
+    e.expect("PP 16 ")
+    e.send("STOP")
+    resume, first, done, cont, _ = read_admission(e, 0)
+    assert done["finish"] == "cancel" and not cont and int(done["prompt_read"]) < len(ids)
