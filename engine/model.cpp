@@ -245,7 +245,9 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     const model_hparams& hp = m->hp;
     m->rope_inv_freq.resize(size_t(hp.n_rot / 2));
     for (int32_t i = 0; i < hp.n_rot / 2; ++i) {
-        m->rope_inv_freq[size_t(i)] = static_cast<float>(std::pow(double(hp.rope_base), -2.0 * i / hp.n_rot));
+        double f = std::pow(double(hp.rope_base), -2.0 * i / hp.n_rot);
+        if (!m->rope_freq_factors.empty()) f /= double(m->rope_freq_factors[size_t(i)]);
+        m->rope_inv_freq[size_t(i)] = static_cast<float>(f);
     }
     m->n_batch = params.n_batch;
     const int n_threads = params.n_threads > 0 ? params.n_threads : threadpool_physical_cores();

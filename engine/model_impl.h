@@ -60,7 +60,8 @@ struct strata_model {
     weight_view output;                       // (n_vocab, n_embd); == tok_embd when tied
     std::vector<float> output_norm;           // (n_embd)
     std::vector<layer_weights> layers;
-    std::vector<float> rope_inv_freq;         // (n_rot / 2) base^(-2i / n_rot)
+    std::vector<float> rope_inv_freq;         // (n_rot / 2) base^(-2i / n_rot) / rope_freq_factors[i]
+    std::vector<float> rope_freq_factors;     // (n_rot / 2) from rope_freqs.weight (Llama 3.1+), empty if absent
     int32_t n_batch = 512;
     threadpool* pool = nullptr;
     const kernel_set* ks = nullptr;
