@@ -242,6 +242,7 @@ read_result serve_loop::read_prompt(seq_state* target, const command& cmd, int64
             }
             if (y < slots_.size() && !slots_.at(y).busy && slots_.ensure_kv(y)) {
                 seq_state& dst = slots_.at(y).st;
+                if (session_common_prefix(dst.tokens, target->tokens) < dst.ckpt_len) cache_.park(dst);
                 kv_cache_copy(dst.kv, target->kv, pos);
                 dst.tokens = target->tokens;
                 dst.ckpt_len = std::min(ckpt, pos);
