@@ -29,7 +29,7 @@ def fuzz_engine(engine_path, model_path, tmp_path_factory):
     import os
     cwd = os.getcwd()
     os.chdir(tmp_path_factory.mktemp("fuzz"))
-    e = Engine(engine_path, model_path, "--max-context", "256", "--batch", "2", "--threads", "1")
+    e = Engine(engine_path, model_path, "--max-context", "256", "--batch", "2", "--threads", "1", "--chunk", "4")
     yield e
     e.close()
     os.chdir(cwd)
@@ -55,6 +55,29 @@ def test_fuzzed_lines_never_crash(fuzz_engine, text):
         return
     # slot decodes the fuzzer starts must not keep running into the next example
     e.send(text.encode("utf-8", "replace").decode("utf-8"))
+    drain_until_alive(e)
+    e.send("BSTOP 0")
+    e.send("BSTOP 1")
+    drain_until_alive(e)
+    assert e.proc.poll() is None
+
+
+# Whole command sequences written at once, so that STOP/BSTOP/BYIELD land while reads and slots run.
+step = st.sampled_from([
+    "GEN 6 logit_bias=0:-inf,2:-inf 1,4093,198,72,2",
+    "GEN 3 temperature=0.8 seed=5 1,4093,198",
+    "BGEN 0 20 logit_bias=0:-inf,2:-inf 1,4093,198,72,2,100",
+    "BGEN 1 5 1,4093,198,50",
+    "BGEN 1 5 1,4093,198,50,51,52,53,54,55,56,57,58,59,60,61,62,63,64,65,66,67,68",
+    "STOP", "BSTOP 0", "BSTOP 1", "BYIELD 0", "BYIELD 1", "VRAM", "GEN 1 1,99999", "BGEN 0 4",
+])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(step, min_size=1, max_size=10))
+def test_fuzzed_interleavings_never_crash(fuzz_engine, steps):
+    e = fuzz_engine
+    e.send("\n".join(steps))
     drain_until_alive(e)
     e.send("BSTOP 0")
     e.send("BSTOP 1")
