@@ -173,11 +173,13 @@ bool conversation_cache::park(const seq_state& st) {
         std::fprintf(stderr, "conversation cache: skipped %d tokens (over the budget) %s\n", n, summary().c_str());
         return false;
     }
-    // entries the new one contains are superseded
+    // superseded: entries the new one contains, and older turns of the same conversation (it shares their
+    // settled history up to their checkpoint)
     size_t dropped = 0;
     for (size_t i = entries_.size(); i > 0; --i) {
         parked_seq& e = entries_[i - 1];
-        if (session_common_prefix(e.st.tokens, st.tokens) == static_cast<int32_t>(e.st.tokens.size())) {
+        const int32_t common = session_common_prefix(e.st.tokens, st.tokens);
+        if (common == static_cast<int32_t>(e.st.tokens.size()) || (e.st.ckpt_len > 0 && common >= e.st.ckpt_len)) {
             dropped += e.st.tokens.size();
             kv_cache_free(e.st.kv);
             entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i - 1));
@@ -210,6 +212,12 @@ std::pair<int32_t, int32_t> conversation_cache::best_match(const std::vector<int
         }
     }
     return {best, best_len};
+}
+
+void conversation_cache::put_back(parked_seq&& e) {
+    evict_to_fit(e.bytes);
+    e.last_used = ++clock_;
+    entries_.push_back(std::move(e));
 }
 
 parked_seq conversation_cache::release(int32_t index) {
@@ -266,7 +274,11 @@ int32_t session_apply_reuse(seq_state* target, const std::vector<int32_t>& promp
         if (other_conversation) cache->park(*target);
         kv_cache_copy(target->kv, taken.st.kv, n);
         target->ckpt_len = std::min(taken.st.ckpt_len, n);
-        kv_cache_free(taken.st.kv);
+        if (static_cast<size_t>(n) < taken.st.tokens.size()) {
+            cache->put_back(std::move(taken));  // only its start was shared: the rest of it stays parked
+        } else {
+            kv_cache_free(taken.st.kv);
+        }
         std::fprintf(stderr, "conversation cache: restored %d tokens parked=%d bytes=%zu\n", n, cache->size(),
                      cache->bytes());
     } else {

@@ -13,8 +13,10 @@
 //    parked (copied into the conversation cache) before it is overwritten. One that diverges after it is the
 //    same chat's next turn and reuses everything up to the divergence.
 //  - The conversation cache keeps at most `slots` parked sequences (and at most `budget_bytes` of KV when
-//    that is > 0), least recently used first out; a parked entry that is a prefix of a newer one is dropped
-//    as superseded. Events go to stderr as "conversation cache: ..." lines.
+//    that is > 0), least recently used first out. A parked entry that is a prefix of a newer one, or an
+//    older turn of the same conversation (the newer one shares its history up to its checkpoint), is dropped
+//    as superseded; one whose start only was reused stays parked. Events go to stderr as
+//    "conversation cache: ..." lines.
 //  - Single-threaded: only the serve loop calls in.
 #pragma once
 
@@ -63,6 +65,8 @@ public:
     const parked_seq& entry(int32_t index) const { return entries_[static_cast<size_t>(index)]; }
     // Removes entry `index` and hands it (and its kv) to the caller (it is becoming live somewhere).
     parked_seq release(int32_t index);
+    // Puts a released entry back (when only its start was reused), evicting to fit.
+    void put_back(parked_seq&& e);
     // Drops everything (a nonfinite result may have poisoned what it came from).
     void clear();
     int32_t size() const { return static_cast<int32_t>(entries_.size()); }

@@ -162,3 +162,27 @@ def test_pf_timing_totals_on_stderr(start_engine, tok):
     assert float(fields["read"]) > 0 and float(fields["total_ms"]) >= float(fields["read"])
     # chunks alternate read/emit: a record per phase change, not per mark
     assert 2 <= int(fields["records"]) <= 2 * ((len(ids) + 7) // 8) + 2
+
+
+def test_one_shot_ckpt0_is_not_parked(start_engine, tok):
+    e = start_engine("--max-context", "1024")
+    a = chat(tok, "Name a fruit, then a vegetable.")
+    b = chat(tok, "Translate 'cat' into French, please.")
+    c = chat(tok, "Name a mountain in Europe.")
+    e.gen(a, max_new=2, keys=NO_EOS)
+    e.gen(b, max_new=2, keys="ckpt=0 " + NO_EOS)  # a one-shot call: no conversation checkpoint
+    e.gen(c, max_new=2, keys=NO_EOS)
+    assert e.gen(b, max_new=1).resume < len(b) - 2   # b was never parked
+    assert e.gen(a, max_new=1).resume == len(a) - 1  # a was parked when b replaced it
+
+
+def test_conversation_cache_byte_budget(start_engine, tok):
+    e = start_engine("--max-context", "1024", "--conversation-cache-mib", "1")
+    prompts = [chat(tok, f"Question number {i}: name a colour.") for i in range(4)]
+    for p in prompts:
+        e.gen(p, max_new=2, keys=NO_EOS)
+    e.close()
+    parked = [l for l in e.stderr_lines if l.startswith("conversation cache: parked")]
+    assert parked
+    last = dict(w.split("=") for w in parked[-1].split() if "=" in w)
+    assert int(last["bytes"]) <= 1 << 20 and int(last["evictions"]) >= 1
