@@ -95,7 +95,9 @@ def build(ns):
     if parallel and int(parallel) >= 2:
         args += ["--batch", str(int(parallel))]  # decode slots: requests run concurrently (serve/batch.py)
     args += [str(a) for a in cfg.get("args") or []]
-    log = getattr(ns, "log", None) or cfg.get("log") or os.path.join(CACHE_DIR, "engine.log")
+    port = int(pick("port", default=8080))
+    # one log per port: two servers on one machine must not quote each other's engine lines in errors
+    log = getattr(ns, "log", None) or cfg.get("log") or os.path.join(CACHE_DIR, f"engine-{port}.log")
     echo = (lambda line: print(f"engine> {line}", file=sys.stderr)) if os.environ.get("STRATA_DEBUG") == "1" \
         else None  # STRATA_DEBUG=1: every protocol line the engine writes, on the console
     engine = StrataEngine(argv, args, log_path=log, cwd=cfg.get("cwd"),
@@ -123,9 +125,13 @@ def build(ns):
         if not name:
             from serve.config import default_model_name
             name = default_model_name(model)
-    svc = Service(engine, tok, name, ChatTemplate.from_text(getattr(tok, "chat_template", None)),
+    template = ChatTemplate.from_text(getattr(tok, "chat_template", None))
+    system = pick("system_prompt", "default_system_prompt")
+    if system is not None:  # replaces the template's own default system prompt; "" = none
+        template.default_system = system or None
+    svc = Service(engine, tok, name, template,
                   config={**cfg, "parallel": parallel}, arch=meta_arch)
-    opts = Options(host=pick("host", default="127.0.0.1"), port=int(pick("port", default=8080)),
+    opts = Options(host=pick("host", default="127.0.0.1"), port=port,
                    api_keys=_keys(ns, cfg), cors_origins=list(cfg.get("cors_origins") or []),
                    allowed_hosts=list(cfg.get("allowed_hosts") or []),
                    parent_pid=getattr(ns, "parent_pid", None), quiet=bool(getattr(ns, "quiet", False)))

@@ -124,7 +124,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.end_headers()
         if self.command != "HEAD":
-            self.wfile.write(data)
+            with contextlib.suppress(OSError):  # the client left before its answer: nothing to tell it
+                self.wfile.write(data)
 
     def _error(self, path, status, err_type, message, param=None, code=None):
         api = self._api(path)

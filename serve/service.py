@@ -38,6 +38,10 @@ except ImportError:
 from serve.toolcalls import forced_opening
 
 REPEAT_STOP_TOKENS = 256   # the same token this many times in a row is a loop: end the reply as `length`
+LOOP_PERIOD_MAX = 16       # a loop of up to this many tokens repeating exactly ...
+LOOP_SPAN_TOKENS = 128     # ... over the last this many tokens also ends the reply as `length` (small models
+                           # fall into 5-10 token cycles; without this a reply with no max_tokens would run to
+                           # the end of the context, minutes on a CPU)
 QUEUE_BEAT_S = 10.0        # a request waiting for the turn yields a keep-alive this often
 TURN_POLL_S = 0.5          # and checks whether its client left this often
 HISTORY_KEEP = 500         # finished requests kept for /metrics
@@ -93,6 +97,17 @@ class _StopMatcher:
     def flush(self) -> str:
         out, self.buf = self.buf, ""
         return out
+
+
+def _looping(recent: deque) -> bool:
+    """The last LOOP_SPAN_TOKENS ids are one cycle of at most LOOP_PERIOD_MAX ids, repeated exactly."""
+    if len(recent) < LOOP_SPAN_TOKENS:
+        return False
+    ids = list(recent)
+    for period in range(2, LOOP_PERIOD_MAX + 1):  # period 1 is the run-length guard's
+        if all(ids[i] == ids[i - period] for i in range(period, len(ids))):
+            return True
+    return False
 
 
 def check_stop(value) -> list[str]:
@@ -272,6 +287,7 @@ class Service:
         result: dict = {}
         n_out, last_id, run_len, finish = 0, None, 0, None
         first_at = None
+        recent: deque = deque(maxlen=LOOP_SPAN_TOKENS)
         is_cancelled = (lambda: self.shutting_down.is_set() or (cancelled is not None and cancelled()))
         retried = False
         while True:
@@ -290,7 +306,8 @@ class Service:
                         continue  # the engine ends the turn on it itself; never shown
                     run_len = run_len + 1 if tid == last_id else 1
                     last_id = tid
-                    if self.repeat_stop and run_len >= self.repeat_stop:
+                    recent.append(tid)
+                    if self.repeat_stop and (run_len >= self.repeat_stop or _looping(recent)):
                         finish = "length"
                         break
                     for ev in self._events(decoder.feed(tid), parser, stop):

@@ -38,11 +38,13 @@ def parser() -> argparse.ArgumentParser:
                    "that many requests decode at once")
     s.add_argument("--replicas", type=int, metavar="N", help="run N engines and route requests by cached "
                    "prefix and load (default 1)")
+    s.add_argument("--system-prompt", metavar="TEXT", help="system prompt used when a chat has none "
+                   "(default: the model template's own; \"\" = none)")
     s.add_argument("--parent-pid", type=int, metavar="PID", help="shut down when this process is gone")
     s.add_argument("--engine", metavar="CMD", help="engine command (default build/strata-engine)")
     s.add_argument("--tokenizer", choices=["gguf", "bytes"], default="gguf",
                    help="bytes: the byte tokenizer (for the fake test engine)")
-    s.add_argument("--log", metavar="FILE", help="engine log (default ~/.cache/strata/engine.log)")
+    s.add_argument("--log", metavar="FILE", help="engine log (default ~/.cache/strata/engine-PORT.log)")
     s.add_argument("--quiet", action="store_true", help="no per-request access lines")
     return p
 

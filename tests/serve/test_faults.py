@@ -71,7 +71,7 @@ def _raw_request(port, body, rcvbuf=None):
 
 def test_disconnect_mid_stream_sends_stop_and_frees_the_engine(server, tmp_path):
     rec = str(tmp_path / "rec.txt")
-    s = server({"record": rec, "turns": [{"text": "xu", "repeat": 50000, "token_delay_s": 0.002}, HELLO]})
+    s = server({"record": rec, "turns": [{"ids": _random_letters(50000), "token_delay_s": 0.002}, HELLO]})
     sock = _raw_request(s.port, chat(stream=True))
     got = b""
     while got.count(b"data: ") < 5:
@@ -114,6 +114,13 @@ def test_client_that_never_reads_is_cut_after_the_write_limit(server, tmp_path, 
         sock.close()
 
 
+def _random_letters(n):
+    """Token ids with no short cycle (the loop guard would end a periodic answer early)."""
+    import random
+    rnd = random.Random(6)
+    return [rnd.randrange(97, 123) for _ in range(n)]
+
+
 def _free_port():
     with socket.socket() as sk:
         sk.bind(("127.0.0.1", 0))
@@ -138,7 +145,7 @@ def _listening_port(proc, timeout_s=20):
 
 def test_port_0_listening_line_and_sigterm_during_a_stream(tmp_path):
     rec = str(tmp_path / "rec.txt")
-    proc = _spawn(tmp_path, {"record": rec, "turns": [{"text": "zq", "repeat": 50000, "token_delay_s": 0.005}]},
+    proc = _spawn(tmp_path, {"record": rec, "turns": [{"ids": _random_letters(50000), "token_delay_s": 0.005}]},
                   ["--port", "0"])
     try:
         port = _listening_port(proc)
@@ -202,7 +209,7 @@ def test_parent_pid_gone_ends_the_server(tmp_path):
 def test_console_that_never_reads_does_not_block_the_server(tmp_path):
     port = _free_port()
     # STRATA_DEBUG=1 echoes every engine line: ~1 MB of console text that nobody reads
-    proc = _spawn(tmp_path, {"turns": [{"text": "wv", "repeat": 10000}]}, ["--port", str(port), "--ctx", "200000"],
+    proc = _spawn(tmp_path, {"turns": [{"ids": _random_letters(20000)}]}, ["--port", str(port), "--ctx", "200000"],
                   env={"STRATA_DEBUG": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     import http.client
     try:

@@ -189,3 +189,20 @@ def test_web_pages(server):
     for path in ("/", "/monitor", "/about"):
         status, text, r = s.request("GET", path)
         assert status == 200 and "<html" in text.lower(), path
+
+
+def test_loop_guard_ends_a_short_cycle(server):
+    s = server({"turns": [{"text": "la femme, ", "repeat": 1000}]})
+    _, body, _ = s.post("/v1/chat/completions", chat())
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert body["usage"]["completion_tokens"] < 200  # not the rest of the context
+
+
+def test_default_system_prompt_is_the_templates(server):
+    from serve.template import ChatTemplate
+    smol = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+            "{{ '<|im_start|>system\\nYou are SmolLM<|im_end|>\\n' }}{% endif %}{% endfor %}")
+    t = ChatTemplate.from_text(smol)
+    from serve.events import Message
+    assert t.render([Message("user", "q")]).text.startswith("<|im_start|>system\nYou are SmolLM<|im_end|>\n")
+    assert t.render([Message("system", "S"), Message("user", "q")]).text.startswith("<|im_start|>system\nS<")
