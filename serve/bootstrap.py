@@ -31,6 +31,9 @@ class SetupError(RuntimeError):
     """The server cannot start as configured; the message says what to change."""
 
 
+DEFAULT_SYSTEM_PROMPT = ""  # see build(): "model" keeps the chat template's own
+
+
 def default_model_path() -> str | None:
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
@@ -126,8 +129,13 @@ def build(ns):
             from serve.config import default_model_name
             name = default_model_name(model)
     template = ChatTemplate.from_text(getattr(tok, "chat_template", None))
-    system = pick("system_prompt", "default_system_prompt")
-    if system is not None:  # replaces the template's own default system prompt; "" = none
+    # A chat without a system message gets DEFAULT_SYSTEM_PROMPT unless the flag or config says otherwise
+    # ("model" = the template's own default system prompt, "" = none). Why not the template's by default:
+    # with SmolLM2's own ("You are a helpful AI assistant named SmolLM, ...") the 135M model answers
+    # "What is the capital of France?" with a list of Paris landmarks at temperature 0 (llama.cpp gives the
+    # same tokens on the same GGUF); with none it says "The capital of France is Paris." every time.
+    system = pick("system_prompt", "default_system_prompt", default=DEFAULT_SYSTEM_PROMPT)
+    if system != "model":
         template.default_system = system or None
     svc = Service(engine, tok, name, template,
                   config={**cfg, "parallel": parallel}, arch=meta_arch)

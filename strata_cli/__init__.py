@@ -39,7 +39,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--replicas", type=int, metavar="N", help="run N engines and route requests by cached "
                    "prefix and load (default 1)")
     s.add_argument("--system-prompt", metavar="TEXT", help="system prompt used when a chat has none "
-                   "(default: the model template's own; \"\" = none)")
+                   "(default: none; \"model\" = the chat template's own)")
     s.add_argument("--parent-pid", type=int, metavar="PID", help="shut down when this process is gone")
     s.add_argument("--engine", metavar="CMD", help="engine command (default build/strata-engine)")
     s.add_argument("--tokenizer", choices=["gguf", "bytes"], default="gguf",
