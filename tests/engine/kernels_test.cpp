@@ -16,19 +16,9 @@
 #include "kernels.h"
 #include "quants.h"
 #include "threadpool.h"
+#include "test_check.h"
 
 namespace {
-
-int g_failures = 0;
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        if (!(cond)) {                                                \
-            std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            std::fprintf(stderr, __VA_ARGS__);                        \
-            std::fprintf(stderr, "\n");                               \
-            ++g_failures;                                             \
-        }                                                             \
-    } while (0)
 
 std::mt19937 g_rng(1234);
 

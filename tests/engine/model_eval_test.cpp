@@ -10,19 +10,9 @@
 
 #include "model.h"
 #include "model_test_util.h"
+#include "test_check.h"
 
 namespace {
-
-int g_failures = 0;
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        if (!(cond)) {                                                \
-            std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            std::fprintf(stderr, __VA_ARGS__);                        \
-            std::fprintf(stderr, "\n");                               \
-            ++g_failures;                                             \
-        }                                                             \
-    } while (0)
 
 const std::vector<int32_t> PROMPT_A = {1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198};
 const std::vector<int32_t> PROMPT_B = {504, 2365, 6354, 16438, 27003, 690, 260, 23790, 2767, 30, 4027, 1980};

@@ -19,19 +19,9 @@
 #include "model.h"
 #include "quants.h"
 #include "model_test_util.h"
+#include "test_check.h"
 
 namespace {
-
-int g_failures = 0;
-#define CHECK(cond, ...)                                        \
-    do {                                                        \
-        if (!(cond)) {                                          \
-            std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            std::fprintf(stderr, __VA_ARGS__);                  \
-            std::fprintf(stderr, "\n");                         \
-            ++g_failures;                                       \
-        }                                                       \
-    } while (0)
 
 struct ref_matrix {
     ggml_type type;
