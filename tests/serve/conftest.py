@@ -1,4 +1,5 @@
 """Fixtures for the server tests: an in-process server over a scripted fake engine, and HTTP helpers."""
+import contextlib
 import http.client
 import json
 import threading
@@ -69,3 +70,23 @@ def server(tmp_path):
 
 def chat(text="hi", **extra):
     return {"messages": [{"role": "user", "content": text}], **extra}
+
+
+@contextlib.contextmanager
+def real_server(engine_exe, model, tmp, ctx):
+    """An in-process server over the real engine and model (the callers skip when either is absent)."""
+    from serve.template import ChatTemplate
+    from tools.strata_tokenizer import Tokenizer
+    tok = Tokenizer.from_gguf(model, cache_dir=str(tmp))
+    engine = StrataEngine([engine_exe], ["--model", model, "--max-context", str(ctx)],
+                          log_path=str(tmp / "e.log"))
+    engine.start()
+    svc = Service(engine, tok, "smollm2", ChatTemplate.from_text(tok.chat_template), arch="llama")
+    httpd = make_server(svc, Options(port=0, quiet=True))
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield Running(httpd, svc)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        engine.close()

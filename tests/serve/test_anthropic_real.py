@@ -6,11 +6,11 @@ non-stream runs see the same tokens.
 """
 import json
 import os
-import threading
 
 import pytest
 
 from tests.conftest import ENGINE_EXE, model_path
+from tests.serve.conftest import real_server
 from tests.serve.test_anthropic import assemble, sse_events
 from tests.serve.test_toolcalls import assemble_openai_stream
 
@@ -27,23 +27,8 @@ QUESTION = "What is the weather in Paris?"
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
-    from serve.engine import StrataEngine
-    from serve.server import Options, make_server
-    from serve.service import Service
-    from serve.template import ChatTemplate
-    from tests.serve.conftest import Running
-    from tools.strata_tokenizer import Tokenizer
-    tmp = tmp_path_factory.mktemp("agents")
-    tok = Tokenizer.from_gguf(MODEL, cache_dir=str(tmp))
-    engine = StrataEngine([ENGINE], ["--model", MODEL, "--max-context", str(CTX)], log_path=str(tmp / "e.log"))
-    engine.start()
-    svc = Service(engine, tok, "smollm2", ChatTemplate.from_text(tok.chat_template), arch="llama")
-    httpd = make_server(svc, Options(port=0, quiet=True))
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield Running(httpd, svc)
-    httpd.shutdown()
-    httpd.server_close()
-    engine.close()
+    with real_server(ENGINE, MODEL, tmp_path_factory.mktemp("agents"), CTX) as running:
+        yield running
 
 
 def test_openai_required_tool_choice_returns_a_parsed_call(real):

@@ -3,13 +3,12 @@
 One server for the module (the model loads once); few, short requests: the engine on 2 shared cores reads
 a few dozen prompt tokens per second and writes a few tokens per second.
 """
-import json
 import os
-import threading
 
 import pytest
 
 from tests.conftest import ENGINE_EXE, model_path
+from tests.serve.conftest import real_server
 
 ENGINE = os.environ.get("STRATA_TEST_ENGINE", ENGINE_EXE)
 MODEL = model_path()
@@ -26,23 +25,8 @@ FRANCE = {"messages": [{"role": "system", "content": "You are a helpful assistan
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
-    from serve.engine import StrataEngine
-    from serve.server import Options, make_server
-    from serve.service import Service
-    from serve.template import ChatTemplate
-    from tests.serve.conftest import Running
-    from tools.strata_tokenizer import Tokenizer
-    tmp = tmp_path_factory.mktemp("real")
-    tok = Tokenizer.from_gguf(MODEL, cache_dir=str(tmp))
-    engine = StrataEngine([ENGINE], ["--model", MODEL, "--max-context", str(CTX)], log_path=str(tmp / "e.log"))
-    engine.start()
-    svc = Service(engine, tok, "smollm2", ChatTemplate.from_text(tok.chat_template), arch="llama")
-    httpd = make_server(svc, Options(port=0, quiet=True))
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield Running(httpd, svc)
-    httpd.shutdown()
-    httpd.server_close()
-    engine.close()
+    with real_server(ENGINE, MODEL, tmp_path_factory.mktemp("real"), CTX) as running:
+        yield running
 
 
 def test_paris_and_stream_equals_non_stream(real):
