@@ -91,7 +91,7 @@ const kernel_set SCALAR_SET = {
     "scalar",         quantize_q16_scalar, row_scalar<0>,    row_scalar<1>,           row_scalar<2>,
     row_q45k_kq<0>, row_q45k_kq<1>, row_q6k_kq,
     dot_f32_scalar,   dot_f16_f32_scalar, axpy_f16_scalar,   fp32_to_fp16_row_scalar,
-    nullptr,
+    nullptr,          nullptr,             nullptr,          nullptr,
 };
 
 bool cpu_has_avx512_vnni() {
@@ -151,6 +151,7 @@ struct mm_job {
     act_q16 act;
     mm_scratch* scratch;
     mm_row_fn row;
+    mm_group_fn group;  // set when w is packed and the set has a kernel for it
 };
 
 // Rows per cache block: 64 rows of a 1536-wide Q4_1 matrix are 60 KiB, so a block and a tile of tokens'
@@ -194,6 +195,7 @@ struct mm_multi_job {
     int64_t first[MM_MAX_FUSED + 1];
     act_q16 act;
     int64_t n_tok;
+    mm_group_fn group[MM_MAX_FUSED];  // all set: first[] counts groups of MM_GROUP_ROWS, not rows
 };
 
 void mm_multi_range(void* ctx, int64_t r0, int64_t r1, int) {
@@ -219,11 +221,121 @@ void quantize_range(void* ctx, int64_t t0, int64_t t1, int) {
     const int64_t k = j.w->n_cols, nb = k / QK32;
     mm_scratch& s = *j.scratch;
     for (int64_t t = t0; t < t1; ++t) {
-        j.ks->quantize_q16(j.x + t * j.x_stride, k, s.qs.data() + t * k, s.d.data() + t * nb, s.dsum.data() + t * nb);
+        int16_t* qs = s.qs.data() + t * k;
+        j.ks->quantize_q16(j.x + t * j.x_stride, k, qs, s.d.data() + t * nb, s.dsum.data() + t * nb);
+        int32_t* is = s.isum.data() + t * nb;
+        for (int64_t b = 0; b < nb; ++b) {
+            int32_t sum = 0;
+            for (int i = 0; i < QK32; ++i) sum += qs[b * QK32 + i];
+            is[b] = sum;
+        }
+    }
+}
+
+// Row-group layout, per group of 16 rows and block b of 32 columns (weight_group_bytes / nb bytes):
+//   float dw[16]                       the rows' block scales
+//   float off[16]                      Q4_1 only: m + 8 dw
+//   Q4_0/Q4_1: 4 chunks of 32 uint16 words; word 2r + e of chunk c holds, in its nibble n (bits 4n..4n+3),
+//              the 4-bit value of element 2 (4c + n) + e of row r (as stored: 0..15, not centred)
+//   Q8_0:      16 chunks of 32 int8; byte 2r + e of chunk j is element 2j + e of row r
+constexpr size_t group_scale_bytes(ggml_type t) { return t == GGML_TYPE_Q4_1 ? 128 : 64; }
+constexpr size_t group_quant_bytes(ggml_type t) { return t == GGML_TYPE_Q8_0 ? 512 : 256; }
+
+int nibble(const uint8_t* qs, int i) { return i < 16 ? (qs[i] & 0xF) : (qs[i - 16] >> 4); }
+
+// Groups per cache block: 4 groups (64 rows) of a 1536-wide Q4_1 matrix are 72 KiB, as MM_ROW_BLOCK above.
+constexpr int64_t MM_GROUP_BLOCK = 4;
+
+// groups [g0, g1) of a packed weight for every token: group blocks outside, token tiles inside
+void mm_groups(const weight_view& w, mm_group_fn fn, const act_q16& act, int64_t n_tok, float* y, int64_t g0,
+               int64_t g1) {
+    const int64_t n = w.n_rows, nb = w.n_cols / QK32;
+    const size_t gbytes = weight_group_bytes(w.type, w.n_cols);
+    for (int64_t gb = g0; gb < g1; gb += MM_GROUP_BLOCK) {
+        const int64_t ge = gb + MM_GROUP_BLOCK < g1 ? gb + MM_GROUP_BLOCK : g1;
+        for (int64_t t0 = 0; t0 < n_tok; t0 += MM_TOK_TILE) {
+            const int nt = static_cast<int>(n_tok - t0 < MM_TOK_TILE ? n_tok - t0 : MM_TOK_TILE);
+            for (int64_t g = gb; g < ge; ++g) {
+                fn(w.packed + size_t(g) * gbytes, nb, act, t0, nt, y + t0 * n + g * MM_GROUP_ROWS, size_t(n));
+            }
+        }
+    }
+}
+
+void mm_group_range(void* ctx, int64_t g0, int64_t g1, int) {
+    const mm_job& j = *static_cast<mm_job*>(ctx);
+    mm_groups(*j.w, j.group, j.act, j.n_tok, j.y, g0, g1);
+}
+
+void mm_multi_group_range(void* ctx, int64_t g0, int64_t g1, int) {
+    const mm_multi_job& j = *static_cast<mm_multi_job*>(ctx);
+    for (int i = 0; i < j.n_w; ++i) {
+        const int64_t a = g0 > j.first[i] ? g0 : j.first[i], b = g1 < j.first[i + 1] ? g1 : j.first[i + 1];
+        if (a < b) mm_groups(*j.ws[i], j.group[i], j.act, j.n_tok, j.ys[i], a - j.first[i], b - j.first[i]);
     }
 }
 
 }  // namespace
+
+size_t weight_group_bytes(ggml_type type, int64_t n_cols) {
+    return size_t(n_cols / QK32) * (group_scale_bytes(type) + group_quant_bytes(type));
+}
+
+size_t weight_packed_bytes(ggml_type type, int64_t n_cols, int64_t n_rows) {
+    const bool ok = (type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q8_0) &&
+                    n_cols > 0 && n_cols % QK32 == 0 && n_rows > 0 && n_rows % MM_GROUP_ROWS == 0;
+    return ok ? weight_group_bytes(type, n_cols) * size_t(n_rows / MM_GROUP_ROWS) : 0;
+}
+
+void weight_pack(const weight_view& w, uint8_t* out) {
+    const int64_t nb = w.n_cols / QK32;
+    const size_t sb = group_scale_bytes(w.type), qb = group_quant_bytes(w.type);
+    for (int64_t g = 0; g < w.n_rows / MM_GROUP_ROWS; ++g) {
+        for (int64_t b = 0; b < nb; ++b) {
+            uint8_t* o = out + size_t(g * nb + b) * (sb + qb);
+            float* dw = reinterpret_cast<float*>(o);
+            uint8_t* q = o + sb;
+            for (int r = 0; r < MM_GROUP_ROWS; ++r) {
+                const uint8_t* row = w.data + size_t(g * MM_GROUP_ROWS + r) * w.row_bytes;
+                if (w.type == GGML_TYPE_Q8_0) {
+                    const block_q8_0& blk = reinterpret_cast<const block_q8_0*>(row)[b];
+                    dw[r] = fp16_to_fp32(blk.d);
+                    for (int j = 0; j < 16; ++j) {
+                        for (int e = 0; e < 2; ++e) q[32 * j + 2 * r + e] = static_cast<uint8_t>(blk.qs[2 * j + e]);
+                    }
+                    continue;
+                }
+                const uint8_t* qs;
+                if (w.type == GGML_TYPE_Q4_1) {
+                    const block_q4_1& blk = reinterpret_cast<const block_q4_1*>(row)[b];
+                    dw[r] = fp16_to_fp32(blk.d);
+                    dw[MM_GROUP_ROWS + r] = fp16_to_fp32(blk.m) + 8.0f * dw[r];
+                    qs = blk.qs;
+                } else {
+                    const block_q4_0& blk = reinterpret_cast<const block_q4_0*>(row)[b];
+                    dw[r] = fp16_to_fp32(blk.d);
+                    qs = blk.qs;
+                }
+                for (int c = 0; c < 4; ++c) {
+                    for (int e = 0; e < 2; ++e) {
+                        uint16_t word = 0;
+                        for (int n = 0; n < 4; ++n) word |= static_cast<uint16_t>(nibble(qs, 2 * (4 * c + n) + e) << (4 * n));
+                        std::memcpy(q + 64 * c + 2 * (2 * r + e), &word, 2);
+                    }
+                }
+            }
+        }
+    }
+}
+
+mm_group_fn group_fn(const kernel_set& ks, ggml_type type) {
+    switch (type) {
+    case GGML_TYPE_Q4_0: return ks.group_q4_0;
+    case GGML_TYPE_Q4_1: return ks.group_q4_1;
+    case GGML_TYPE_Q8_0: return ks.group_q8_0;
+    default: return nullptr;
+    }
+}
 
 const kernel_set& kernels_scalar() { return SCALAR_SET; }
 
@@ -246,12 +358,13 @@ static act_q16 quantize_acts(threadpool* pool, mm_job* j) {
     if (scratch->qs.size() < size_t(n_tok * k)) scratch->qs.resize(size_t(n_tok * k));
     if (scratch->d.size() < size_t(n_tok * nb)) scratch->d.resize(size_t(n_tok * nb));
     if (scratch->dsum.size() < size_t(n_tok * nb)) scratch->dsum.resize(size_t(n_tok * nb));
+    if (scratch->isum.size() < size_t(n_tok * nb)) scratch->isum.resize(size_t(n_tok * nb));
     if (n_tok >= MM_PARALLEL_QUANT_TOKENS) {
         threadpool_run(pool, n_tok, quantize_range, j);
     } else {
         quantize_range(j, 0, n_tok, 0);
     }
-    return act_q16{scratch->qs.data(), scratch->d.data(), scratch->dsum.data(), k};
+    return act_q16{scratch->qs.data(), scratch->d.data(), scratch->dsum.data(), k, scratch->isum.data()};
 }
 
 void matmul_fused(threadpool* pool, const kernel_set& ks, const weight_view* const* ws, float* const* ys, int n_w,
@@ -262,18 +375,29 @@ void matmul_fused(threadpool* pool, const kernel_set& ks, const weight_view* con
         for (int i = 0; i < n_w; ++i) matmul(pool, ks, *ws[i], x, x_stride, n_tok, ys[i], scratch);
         return;
     }
-    mm_job q{&ks, ws[0], x, x_stride, n_tok, nullptr, act_q16{}, scratch, nullptr};
-    mm_multi_job j{&ks, ws, ys, n_w, {0}, quantize_acts(pool, &q), n_tok};
-    for (int i = 0; i < n_w; ++i) j.first[i + 1] = j.first[i] + ws[i]->n_rows;
-    threadpool_run(pool, j.first[n_w], mm_multi_range, &j);
+    mm_job q{&ks, ws[0], x, x_stride, n_tok, nullptr, act_q16{}, scratch, nullptr, nullptr};
+    mm_multi_job j{&ks, ws, ys, n_w, {0}, quantize_acts(pool, &q), n_tok, {}};
+    bool grouped = true;
+    for (int i = 0; i < n_w; ++i) {
+        j.group[i] = ws[i]->packed ? group_fn(ks, ws[i]->type) : nullptr;
+        grouped = grouped && j.group[i] != nullptr;
+    }
+    const int64_t unit = grouped ? MM_GROUP_ROWS : 1;
+    for (int i = 0; i < n_w; ++i) j.first[i + 1] = j.first[i] + ws[i]->n_rows / unit;
+    threadpool_run(pool, j.first[n_w], grouped ? mm_multi_group_range : mm_multi_range, &j);
 }
 
 void matmul(threadpool* pool, const kernel_set& ks, const weight_view& w, const float* x, int64_t x_stride,
             int64_t n_tok, float* y, mm_scratch* scratch) {
-    mm_job j{&ks, &w, x, x_stride, n_tok, y, act_q16{}, scratch, nullptr};
+    mm_job j{&ks, &w, x, x_stride, n_tok, y, act_q16{}, scratch, nullptr, nullptr};
     const int64_t k = w.n_cols;
     if (kernels_uses_q16(w.type)) {
         j.act = quantize_acts(pool, &j);
+        j.group = w.packed ? group_fn(ks, w.type) : nullptr;
+        if (j.group) {
+            threadpool_run(pool, w.n_rows / MM_GROUP_ROWS, mm_group_range, &j);
+            return;
+        }
         j.row = row_fn(ks, w.type);
         threadpool_run(pool, w.n_rows, mm_q16_range, &j);
         return;

@@ -33,6 +33,8 @@ struct weight_view {
     int64_t n_rows = 0;  // N (ne[1])
     size_t row_bytes = 0;
     const uint8_t* data = nullptr;
+    // The same weight in the row-group layout (weight_pack), when the model packed it; data stays valid.
+    const uint8_t* packed = nullptr;
 };
 
 // Activations of n_tok tokens quantised to 16-bit blocks of 32.
@@ -41,10 +43,23 @@ struct act_q16 {
     const float* d = nullptr;     // (n_tok, K/32) block scale: x ~= qs * d
     const float* dsum = nullptr;  // (n_tok, K/32) d * (sum of the block's qs)
     int64_t k = 0;                // K
+    const int32_t* isum = nullptr; // (n_tok, K/32) sum of the block's qs (set by the matmul driver)
 };
 
 // Most tokens one row kernel handles at once (the matmul walks a chunk in tiles of this many).
 constexpr int MM_TOK_TILE = 8;
+
+// Row-group kernels (kernel sets that have them) work on weights repacked at load time: rows in groups of
+// MM_GROUP_ROWS, and per group and block of 32 columns the 16 rows' float scales (Q4_1: then the 16 offsets
+// m + 8 d) followed by the quants interleaved so that one vector load yields element pair (2j, 2j+1) of all
+// 16 rows (layout in kernels.cpp, weight_pack). One integer dot product then covers 16 rows x 2 elements,
+// the block's exact integer sums of the 16 rows land in one vector, and the float scaling is one multiply
+// and one fma per (group, block, token) instead of per (row, block, token). Each output's value depends only
+// on its row and its token (integer sums are exact; the float steps run in block order).
+constexpr int MM_GROUP_ROWS = 16;
+// Kernel: y[t * y_stride + r] for r < 16, t < n_tok (<= MM_TOK_TILE): group g (nb blocks) times token t0 + t.
+using mm_group_fn = void (*)(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int n_tok, float* y,
+                             size_t y_stride);
 
 // Row kernel: for t in [0, n_tok) (n_tok <= MM_TOK_TILE), y[t * y_stride] = dot(weight row w, token t0 + t).
 using mm_row_fn = void (*)(const uint8_t* w, const act_q16& a, int64_t t0, int n_tok, float* y, size_t y_stride);
@@ -69,12 +84,25 @@ struct kernel_set {
     // scratch; out (n_q, hd) = softmax(scale * q k^T) v. nullptr: the generic path in model.cpp is used.
     void (*attn)(const float* q, int n_q, const uint8_t* k, const uint8_t* v, size_t row_bytes, bool kv_q8,
                  int n_pos, int hd, float scale, float* scores, float* out);
+    // row-group kernels over packed weights; nullptr: this set uses the row kernels
+    mm_group_fn group_q4_0;
+    mm_group_fn group_q4_1;
+    mm_group_fn group_q8_0;
 };
 
 const kernel_set& kernels_get();
 const kernel_set& kernels_scalar();
 const kernel_set* kernels_avx2();    // nullptr when not compiled in
 const kernel_set* kernels_avx512();  // nullptr when not compiled in
+
+// Bytes of w in the row-group layout, 0 when it has none (type other than Q4_0/Q4_1/Q8_0, rows not a
+// multiple of MM_GROUP_ROWS). Bytes of one group: weight_group_bytes.
+size_t weight_packed_bytes(ggml_type type, int64_t n_cols, int64_t n_rows);
+size_t weight_group_bytes(ggml_type type, int64_t n_cols);
+// Writes w in the row-group layout to out (weight_packed_bytes bytes, 64-byte aligned).
+void weight_pack(const weight_view& w, uint8_t* out);
+// The set's kernel for packed weights of this type, nullptr when it has none.
+mm_group_fn group_fn(const kernel_set& ks, ggml_type type);
 
 // True when a weight of this type takes the integer-dot path (activations quantised to 16 bits).
 bool kernels_uses_q16(ggml_type type);
@@ -84,6 +112,7 @@ struct mm_scratch {
     std::vector<int16_t> qs;
     std::vector<float> d;
     std::vector<float> dsum;
+    std::vector<int32_t> isum;
     std::vector<float> rows;  // (n_threads, K) dequantised weight rows for the generic path
 };
 

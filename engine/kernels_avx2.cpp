@@ -150,7 +150,7 @@ const kernel_set AVX2_SET = {
     "avx2",          quantize_q16_avx2,    row_dispatch<0>,  row_dispatch<1>,        row_dispatch<2>,
     row_q45k_kq<0>, row_q45k_kq<1>, row_q6k_kq,
     dot_f32_avx2,    dot_f16_f32_avx2,     axpy_f16_avx2,    fp32_to_fp16_row_avx2,
-    nullptr,
+    nullptr,         nullptr,              nullptr,          nullptr,
 };
 
 }  // namespace

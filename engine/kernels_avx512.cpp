@@ -138,6 +138,82 @@ void row_dispatch(const uint8_t* w, const act_q16& a, int64_t t0, int n_tok, flo
 }
 static_assert(MM_TOK_TILE == 8, "row_dispatch handles tiles of up to 8 tokens");
 
+// Row-group kernel (layout in kernels.cpp, weight_pack). Per block: the quants of the 16 rows become 16
+// vectors of int16 pairs (4-bit: 4 per 64-byte load, by shift and mask); each token's pair (a[2j], a[2j+1])
+// is broadcast and vpdpwssd adds both products into the row's int32 lane, so the block's exact integer sum
+// of every row is one vector. 4-bit values are stored as 0..15; centring (q - 8) is exact in the integer
+// sum: it starts at -8 * (the block's activation sum). Then acc += float(sum) * (dw * da), and for Q4_1
+// acc += off * dsum, in block order. Short tiles split the integer sum over more accumulators (exact, so
+// the value is the same): it breaks the dependency chain of a lone token.
+using pair16 = int32_t __attribute__((may_alias, aligned(4)));
+
+template <int KIND, int T>
+void group_kernel(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, float* y, size_t y_stride) {
+    constexpr size_t SB = KIND == 1 ? 128 : 64, QB = KIND == 2 ? 512 : 256, GB = SB + QB;
+    constexpr int NACC = T >= 4 ? 1 : (T == 1 ? 4 : 2);
+    const int16_t* aq = a.qs + t0 * a.k;
+    const float* ad = a.d + t0 * nb;
+    const float* as = a.dsum + t0 * nb;
+    const int32_t* ai = a.isum + t0 * nb;
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi16(0x000F);
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* gb = g + size_t(b) * GB;
+        const uint8_t* q = gb + SB;
+        __m512i s[T][NACC];
+        for (int t = 0; t < T; ++t) {
+            s[t][0] = KIND == 2 ? _mm512_setzero_si512() : _mm512_set1_epi32(-8 * ai[t * nb + b]);
+            for (int k = 1; k < NACC; ++k) s[t][k] = _mm512_setzero_si512();
+        }
+        const pair16* ap[T];  // the block's activations of each token, as 16 pairs of int16
+        for (int t = 0; t < T; ++t) ap[t] = reinterpret_cast<const pair16*>(aq + t * a.k + b * QK32);
+        auto dot = [&](int j, __m512i v) {
+            for (int t = 0; t < T; ++t) {
+                s[t][j % NACC] = _mm512_dpwssd_epi32(s[t][j % NACC], v, _mm512_set1_epi32(ap[t][j]));
+            }
+        };
+        if constexpr (KIND == 2) {
+            for (int j = 0; j < 16; ++j) {
+                dot(j, _mm512_cvtepi8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32 * j))));
+            }
+        } else {
+            for (int c = 0; c < 4; ++c) {
+                const __m512i w = _mm512_load_si512(q + 64 * c);
+                dot(4 * c + 0, _mm512_and_si512(w, low4));
+                dot(4 * c + 1, _mm512_and_si512(_mm512_srli_epi16(w, 4), low4));
+                dot(4 * c + 2, _mm512_and_si512(_mm512_srli_epi16(w, 8), low4));
+                dot(4 * c + 3, _mm512_srli_epi16(w, 12));
+            }
+        }
+        const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(gb));
+        for (int t = 0; t < T; ++t) {
+            __m512i sum = s[t][0];
+            for (int k = 1; k < NACC; ++k) sum = _mm512_add_epi32(sum, s[t][k]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(ad[t * nb + b])), acc[t]);
+            if constexpr (KIND == 1) {
+                const __m512 off = _mm512_load_ps(reinterpret_cast<const float*>(gb + 64));
+                acc[t] = _mm512_fmadd_ps(off, _mm512_set1_ps(as[t * nb + b]), acc[t]);
+            }
+        }
+    }
+    for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + size_t(t) * y_stride, acc[t]);
+}
+
+template <int KIND>
+void group_dispatch(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
+    switch (n_tok) {
+    case 1: group_kernel<KIND, 1>(g, nb, a, t0, y, y_stride); break;
+    case 2: group_kernel<KIND, 2>(g, nb, a, t0, y, y_stride); break;
+    case 3: group_kernel<KIND, 3>(g, nb, a, t0, y, y_stride); break;
+    case 4: group_kernel<KIND, 4>(g, nb, a, t0, y, y_stride); break;
+    case 5: group_kernel<KIND, 5>(g, nb, a, t0, y, y_stride); break;
+    case 6: group_kernel<KIND, 6>(g, nb, a, t0, y, y_stride); break;
+    case 7: group_kernel<KIND, 7>(g, nb, a, t0, y, y_stride); break;
+    default: group_kernel<KIND, 8>(g, nb, a, t0, y, y_stride); break;
+    }
+}
+
 float dot_f32_avx512(const float* a, const float* b, int64_t n) {
     __m512 acc = _mm512_setzero_ps();
     int64_t i = 0;
@@ -314,7 +390,7 @@ const kernel_set AVX512_SET = {
     "avx512_vnni",        quantize_q16_avx512,      row_dispatch<0>,   row_dispatch<1>,          row_dispatch<2>,
     row_q45k_kq<0>, row_q45k_kq<1>, row_q6k_kq,
     dot_f32_avx512,       dot_f16_f32_avx512,      axpy_f16_avx512,   fp32_to_fp16_row_avx512,
-    attn_avx512,
+    attn_avx512,          group_dispatch<0>,        group_dispatch<1>, group_dispatch<2>,
 };
 
 }  // namespace

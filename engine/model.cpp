@@ -10,7 +10,10 @@
 //              x += att Wo^T;  xn = rmsnorm(x) * ffn_norm;  x += (silu(xn Wg^T) * (xn Wu^T)) Wd^T
 //   logits = (rmsnorm(x) * output_norm) Wout^T for the entries that want them.
 // Every per-entry result is computed from that entry's data alone, in a fixed order, on whichever thread.
+#include <sys/mman.h>
+
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 
@@ -43,6 +46,42 @@ int32_t read_id(const gguf_file* f, const char* key, int32_t n_vocab) {
     const gguf_value* v = gguf_find(f, key);
     if (!v || v->type == GGUF_TYPE_STRING || v->type == GGUF_TYPE_ARRAY) return -1;
     return v->i >= 0 && v->i < n_vocab ? static_cast<int32_t>(v->i) : -1;
+}
+
+// The matrices the forward pass multiplies by, for packing.
+std::vector<weight_view*> matmul_weights(strata_model* m) {
+    std::vector<weight_view*> ws;
+    for (layer_weights& l : m->layers) {
+        for (weight_view* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) ws.push_back(w);
+    }
+    ws.push_back(&m->output);
+    return ws;
+}
+
+// When the kernel set has row-group kernels, every matrix that has a row-group layout gets a packed copy
+// (one 64-byte aligned allocation); the mapped pages of the originals are then released to the page cache
+// (the embedding rows are read from the mapping again on demand). Without memory for the copy the model
+// runs on the row kernels.
+void pack_weights(strata_model* m) {
+    std::vector<weight_view*> ws;
+    size_t total = 0;
+    for (weight_view* w : matmul_weights(m)) {
+        const size_t n = weight_packed_bytes(w->type, w->n_cols, w->n_rows);
+        if (n == 0 || !group_fn(*m->ks, w->type)) continue;
+        ws.push_back(w);
+        total += n;
+    }
+    if (total == 0) return;
+    m->packed = static_cast<uint8_t*>(std::aligned_alloc(64, (total + 63) / 64 * 64));
+    if (!m->packed) return;
+    m->packed_bytes = total;
+    size_t off = 0;
+    for (weight_view* w : ws) {
+        weight_pack(*w, m->packed + off);
+        w->packed = m->packed + off;
+        off += weight_packed_bytes(w->type, w->n_cols, w->n_rows);
+    }
+    if (m->file->map_addr) ::madvise(m->file->map_addr, m->file->map_size, MADV_DONTNEED);
 }
 
 }  // namespace
@@ -253,6 +292,7 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     const int n_threads = params.n_threads > 0 ? params.n_threads : threadpool_physical_cores();
     m->pool = threadpool_init(n_threads);
     m->ks = &kernels_get();
+    pack_weights(m);
 
     model_info& info = m->info;
     info.arch = arch_name;
@@ -294,6 +334,7 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
 
 void model_free(strata_model* m) {
     if (!m) return;
+    std::free(m->packed);
     threadpool_free(m->pool);
     gguf_close(m->file);
     delete m;

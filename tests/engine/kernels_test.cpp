@@ -5,10 +5,11 @@
 // tokens (odd and even block counts) and Q4_K/Q5_K/Q6_K agree with double dot products of the dequantised weights and the
 // dequantised activations; f16 dot/axpy/convert agree with the scalar set; matmul (integer and generic
 // paths, K types included) is bitwise identical for 1, 2 and 3 threads and for a token alone or inside a
-// chunk; fused attention over half and Q8_0 caches; RoPE (normal and NeoX ordering) and rmsnorm against
+// chunk; the row-group kernels over packed weights likewise, for every tile size and fused; fused attention over half and Q8_0 caches; RoPE (normal and NeoX ordering) and rmsnorm against
 // double references.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -180,6 +181,85 @@ void test_matmul_determinism() {
     for (threadpool* p : pools) threadpool_free(p);
 }
 
+// Row-group kernels over packed weights (sets that have them): against double, against the same weight on
+// the row kernels, bitwise across thread counts, for every tile size (a token alone and in tiles of 2..8 and
+// a chunk of 13), fused or not; shapes without a row-group layout report 0 bytes.
+void test_packed_matmul() {
+    CHECK(weight_packed_bytes(GGML_TYPE_Q4_1, 64, 40) == 0, "40 rows (not a multiple of 16) must have no packed layout");
+    CHECK(weight_packed_bytes(GGML_TYPE_Q4_K, 256, 32) == 0, "Q4_K has no packed layout");
+    CHECK(weight_packed_bytes(GGML_TYPE_Q4_1, 64, 32) == 2 * weight_group_bytes(GGML_TYPE_Q4_1, 64), "packed size");
+    const ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0};
+    const int64_t ks_[] = {64, 96, 576};
+    const int64_t n = 48, n_tok = 13;
+    threadpool* pools[3] = {threadpool_init(1), threadpool_init(2), threadpool_init(3)};
+    int tested = 0;
+    for (const kernel_set* ks : kernel_sets()) {
+        for (ggml_type type : types) {
+            if (!group_fn(*ks, type)) continue;
+            for (int64_t k : ks_) {
+                std::vector<float> x(static_cast<size_t>(n_tok * k));
+                for (float& v : x) v = frand(-1, 1);
+                x[3] = 40.0f;  // an outlier channel, as in a residual stream
+                const std::vector<uint8_t> wbuf = random_rows(type, k, n);
+                weight_view w{type, k, n, quant_row_bytes(type, k), wbuf.data()};
+                const size_t pb = weight_packed_bytes(type, k, n);
+                uint8_t* packed = static_cast<uint8_t*>(std::aligned_alloc(64, (pb + 63) / 64 * 64));
+                weight_pack(w, packed);
+                weight_view wp = w;
+                wp.packed = packed;
+                std::vector<float> y[3], yrow(size_t(n_tok * n));
+                for (int p = 0; p < 3; ++p) {
+                    mm_scratch s;
+                    y[p].assign(size_t(n_tok * n), 0.0f);
+                    matmul(pools[p], *ks, wp, x.data(), k, n_tok, y[p].data(), &s);
+                }
+                CHECK(y[0] == y[1] && y[0] == y[2], "%s %s k=%lld: packed matmul depends on the thread count", ks->name, quant_name(type), (long long)k);
+                {
+                    mm_scratch s;
+                    matmul(pools[1], *ks, w, x.data(), k, n_tok, yrow.data(), &s);
+                }
+                // every tile size: tokens [0, nt) alone give the same bits as inside the chunk of 13
+                for (int nt = 1; nt <= MM_TOK_TILE; ++nt) {
+                    mm_scratch s;
+                    std::vector<float> part(size_t(nt * n));
+                    matmul(pools[1], *ks, wp, x.data() + 2 * k, k, nt, part.data(), &s);
+                    CHECK(std::memcmp(part.data(), y[0].data() + 2 * n, size_t(nt * n) * 4) == 0, "%s %s k=%lld: tile of %d differs from the chunk", ks->name, quant_name(type), (long long)k, nt);
+                }
+                // fused (two copies of the weight side by side) equals the plain call
+                {
+                    mm_scratch s;
+                    std::vector<float> a(size_t(n_tok * n)), b(size_t(n_tok * n));
+                    const weight_view* ws[2] = {&wp, &wp};
+                    float* ys[2] = {a.data(), b.data()};
+                    matmul_fused(pools[1], *ks, ws, ys, 2, x.data(), k, n_tok, &s);
+                    CHECK(a == y[0] && b == y[0], "%s %s k=%lld: fused packed matmul differs", ks->name, quant_name(type), (long long)k);
+                }
+                std::vector<float> wf(static_cast<size_t>(k));
+                double worst = 0, worst_row = 0;
+                for (int64_t t = 0; t < n_tok; ++t) {
+                    for (int64_t r = 0; r < n; ++r) {
+                        dequantize_row(type, wbuf.data() + r * w.row_bytes, wf.data(), k);
+                        double ref = 0, mag = 0;
+                        for (int64_t i = 0; i < k; ++i) {
+                            ref += double(wf[size_t(i)]) * x[size_t(t * k + i)];
+                            mag += std::fabs(double(wf[size_t(i)]) * x[size_t(t * k + i)]);
+                        }
+                        worst = std::fmax(worst, std::fabs(y[0][size_t(t * n + r)] - ref) / mag);
+                        worst_row = std::fmax(worst_row, std::fabs(y[0][size_t(t * n + r)] - yrow[size_t(t * n + r)]) / mag);
+                    }
+                }
+                // the outlier's block carries 16-bit steps of 40/32767 (the same on the row kernels, checked next)
+                CHECK(worst < 1e-3, "%s %s k=%lld: packed matmul vs double: %g of the magnitude", ks->name, quant_name(type), (long long)k, worst);
+                CHECK(worst_row < 1e-5, "%s %s k=%lld: packed vs row kernels: %g of the magnitude", ks->name, quant_name(type), (long long)k, worst_row);
+                std::free(packed);
+                ++tested;
+            }
+        }
+    }
+    std::printf("packed matmul: %d type/shape/set cases\n", tested);
+    for (threadpool* p : pools) threadpool_free(p);
+}
+
 // fused attention (where a set has one) against softmax(q k^T * scale) v in double over the cache rows as
 // stored (half, or Q8_0 blocks), each row wider than one head as in the (n_ctx, n_embd_kv) cache
 void test_attention() {
@@ -272,6 +352,7 @@ int main() {
     test_quantize_and_rows();
     test_f16_ops();
     test_matmul_determinism();
+    test_packed_matmul();
     test_attention();
     test_rope_and_norm();
     if (g_failures) {
