@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
     model_params mp;
     mp.path = f.model;
     mp.n_threads = f.threads > 0 ? static_cast<int32_t>(f.threads) : physical_cores();
-    mp.n_batch = static_cast<int32_t>(f.chunk);
+    mp.n_batch = static_cast<int32_t>(f.chunk) + SLOTS_MAX;  // a prompt chunk plus every slot's decode entry
     std::string err;
     strata_model* model = model_load(mp, &err);
     if (model == nullptr) {

@@ -80,6 +80,7 @@ private:
     read_result read_prompt(seq_state* target, const command& cmd, int64_t seq, int32_t own_slot,
                             clock_type::time_point t0);
     void slot_steps();
+    int eval_with_slots(kv_cache* kv, const int32_t* toks, int32_t len, int32_t pos, std::string* err);
     void drop_poisoned(seq_state* st);
     std::string done_line(int32_t generated, int32_t n_prompt, double prompt_ms, double decode_ms,
                           const char* finish, int32_t reused, int32_t read) const;
@@ -95,6 +96,11 @@ private:
     sampler_scratch scratch_;
     pf_timer timer_;
     std::mt19937_64 rng_;          // seeds of requests that bring none (when --seed is absent)
+    // eval_with_slots' batch (reused: no allocation per step once warm)
+    std::vector<int32_t> mix_rows_, mix_token_, mix_pos_, mix_seq_;
+    std::vector<uint8_t> mix_want_;
+    std::vector<kv_cache*> mix_kvs_;
+    std::vector<float> mix_logits_;
 };
 
 int serve_loop::run() {
@@ -122,6 +128,43 @@ void serve_loop::slot_steps() {
     if (!slots_.step(reader_, cfg_.eos_ids, &err)) {
         std::fprintf(stderr, "strata: batch step refused by the model: %s\n", err.c_str());
     }
+}
+
+// Evaluates len tokens of one sequence at pos (the last one's logits into logits_). When slots decode, their
+// step rides in the same batch: one pass over the weights for the chunk (or the solo token) and every slot's
+// next token, each entry computed from its own data alone, so the results are those of two separate calls.
+// A batch the model refuses is retried as the sequence alone and then the slots' own step, so a refusal
+// reads as it did before (ERR for the sequence, BDONE ... nonfinite for the slots).
+int serve_loop::eval_with_slots(kv_cache* kv, const int32_t* toks, int32_t len, int32_t pos, std::string* err) {
+    if (slots_.any_busy()) slots_.collect(reader_, &mix_rows_);
+    else mix_rows_.clear();
+    if (mix_rows_.empty()) return model_eval_seq(model_, kv, toks, len, pos, logits_.data(), err);
+    mix_token_.assign(toks, toks + len);
+    mix_pos_.clear();
+    for (int32_t i = 0; i < len; ++i) mix_pos_.push_back(pos + i);
+    mix_seq_.assign(static_cast<size_t>(len), 0);
+    mix_kvs_.assign(1, kv);
+    slots_.append(mix_rows_, 1, &mix_token_, &mix_pos_, &mix_seq_, &mix_kvs_);
+    mix_want_.assign(mix_token_.size(), 1);
+    std::fill(mix_want_.begin(), mix_want_.begin() + (len - 1), 0);
+    eval_batch b;
+    b.n = static_cast<int32_t>(mix_token_.size());
+    b.token = mix_token_.data();
+    b.pos = mix_pos_.data();
+    b.seq = mix_seq_.data();
+    b.want_logits = mix_want_.data();
+    b.kvs = mix_kvs_.data();
+    b.n_seq = static_cast<int32_t>(mix_kvs_.size());
+    const size_t nv = static_cast<size_t>(info_.n_vocab);
+    mix_logits_.resize((1 + mix_rows_.size()) * nv);
+    if (model_eval(model_, b, mix_logits_.data(), err) != 0) {
+        const int rc = model_eval_seq(model_, kv, toks, len, pos, logits_.data(), err);
+        slot_steps();
+        return rc;
+    }
+    std::copy(mix_logits_.begin(), mix_logits_.begin() + static_cast<std::ptrdiff_t>(nv), logits_.begin());
+    slots_.after_eval(mix_rows_, mix_logits_.data() + nv, cfg_.eos_ids);
+    return 0;
 }
 
 bool serve_loop::handle(const stdin_line& line) {
@@ -212,7 +255,7 @@ read_result serve_loop::read_prompt(seq_state* target, const command& cmd, int64
         const int32_t len = pf::chunk_next_len(pos, n, cfg_.chunk);
         timer_.mark(PF_PHASE_READ);
         std::string err;
-        if (model_eval_seq(model_, target->kv, prompt.data() + pos, len, pos, logits_.data(), &err) != 0) {
+        if (eval_with_slots(target->kv, prompt.data() + pos, len, pos, &err) != 0) {
             target->tokens.resize(static_cast<size_t>(pos));
             err_line("model: " + err);
             r.end = READ_FAILED;
@@ -252,10 +295,7 @@ read_result serve_loop::read_prompt(seq_state* target, const command& cmd, int64
             }
             std::fprintf(stderr, "strata: BYIELD %d ignored (no such idle slot)\n", y);
         }
-        if (slots_.any_busy()) {
-            timer_.mark(PF_PHASE_SLOTS);
-            slot_steps();  // decoding slots keep producing while a long prompt is read
-        }
+        // decoding slots keep producing while a long prompt is read: their steps ride in the chunks' batches
     }
     target->ckpt_len = std::min<int32_t>(ckpt, static_cast<int32_t>(target->tokens.size()));
     if (r.end == READ_DONE) {
@@ -307,7 +347,7 @@ void serve_loop::run_gen(const command& cmd_in, int64_t seq) {
             break;
         }
         const int32_t p = static_cast<int32_t>(live_.tokens.size());
-        if (model_eval_seq(model_, live_.kv, &tok, 1, p, logits_.data(), &err) != 0) {
+        if (eval_with_slots(live_.kv, &tok, 1, p, &err) != 0) {
             std::fprintf(stderr, "strata: decode refused by the model: %s\n", err.c_str());
             drop_poisoned(&live_);
             finish = "nonfinite";
@@ -320,7 +360,6 @@ void serve_loop::run_gen(const command& cmd_in, int64_t seq) {
             finish = "nonfinite";
             break;
         }
-        if (slots_.any_busy()) slot_steps();
     }
     const double decode_ms = ms_between(t_dec, clock_type::now());
     protocol_write_line(done_line(generated, n, r.prompt_ms, decode_ms, finish, r.reused, r.read));

@@ -69,8 +69,8 @@ void slot_table::clear_idle() {
     }
 }
 
-bool slot_table::step(const stdin_reader& reader, const std::vector<int32_t>& eos_ids, std::string* err) {
-    std::vector<int32_t> rows;  // slot index of each batch entry
+void slot_table::collect(const stdin_reader& reader, std::vector<int32_t>* rows) {
+    rows->clear();
     for (int32_t i = 0; i < size(); ++i) {
         slot& s = at(i);
         if (!s.busy) continue;
@@ -78,43 +78,63 @@ bool slot_table::step(const stdin_reader& reader, const std::vector<int32_t>& eo
             finish(i, "cancel");
             continue;
         }
-        rows.push_back(i);
+        rows->push_back(i);
     }
-    if (rows.empty()) return true;
-    const int32_t n = static_cast<int32_t>(rows.size());
-    std::vector<int32_t> token(n), pos(n), seq(n);
-    std::vector<uint8_t> want(n, 1);
-    std::vector<kv_cache*> kvs(n);
-    for (int32_t k = 0; k < n; ++k) {
-        slot& s = at(rows[k]);
-        token[k] = s.pending;
-        pos[k] = static_cast<int32_t>(s.st.tokens.size());
-        seq[k] = k;
-        kvs[k] = s.st.kv;
+}
+
+void slot_table::append(const std::vector<int32_t>& rows, int32_t seq_base, std::vector<int32_t>* token,
+                        std::vector<int32_t>* pos, std::vector<int32_t>* seq, std::vector<kv_cache*>* kvs) const {
+    for (size_t k = 0; k < rows.size(); ++k) {
+        const slot& s = slots_[static_cast<size_t>(rows[k])];
+        token->push_back(s.pending);
+        pos->push_back(static_cast<int32_t>(s.st.tokens.size()));
+        seq->push_back(seq_base + static_cast<int32_t>(k));
+        kvs->push_back(s.st.kv);
     }
+}
+
+void slot_table::fail(const std::vector<int32_t>& rows) {
+    for (int32_t i : rows) {
+        at(i).st.tokens.clear();
+        at(i).st.ckpt_len = 0;
+        finish(i, "nonfinite");
+    }
+}
+
+bool slot_table::step(const stdin_reader& reader, const std::vector<int32_t>& eos_ids, std::string* err) {
+    collect(reader, &rows_);
+    if (rows_.empty()) return true;
+    const int32_t n = static_cast<int32_t>(rows_.size());
+    token_.clear();
+    pos_.clear();
+    seq_.clear();
+    kvs_.clear();
+    append(rows_, 0, &token_, &pos_, &seq_, &kvs_);
+    want_.assign(static_cast<size_t>(n), 1);
     eval_batch batch;
     batch.n = n;
-    batch.token = token.data();
-    batch.pos = pos.data();
-    batch.seq = seq.data();
-    batch.want_logits = want.data();
-    batch.kvs = kvs.data();
+    batch.token = token_.data();
+    batch.pos = pos_.data();
+    batch.seq = seq_.data();
+    batch.want_logits = want_.data();
+    batch.kvs = kvs_.data();
     batch.n_seq = n;
     logits_.resize(static_cast<size_t>(n) * static_cast<size_t>(n_vocab_));
     if (model_eval(model_, batch, logits_.data(), err) != 0) {
-        for (int32_t i : rows) {
-            at(i).st.tokens.clear();
-            at(i).st.ckpt_len = 0;
-            finish(i, "nonfinite");
-        }
+        fail(rows_);
         return false;
     }
-    for (int32_t k = 0; k < n; ++k) {
+    after_eval(rows_, logits_.data(), eos_ids);
+    return true;
+}
+
+void slot_table::after_eval(const std::vector<int32_t>& rows, const float* logits, const std::vector<int32_t>& eos_ids) {
+    for (size_t k = 0; k < rows.size(); ++k) {
         const int32_t i = rows[k];
         slot& s = at(i);
         s.st.tokens.push_back(s.pending);
         int32_t tok = -1;
-        const sample_status st = sampler_sample(s.sampling, logits_.data() + static_cast<size_t>(k) * n_vocab_, n_vocab_,
+        const sample_status st = sampler_sample(s.sampling, logits + k * static_cast<size_t>(n_vocab_), n_vocab_,
                                                 s.st.tokens.data(), static_cast<int32_t>(s.st.tokens.size()),
                                                 static_cast<int64_t>(s.st.tokens.size()), s.seed, &scratch_, &tok);
         if (st != SAMPLE_OK) {
@@ -133,5 +153,4 @@ bool slot_table::step(const stdin_reader& reader, const std::vector<int32_t>& eo
             s.pending = tok;
         }
     }
-    return true;
 }

@@ -56,6 +56,17 @@ public:
     // One decode step of every busy slot. Writes BT/BDONE lines. Returns false (with *err) only when the model
     // refused the batch, in which case every busy slot was ended with BDONE ... nonfinite.
     bool step(const stdin_reader& reader, const std::vector<int32_t>& eos_ids, std::string* err);
+    // The parts of step, for a caller that evaluates the slots' entries inside a larger batch (a prompt
+    // chunk and the decode step in one pass over the weights):
+    // collect ends the slots whose BSTOP arrived and lists the busy ones (the batch's rows, in slot order);
+    void collect(const stdin_reader& reader, std::vector<int32_t>* rows);
+    // append adds one entry per row (its pending token at its next position, sequence seq_base + k);
+    void append(const std::vector<int32_t>& rows, int32_t seq_base, std::vector<int32_t>* token,
+                std::vector<int32_t>* pos, std::vector<int32_t>* seq, std::vector<kv_cache*>* kvs) const;
+    // after_eval samples each row's next token from its logits (rows.size() x n_vocab, in row order);
+    void after_eval(const std::vector<int32_t>& rows, const float* logits, const std::vector<int32_t>& eos_ids);
+    // fail ends every row with BDONE ... nonfinite, dropping what its cache held.
+    void fail(const std::vector<int32_t>& rows);
     // Drops every slot's cached conversation (a nonfinite result may have poisoned them).
     void clear_idle();
 
@@ -69,4 +80,7 @@ private:
     std::vector<slot> slots_;
     std::vector<float> logits_;   // (n_busy, n_vocab)
     sampler_scratch scratch_;
+    std::vector<int32_t> rows_, token_, pos_, seq_;  // step's batch (reused)
+    std::vector<uint8_t> want_;
+    std::vector<kv_cache*> kvs_;
 };

@@ -6,7 +6,8 @@
 //   pf timing: tokens=N total_ms=T read=.. dequant=.. attention=.. ffn=.. sample=.. ... records=R
 // With the variable unset, mark() is a branch and nothing is recorded.
 // Phases the protocol side marks: PF_PHASE_LOOKUP (finding and copying a reusable prefix), PF_PHASE_READ (the
-// model evaluating a chunk), PF_PHASE_SLOTS (decode steps of other slots between chunks), PF_PHASE_SAMPLE,
+// model evaluating a chunk; other slots' decode steps ride in the chunk's batch, so their time is READ's too),
+// PF_PHASE_SLOTS (left for a separate step; nothing marks it now), PF_PHASE_SAMPLE,
 // PF_PHASE_EMIT (protocol lines). The model math may mark its own phases (dequant, attention, ffn) inside READ.
 #pragma once
 
