@@ -29,7 +29,7 @@ import secrets
 from serve.events import (BadRequest, ChatRequest, Done, Message, ToolCall, ToolSpec, KIND_CONTENT, KIND_PING,
                           KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START)
 from serve.openai import _error_text, _int_field, _model_name   # shared with the OpenAI translator
-from serve.reasoning import effort_from_anthropic, reasoning_fields
+from serve.reasoning import check_budget, effort_from_anthropic, reasoning_fields
 from serve.replies import JsonReply, StreamReply
 from serve.sampling import check_request_sampling
 
@@ -177,17 +177,22 @@ def _tools(raw) -> list[ToolSpec]:
 
 
 def _tool_choice(raw, req: ChatRequest) -> None:
+    """`{"type": "auto" | "any" | "none" | "tool", "name"?, "disable_parallel_tool_use"?}`; a type naming
+    nothing known acts as auto (UPSTREAM §5.3; said in the request's notes); not an object is a 400."""
     if raw is None:
         return
-    if not isinstance(raw, dict) or raw.get("type") not in ("auto", "any", "none", "tool"):
+    if not isinstance(raw, dict):
         raise BadRequest('tool_choice: {"type": "auto" | "any" | "none" | "tool", ...}', param="tool_choice")
-    kind = raw["type"]
+    kind = raw.get("type")
     if kind == "tool":
         if not isinstance(raw.get("name"), str):
             raise BadRequest("tool_choice.name: the tool's name", param="tool_choice")
         req.tool_choice = {"name": raw["name"]}
-    else:
+    elif kind in ("auto", "any", "none"):
         req.tool_choice = {"auto": "auto", "any": "required", "none": "none"}[kind]
+    else:
+        req.notes.append(f"tool_choice type {str(kind)[:80]!r} names nothing known: acting as auto")
+        req.tool_choice = "auto"
     if raw.get("disable_parallel_tool_use") is True:
         req.parallel_tool_calls = False
 
@@ -222,8 +227,9 @@ def parse_messages(body: dict, anthropic_thinking: str = "model") -> ChatRequest
     req.sampling = check_request_sampling(body)
     req.reasoning_effort = effort_from_anthropic(body, anthropic_thinking)
     thinking = body.get("thinking")
-    if isinstance(thinking, dict) and thinking.get("type") == "enabled" and thinking.get("budget_tokens"):
-        req.reasoning_budget_tokens = thinking["budget_tokens"]
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        # Anthropic's budget is the thinking budget (checked here too: output_config.effort skips the mapping)
+        req.reasoning_budget_tokens = check_budget(thinking.get("budget_tokens"), "thinking.budget_tokens")
     reasoning_fields(body, req)
     model = body.get("model")
     if model is not None and not isinstance(model, str):

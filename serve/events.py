@@ -91,6 +91,7 @@ class ChatRequest:
     model: str | None = None
     api: str = "openai"                # "openai" | "anthropic": for logs and history only
     extra: dict[str, Any] = field(default_factory=dict)  # strata_* extensions, passed through
+    notes: list[str] = field(default_factory=list)       # what the translator let pass (kept in the history)
 
 
 @dataclass
@@ -128,7 +129,9 @@ class Done:
     """The last thing a run yields.
 
     finish: "stop" | "length" | "cancel" | "tool_calls" (the translator maps it to its API's names).
-    Figures the engine never reported are None, never 0.
+    Figures the engine never reported are None, never 0. completion_tokens: the reply's tokens over every
+    engine pass, the ones the server wrote between passes included (a thinking wrap-up, a forced call's
+    opening); reasoning_tokens: those of them written while the reply was in its thinking.
     """
     finish: str
     prompt_tokens: int

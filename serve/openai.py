@@ -167,15 +167,32 @@ def _sampling(body):
     return Sampling()
 
 
-def parse_chat(body: dict) -> ChatRequest:
-    req = ChatRequest(messages=_messages(body.get("messages")), tools=_tools(body.get("tools")))
-    choice = body.get("tool_choice", "auto")
+def _tool_choice(choice, notes: list) -> str | dict:
+    """auto | none | required | {"type": "function", "function": {"name": ...}} (or {"name": ...}).
+
+    A string or object naming nothing known acts as auto (UPSTREAM §5.3; said in the request's notes); any
+    other type is a 400."""
+    if choice is None:
+        return "auto"
     if isinstance(choice, dict):
         fn = choice.get("function") if isinstance(choice.get("function"), dict) else choice
-        choice = {"name": fn.get("name")} if isinstance(fn.get("name"), str) else "auto"
-    elif choice not in ("auto", "none", "required", None):
-        raise BadRequest("tool_choice: auto, none, required or {\"type\":\"function\",...}", param="tool_choice")
-    req.tool_choice = choice or "auto"
+        if isinstance(fn.get("name"), str):
+            return {"name": fn["name"]}
+        if choice.get("type") in ("auto", "none", "required"):
+            return choice["type"]
+    elif isinstance(choice, str):
+        if choice in ("auto", "none", "required"):
+            return choice
+    else:
+        raise BadRequest(f"tool_choice: \"auto\", \"none\", \"required\" or {{\"type\": \"function\", "
+                         f"\"function\": {{\"name\": ...}}}}, not {choice!r}", param="tool_choice")
+    notes.append(f"tool_choice {str(choice)[:80]!r} names nothing known: acting as auto")
+    return "auto"
+
+
+def parse_chat(body: dict) -> ChatRequest:
+    req = ChatRequest(messages=_messages(body.get("messages")), tools=_tools(body.get("tools")))
+    req.tool_choice = _tool_choice(body.get("tool_choice", "auto"), req.notes)
     req.parallel_tool_calls = _bool_field(body, "parallel_tool_calls", True)
     max_new = _int_field(body, "max_completion_tokens")
     req.max_new = max_new if max_new is not None else _int_field(body, "max_tokens")
@@ -203,10 +220,13 @@ def _include_usage(body) -> bool:
 
 
 # ---------------------------------------------------------------- answers
-def _usage(done: Done) -> dict:
-    return {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
-            "total_tokens": done.prompt_tokens + done.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": done.cached_tokens or 0}}
+def _usage(done: Done, chat: bool = True) -> dict:
+    usage = {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
+             "total_tokens": done.prompt_tokens + done.completion_tokens,
+             "prompt_tokens_details": {"cached_tokens": done.cached_tokens or 0}}
+    if chat:
+        usage["completion_tokens_details"] = {"reasoning_tokens": done.reasoning_tokens}
+    return usage
 
 
 def _finish_reason(done: Done, calls: bool) -> str:
@@ -336,7 +356,7 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
                 text.append(ev.text)
     return JsonReply(200, {**meta, "object": "text_completion", "choices": [
         {"index": 0, "text": "".join(text), "logprobs": None, "finish_reason": _finish_reason(done, False)}],
-        "usage": _usage(done), "timings": done.timings})
+        "usage": _usage(done, chat=False), "timings": done.timings})
 
 
 def _completion_stream(service, prep, ctx, meta, include_usage, req):
@@ -362,7 +382,7 @@ def _completion_stream(service, prep, ctx, meta, include_usage, req):
         return
     yield chunk("", _finish_reason(done, False), timings=done.timings)
     if include_usage:
-        yield _sse({**meta, "object": "text_completion", "choices": [], "usage": _usage(done)})
+        yield _sse({**meta, "object": "text_completion", "choices": [], "usage": _usage(done, chat=False)})
     yield "data: [DONE]\n\n"
 
 

@@ -197,11 +197,12 @@ class ThinkingBudget:
         self.used = 0
         self.spent = False
 
-    def count(self, parser: "OutputParser") -> bool:
+    def count(self, parser: "OutputParser", clean: bool = True) -> bool:
+        """clean: the token ended on a whole character (no UTF-8 sequence split across tokens)."""
         if self.budget is None or self.spent or not parser.in_reasoning:
             return False
         self.used += 1
-        if self.used >= self.budget and not parser.holding:
+        if self.used >= self.budget and clean and not parser.holding:
             self.spent = True
             return True
         return False
@@ -209,8 +210,10 @@ class ThinkingBudget:
 
 def needs_close_retry(parser: "OutputParser", finish: str, answered: bool, enabled: bool, tried: bool) -> bool:
     """Opt-in `reasoning_close_retry`: a reply that stopped inside its thinking with no answer gets
-    `CLOSE_RETRY_TEXT` appended once and goes on."""
-    return enabled and not tried and finish == "stop" and parser.in_reasoning and not answered
+    `CLOSE_RETRY_TEXT` appended once and goes on. A call held in the thinking is an answer (the end of
+    the output delivers it)."""
+    return (enabled and not tried and finish == "stop" and parser.in_reasoning and not answered
+            and not parser.holding_call)
 
 
 # ------------------------------------------------------------------------------------------ parser
@@ -324,6 +327,11 @@ class OutputParser:
     def holding(self) -> bool:
         """Text is held undecided (a possible tag, held newlines, a call in the thinking)."""
         return bool(self._buf) or self._held is not None
+
+    @property
+    def holding_call(self) -> bool:
+        """A `<tool_call>` written inside the thinking is held (it becomes a call if the thinking ends)."""
+        return self._held is not None
 
     def take_forced_opening(self) -> str | None:
         """Thinking on and a call forced: once the model has left its thinking, the text to append (once)."""

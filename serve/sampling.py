@@ -5,8 +5,8 @@ wins, a value that is None never does): model card -> config `sampling` block ->
 (`POST /settings`) -> the request. An explicit 0 temperature stays greedy. Knows no HTTP and no pipes.
 
 Public surface: `MODEL_CARD_SAMPLING`, `card_sampling(arch, thinking)`, `check_request_sampling(body)`,
-`check_config_sampling(block)`, `merge_sampling(card, config, settings, request)`, `engine_keys(merged)`,
-`FIELDS`.
+`check_config_sampling(block)`, `check_shared_settings(defaults)`, `merge_sampling(card, config, settings,
+request)`, `engine_keys(merged)`, `FIELDS`, `SHARED_SETTINGS_KEYS`.
 """
 from __future__ import annotations
 
@@ -155,6 +155,47 @@ def check_config_sampling(block: Any) -> tuple[dict, list[str]]:
         else:
             notices.append(f"config: unknown sampling key {key!r} ignored")
     return values, notices
+
+
+# POST /settings `defaults` (UPSTREAM §6.2): the keys the shared Chat settings may set.
+SHARED_SETTINGS_KEYS = ("reasoning_effort", "reasoning_budget_tokens", "temperature", "top_p", "top_k", "seed",
+                        "max_tokens", "experimental_speed_projection")
+
+
+def check_shared_settings(defaults: Any) -> dict:
+    """The shared Chat settings' `defaults` (an object, or None = none) -> the values that are set.
+
+    Every key is checked first (unknown key or bad value: a 400 naming `defaults.KEY`); null values are
+    dropped. Ranges: temperature 0..2, top_p (0, 1], top_k 1..64, seed an integer, max_tokens > 0,
+    reasoning_effort a level or alias, reasoning_budget_tokens >= 0."""
+    from serve.reasoning import check_budget, normalize_effort   # reasoning -> toolcalls; no cycle back here
+    if defaults is None:
+        return {}
+    if not isinstance(defaults, dict):
+        raise BadRequest("`defaults`: an object like {\"temperature\": 0.7}, or null", param="defaults")
+    out: dict[str, Any] = {}
+    for key, value in defaults.items():
+        field = f"defaults.{key}"
+        if key not in SHARED_SETTINGS_KEYS:
+            raise BadRequest(f"`{field}`: unknown setting; known: {', '.join(SHARED_SETTINGS_KEYS)}", param=field)
+        if value is None:
+            continue
+        if key == "reasoning_effort":
+            out[key] = normalize_effort(value, field)
+        elif key == "reasoning_budget_tokens":
+            out[key] = check_budget(value, field)
+        elif key == "max_tokens":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise BadRequest(f"`{field}`: a positive integer, not {value!r}", param=field)
+            out[key] = value
+        elif key == "experimental_speed_projection":
+            if not isinstance(value, bool):
+                raise BadRequest(f"`{field}`: true or false", param=field)
+            out[key] = value
+        else:
+            ranges = _CONFIG_RANGES if key == "top_k" else _RANGES
+            out[key] = _check_field(key, value, ranges, prefix="defaults.")
+    return out
 
 
 def card_sampling(arch: str | None, thinking: bool = False) -> dict:

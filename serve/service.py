@@ -5,6 +5,10 @@ truncated), merge sampling, hold the turn (`fifo`: one generation at a time on t
 engine, decode tokens incrementally (UTF-8 split across tokens is held; invalid bytes become U+FFFD), end on
 stop tokens, stop strings (text that may still become one is held back until decided) and the repeat guard,
 feed the text through `OutputParser`, and keep the figures: per-request history, totals, live status.
+A reply may take several engine passes (thinking budget and answer room, a forced call after the thinking,
+`reasoning_close_retry`): `serve/thinking_pass.py` says when a pass ends and what the server writes before
+the next; the events go on as one stream. Effort and sampling defaults come from the shared Chat settings
+(`set_settings`) and the run config for what a request omits.
 It knows no HTTP: the translators call it and turn its events into their wire format.
 
 Public surface (the calling convention of `serve/openai.py` and `serve/anthropic.py`):
@@ -15,26 +19,22 @@ Public surface (the calling convention of `serve/openai.py` and `serve/anthropic
   keep-alive; `content`, `reasoning`, tool events) and last a `Done`. `cancelled()` is polled about every
   0.5 s and after each token; closing the generator early also stops the engine (STOP + drain).
 - `count_tokens(req)`, `health()`, `status_view()`, `metrics_view()`, `totals`, `close()`.
+- `settings_view()` / `set_settings(defaults)`: the shared Chat settings (GET / POST `/settings`).
 """
 from __future__ import annotations
 
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from serve.engine import CTX_SLACK, EngineDied, EngineNonFinite, EngineStarting
 from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Event, KIND_CONTENT, KIND_PING)
 from serve.template import ChatTemplate
+from serve.thinking_pass import ReplyPasses, encode_written, merge_figures, reply_timings
 
-try:
-    from serve.reasoning import OutputParser
-except ImportError:  # the agents' parser is not there yet: every text is content
-    OutputParser = None
-try:
-    from serve import sampling as sampling_mod
-except ImportError:
-    sampling_mod = None
+from serve.reasoning import OutputParser, resolve_effort
+from serve import sampling as sampling_mod
 from serve.toolcalls import forced_opening
 
 REPEAT_STOP_TOKENS = 256   # the same token this many times in a row is a loop: end the reply as `length`
@@ -110,6 +110,34 @@ def _looping(recent: deque) -> bool:
     return False
 
 
+class _LoopGuard:
+    """The repeat guard over a reply's shown tokens, across its passes: `limit` equal ids in a row (0 = off),
+    or a short cycle (`_looping`), ends the reply as `length`."""
+
+    def __init__(self, limit: int):
+        self.limit, self.last, self.run_len = limit, None, 0
+        self.recent: deque = deque(maxlen=LOOP_SPAN_TOKENS)
+
+    def looping(self, tid: int) -> bool:
+        self.run_len = self.run_len + 1 if tid == self.last else 1
+        self.last = tid
+        self.recent.append(tid)
+        return bool(self.limit) and (self.run_len >= self.limit or _looping(self.recent))
+
+
+@dataclass
+class _Run:
+    """The state of one reply while it runs (one thread; nothing here is shared)."""
+    stop: _StopMatcher
+    parser: object
+    passes: ReplyPasses
+    decoder: object
+    guard: _LoopGuard
+    is_cancelled: object
+    first_at: float | None = None
+    pass_out: int = 0   # tokens of the current pass
+
+
 def check_stop(value) -> list[str]:
     """OpenAI `stop`: a string or a list of at most 4 strings; empty strings are dropped."""
     if value is None:
@@ -138,7 +166,8 @@ class Service:
         self.stop_ids = {sid[k] for k in ("im_end", "endoftext", "eos", "eot") if k in sid}
         self.repeat_stop = int(self.config.get("repeat_stop_tokens", REPEAT_STOP_TOKENS))
         self.fifo = threading.Lock()        # the turn: one generation at a time on the solo engine
-        self._lock = threading.Lock()       # guards status, history, totals, queued, last_timings
+        self._lock = threading.Lock()       # guards status, history, totals, queued, last_timings, settings
+        self.settings: dict = {}            # the shared Chat settings' defaults (POST /settings), checked
         self.queued = 0
         self.status: dict = {"busy": False}
         self.history: deque = deque(maxlen=HISTORY_KEEP)
@@ -149,6 +178,34 @@ class Service:
         self.started = time.time()
         self.shutting_down = threading.Event()
 
+    # ---------------------------------------------------------------- shared Chat settings
+    def settings_view(self) -> dict:
+        """GET /settings: `{shared, defaults}`."""
+        with self._lock:
+            return {"shared": bool(self.settings), "defaults": dict(self.settings)}
+
+    def set_settings(self, defaults) -> dict:
+        """POST /settings `defaults` (an object, or None to clear): checked whole first (a 400 names the
+        field), then applied to every later request for the fields it omits."""
+        checked = sampling_mod.check_shared_settings(defaults)
+        with self._lock:
+            self.settings = checked
+        return self.settings_view()
+
+    def _settings(self) -> dict:
+        with self._lock:
+            return dict(self.settings)
+
+    def _budget_default(self):
+        """The thinking budget of a request that names none: the shared settings', else the config's."""
+        value = self._settings().get("reasoning_budget_tokens")
+        return value if value is not None else self.config.get("reasoning_budget_tokens")
+
+    def effort(self, req: ChatRequest) -> str | None:
+        """The request's effort, else the shared settings', else the config's (UPSTREAM §7)."""
+        return resolve_effort(req.reasoning_effort, self._settings().get("reasoning_effort"),
+                              self.config.get("reasoning_effort"))
+
     # ---------------------------------------------------------------- preparing
     def _context(self) -> int:
         ctx = self.engine.max_context or self.engine.known_ctx
@@ -157,21 +214,19 @@ class Service:
         return ctx
 
     def encode_chat(self, req: ChatRequest, store: bool = True) -> tuple[list[int], bool]:
-        thinking = None
-        if req.reasoning_effort is not None:
-            thinking = req.reasoning_effort != "none"
+        effort = self.effort(req)
+        thinking = None if effort is None else effort != "none"
         rendered = self.template.render(req.messages, req.tools if req.tool_choice != "none" else [],
                                         thinking=thinking)
         ids = self.encoder.encode(rendered.text, plain=rendered.plain, store=store)
-        opening = self.forced_opening(req, rendered.thinking)
-        if opening:  # a forced call (tool_choice): the opening ends the prompt (UPSTREAM §5.3)
-            ids = ids + self.tok.encode(opening)
+        opening = None if rendered.thinking else self.forced_opening(req)
+        if opening:  # a forced call with thinking off: the opening ends the prompt (UPSTREAM §5.3)
+            ids = ids + encode_written(self.tok, opening)
         return ids, rendered.thinking
 
-    def forced_opening(self, req: ChatRequest, thinking: bool) -> str | None:
-        """The forced call opening for `tool_choice` required/named (thinking off), else None."""
-        if thinking:
-            return None
+    def forced_opening(self, req: ChatRequest) -> str | None:
+        """The forced call opening for `tool_choice` required/named, else None. With thinking on the run
+        writes it once the model has left its thinking (serve/thinking_pass.py)."""
         return forced_opening(req.tool_choice, req.tools, getattr(self.template, "tool_format", "xml"))
 
     def count_tokens(self, req: ChatRequest) -> int:
@@ -191,6 +246,8 @@ class Service:
         ctx = self._context()
         room = ctx - CTX_SLACK - len(ids)
         max_new = req.max_new
+        if max_new is None:
+            max_new = self._settings().get("max_tokens")  # the shared settings' cap, for requests naming none
         if max_new is None or max_new <= 0:
             if room < 1:
                 raise BadRequest(f"request exceeds the context window: prompt ({len(ids)} tokens) leaves no "
@@ -208,13 +265,12 @@ class Service:
         keys = self._engine_keys(req, thinking)
         self.ensure_engine()
         return Prepared(req, ids, max_new, keys, thinking=thinking, chat=chat,
-                        forced_opening=self.forced_opening(req, thinking) if chat else None)
+                        forced_opening=self.forced_opening(req) if chat else None)
 
     def _engine_keys(self, req, thinking) -> str:
-        if sampling_mod is None:
-            return ""
+        """Sampling merged model card -> config `sampling` -> shared settings -> request (0 stays greedy)."""
         card = sampling_mod.card_sampling(self.arch, thinking)
-        merged = sampling_mod.merge_sampling(card, self.config.get("sampling"), None, req.sampling)
+        merged = sampling_mod.merge_sampling(card, self.config.get("sampling"), self._settings(), req.sampling)
         return " ".join(sampling_mod.engine_keys(merged))
 
     def ensure_engine(self) -> None:
@@ -256,6 +312,8 @@ class Service:
             yield Done("cancel", prep.prompt_tokens, 0)
             return
         record = {"time": time.time(), "prompt_tokens": prep.prompt_tokens, "api": getattr(prep.req, "api", "")}
+        if getattr(prep.req, "notes", None):
+            record["notes"] = list(prep.req.notes)  # e.g. an unknown tool_choice taken as auto
         try:
             if not self.engine.alive() and not batched:
                 self.engine.restart(tries=1)
@@ -278,71 +336,111 @@ class Service:
         yield done  # after the turn is given back: a consumer that stops at Done holds nothing
 
     def _generate(self, prep: Prepared, cancelled, record, t0):
-        stop = _StopMatcher(list(prep.req.stop or []))
         parser = None
-        if prep.chat and OutputParser is not None:
+        if prep.chat:
             parser = OutputParser(prep.req.tools, prep.thinking, prep.forced_opening,
                                   parallel=prep.req.parallel_tool_calls, api=prep.req.api)
-        decoder = self.tok.stream_decoder()
-        result: dict = {}
-        n_out, last_id, run_len, finish = 0, None, 0, None
-        first_at = None
-        recent: deque = deque(maxlen=LOOP_SPAN_TOKENS)
-        is_cancelled = (lambda: self.shutting_down.is_set() or (cancelled is not None and cancelled()))
-        retried = False
+        # budget, answer room, forced call after thinking, close retry: when a pass ends (serve/thinking_pass.py)
+        run = _Run(_StopMatcher(list(prep.req.stop or [])), parser, ReplyPasses(
+            prep, self.tok, parser, self._budget_default()), self.tok.stream_decoder(), _LoopGuard(self.repeat_stop),
+            lambda: self.shutting_down.is_set() or (cancelled is not None and cancelled()))
+        passes, stop = run.passes, run.stop
+        figures: dict = {}
+        finish, retried = None, False
+        with self._lock:
+            self.status["thinking_budget"] = passes.budget.budget
         while True:
-            gen = self.engine.generate(prep.ids, prep.max_new, prep.keys, is_cancelled, result)
+            result: dict = {}
             try:
-                for tid in gen:
-                    if tid is None:
-                        yield Event(KIND_PING)
-                        continue
-                    n_out += 1
-                    if first_at is None:
-                        first_at = time.monotonic()
-                        with self._lock:
-                            self.status.update(first_token=time.time(), phase="answering")
-                    if tid in self.stop_ids:
-                        continue  # the engine ends the turn on it itself; never shown
-                    run_len = run_len + 1 if tid == last_id else 1
-                    last_id = tid
-                    recent.append(tid)
-                    if self.repeat_stop and (run_len >= self.repeat_stop or _looping(recent)):
-                        finish = "length"
-                        break
-                    for ev in self._events(decoder.feed(tid), parser, stop):
-                        yield ev
-                    if stop.hit is not None or (parser is not None and parser.done):
-                        finish = "stop"  # a stop string, or the one call parallel_tool_calls=false allows
-                        break
-                    record["output_tokens"] = n_out
-                    with self._lock:
-                        self.status["generated"] = n_out
+                finish, write = yield from self._pass(run, prep.keys, result, record)
             except EngineNonFinite:
-                if n_out == 0 and not retried:
-                    retried = True
-                    result = {}
+                if run.pass_out == 0 and not retried:
+                    retried = True  # nothing came yet: the pass is sent once more, silently
                     continue
-                if n_out == 0:
+                if passes.n_out == 0:
                     raise
-                finish = "length"
-            finally:
-                gen.close()  # an early end: STOP + drain while we still hold the turn
-            break
+                finish, write = "length", None
+            figures = merge_figures(figures, result)
+            if finish is None and write is None:
+                write = passes.at_end(result.get("finish"))
+            if finish is not None or write is None:
+                break
+            finish = yield from self._write(run, write)
+            if finish is None and run.is_cancelled():
+                finish = "cancel"
+            if finish is not None:
+                break
+            passes.passes += 1
         if stop.hit is None:
-            for ev in self._events(decoder.flush(), parser, stop, final=True):
+            for ev in self._events(run.decoder.flush(), parser, stop, final=True):
                 yield ev
-        finish = finish or result.get("finish") or "stop"
+        finish = finish or figures.get("finish") or "stop"
         if finish == "cancel" and self.shutting_down.is_set():
             finish = "shutdown"
         if stop.hit is not None:
             finish = "stop"
-        record.update(finish=finish, figures=dict(result), output_tokens=n_out,
-                      first_token_s=(first_at - t0) if first_at else None)
-        timings = self._timings(result, prep.prompt_tokens, n_out)
+        record.update(finish=finish, figures=dict(figures), output_tokens=passes.n_out, passes=passes.passes,
+                      written_tokens=passes.inserted, reasoning_tokens=passes.reasoning_tokens,
+                      first_token_s=(run.first_at - t0) if run.first_at else None)
+        timings = reply_timings(figures, prep.prompt_tokens, passes.n_out)
         record["timings"] = timings
-        return Done(finish if finish != "shutdown" else "cancel", prep.prompt_tokens, n_out,
-                    cached_tokens=result.get("reused"), stop_sequence=stop.hit, timings=timings)
+        return Done(finish if finish != "shutdown" else "cancel", prep.prompt_tokens,
+                    passes.n_out + passes.inserted, cached_tokens=figures.get("reused"),
+                    reasoning_tokens=passes.reasoning_tokens, stop_sequence=stop.hit, timings=timings)
+
+    def _pass(self, run: "_Run", keys: str, result: dict, record: dict):
+        """One engine pass; returns (finish, None) when the reply ends here, (None, text) when the pass ends
+        for the server to write `text` and go on, (None, None) when the engine ended the pass."""
+        passes, parser, stop = run.passes, run.parser, run.stop
+        run.pass_out = 0
+        gen = self.engine.generate(passes.prompt(), passes.room(), keys, run.is_cancelled, result)
+        try:
+            for tid in gen:
+                if tid is None:
+                    yield Event(KIND_PING)
+                    continue
+                run.pass_out += 1
+                if run.first_at is None:
+                    run.first_at = time.monotonic()
+                    with self._lock:
+                        self.status.update(first_token=time.time(), phase="answering")
+                passes.generated(tid, tid in self.stop_ids)
+                if tid in self.stop_ids:
+                    continue  # the engine ends the turn on it itself; never shown
+                if run.guard.looping(tid):
+                    return "length", None
+                was_reasoning = parser is not None and parser.in_reasoning
+                for ev in self._events(run.decoder.feed(tid), parser, stop):
+                    passes.saw(ev)
+                    yield ev
+                if stop.hit is not None or (parser is not None and parser.done):
+                    return "stop", None  # a stop string, or the one call parallel_tool_calls=false allows
+                record["output_tokens"] = passes.n_out
+                with self._lock:
+                    self.status.update(generated=passes.n_out, phase="thinking" if was_reasoning else "answering")
+                write = passes.after_token(was_reasoning)
+                if write is not None:
+                    return None, write  # the budget is spent, or a forced call opens: the pass ends here
+            return None, None
+        finally:
+            gen.close()  # an early end: STOP + drain while we still hold the turn
+
+    def _write(self, run: "_Run", text: str):
+        """Between passes: the server's text (and a forced call opening after it) goes into the reply as
+        output. Returns None to go on, or the finish ("length": no room left; "stop": a stop string)."""
+        held = run.decoder.flush()  # a character split at the pass's end is not continued by the written text
+        for ev in self._events(held, run.parser, run.stop) if held else ():
+            yield ev
+        while text is not None:
+            if not run.passes.write(text):
+                return "length"
+            for ev in self._events(text, run.parser, run.stop):
+                run.passes.saw(ev)
+                yield ev
+            if run.stop.hit is not None:
+                return "stop"
+            text = run.passes.follow()
+        return None
 
     def _events(self, text, parser, stop, final=False):
         events = parser.feed(text) if parser is not None else ([Event(KIND_CONTENT, text)] if text else [])
@@ -369,23 +467,6 @@ class Service:
     def _tail(self, text):
         with self._lock:
             self.status["tail"] = (self.status.get("tail", "") + text)[-TAIL_CHARS:]
-
-    @staticmethod
-    def _timings(r: dict, prompt_tokens: int, n_out: int) -> dict:
-        reused = r.get("reused") or 0
-        prompt_n = max(0, prompt_tokens - reused)
-        pm, dm = r.get("prompt_ms"), r.get("decode_ms")
-        t = {"cache_n": reused, "prompt_n": prompt_n}
-        if pm is not None:
-            t.update(prompt_ms=pm, prompt_per_token_ms=pm / prompt_n if prompt_n else 0.0,
-                     prompt_per_second=1e3 * prompt_n / pm if pm else 0.0)
-        t["predicted_n"] = n_out
-        if dm is not None:
-            t.update(predicted_ms=dm, predicted_per_token_ms=dm / n_out if n_out else 0.0,
-                     predicted_per_second=1e3 * n_out / dm if dm else 0.0)
-        if r.get("drafts_off"):
-            t.update(draft_n=r["drafts_off"], draft_n_accepted=r.get("drafts_acc") or 0)
-        return t
 
     def _finish(self, record: dict, t0: float) -> None:
         record["duration_s"] = time.monotonic() - t0

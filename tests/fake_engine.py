@@ -12,7 +12,8 @@ Script (JSON object, every key optional):
   ready_delay_s  sleep before READY;  exit_before_ready: exit code to die with before READY
   no_stop        READY without `stop` (the engine then ignores STOP)
   info           extra INFO k=v text;  raw_start: lines (latin-1 escapes allowed) written before READY
-  record         file to append every received command to ("<pid> <line>")
+  record         file to append every received command to ("<pid> <line>", cut at 200 characters)
+  record_gen     file to append every GEN line to, whole (a test reads each pass's prompt ids back)
   state          directory that counts starts, so `starts` can script each (re)start differently
   starts         list of objects merged over the script for start 0, 1, ... (the last one repeats)
   turns          list of turn objects for GEN 1, 2, ... of this process (the last one repeats)
@@ -130,6 +131,9 @@ class Engine:
 
     def gen(self, line):
         t0 = time.monotonic()
+        if self.s.get("record_gen"):
+            with open(self.s["record_gen"], "a", encoding="utf-8") as f:
+                f.write(line + "\n")
         self.stop.clear()  # a STOP between requests is stale
         words = line.split()
         try:

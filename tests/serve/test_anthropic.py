@@ -187,6 +187,9 @@ def test_parse_messages():
     assert parse_messages({"messages": [{"role": "user", "content": "x"}],
                            "thinking": {"type": "disabled"}}).reasoning_effort == "none"
     assert parse_messages({"messages": [{"role": "user", "content": "x"}]}, "on_request").reasoning_effort == "none"
+    # a tool_choice type naming nothing known acts as auto (said in the notes); not an object stays a 400
+    req = parse_messages({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "maybe"}})
+    assert req.tool_choice == "auto" and "acting as auto" in req.notes[0]
 
 
 def test_billing_stamp_pinned():
@@ -207,6 +210,8 @@ def test_billing_stamp_pinned():
     ({"messages": [{"role": "user", "content": "x"}], "max_tokens": "many"}, "max_tokens"),
     ({"messages": [{"role": "user", "content": "x"}], "temperature": 5}, "temperature"),
     ({"messages": [{"role": "user", "content": "x"}], "thinking": {"type": "maybe"}}, "thinking"),
+    ({"messages": [{"role": "user", "content": "x"}], "output_config": {"effort": "low"},
+      "thinking": {"type": "enabled", "budget_tokens": "lots"}}, "thinking.budget_tokens"),
     ({"messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f"}]}, "input_schema"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_use", "name": "f", "input": {}}]}]}, "user"),
 ])

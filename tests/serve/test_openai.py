@@ -1,6 +1,7 @@
 """The OpenAI API over the fake engine: shapes, stream rules, errors, limits, auth, views."""
 import json
 
+from serve.openai import parse_chat
 from tests.serve.conftest import chat
 
 
@@ -206,3 +207,28 @@ def test_default_system_prompt_is_the_templates(server):
     from serve.events import Message
     assert t.render([Message("user", "q")]).text.startswith("<|im_start|>system\nYou are SmolLM<|im_end|>\n")
     assert t.render([Message("system", "S"), Message("user", "q")]).text.startswith("<|im_start|>system\nS<")
+
+
+def test_unknown_tool_choice_acts_as_auto_and_a_wrong_type_is_400(server):
+    s = server({"turns": [{"text": "Plain answer."}]})
+    tools = [{"type": "function", "function": {"name": "run", "parameters": {"type": "object"}}}]
+    for choice in ("whatever", {"type": "function", "function": {}}, {"type": "sometimes"}):
+        status, body, _ = s.post("/v1/chat/completions", chat(tools=tools, tool_choice=choice))
+        assert status == 200, (choice, body)
+        assert body["choices"][0]["message"]["content"] == "Plain answer."   # no forced opening: auto
+        assert "acting as auto" in s.svc.history[-1]["notes"][0]
+    assert s.svc.prepare(parse_chat(chat(tools=tools, tool_choice="required"))).forced_opening.startswith(
+        "<tool_call>")
+    for choice in (3, ["auto"], True):
+        status, body, _ = s.post("/v1/chat/completions", chat(tools=tools, tool_choice=choice))
+        assert status == 400 and "tool_choice" in body["error"]["message"] and body["error"]["param"] == "tool_choice"
+
+
+def test_usage_reports_reasoning_tokens(server):
+    s = server({"turns": [{"text": "<think>abc</think>Yes."}]})
+    _, body, _ = s.post("/v1/chat/completions", chat())
+    assert body["choices"][0]["message"]["content"] == "Yes."
+    # the model opened its own thinking: "abc</think>" is read while in it (11 tokens); "<think>" is not
+    assert body["usage"]["completion_tokens_details"] == {"reasoning_tokens": len("abc</think>")}
+    _, body, _ = s.post("/v1/completions", {"prompt": "x"})
+    assert "completion_tokens_details" not in body["usage"]

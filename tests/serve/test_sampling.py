@@ -87,3 +87,25 @@ def test_config_block():
     for bad in ({"top_k": 65}, {"presence_penalty": -1}, {"experimental_speed_projection": 1}, [1]):
         with pytest.raises(BadRequest):
             check_config_sampling(bad)
+
+
+def test_shared_settings_checked_field_by_field():
+    from serve.sampling import check_shared_settings
+    assert check_shared_settings(None) == {}
+    assert check_shared_settings({"temperature": "0.5", "top_k": 20, "seed": 3, "reasoning_effort": "xhigh",
+                                  "reasoning_budget_tokens": 0, "max_tokens": 100, "top_p": None,
+                                  "experimental_speed_projection": True}) == {
+        "temperature": 0.5, "top_k": 20, "seed": 3, "reasoning_effort": "high", "reasoning_budget_tokens": 0,
+        "max_tokens": 100, "experimental_speed_projection": True}
+    for bad, field in (({"temperature": 2.5}, "defaults.temperature"), ({"top_p": 0}, "defaults.top_p"),
+                       ({"top_k": 0}, "defaults.top_k"), ({"max_tokens": True}, "defaults.max_tokens"),
+                       ({"reasoning_budget_tokens": -1}, "defaults.reasoning_budget_tokens"),
+                       ({"experimental_speed_projection": 1}, "defaults.experimental_speed_projection"),
+                       ({"stop": ["x"]}, "defaults.stop"), ("hot", "defaults")):
+        with pytest.raises(BadRequest) as e:
+            check_shared_settings(bad)
+        assert e.value.param == field and field in e.value.message, bad
+    # the settings layer sits between the config and the request
+    merged = merge_sampling({"temperature": 0.2}, {"temperature": 0.5, "top_p": 0.8},
+                            check_shared_settings({"temperature": 0.9}), check_request_sampling({}))
+    assert merged == {"temperature": 0.9, "top_p": 0.8}
