@@ -14,6 +14,7 @@ import pytest
 from serve.reasoning import ANSWER_ROOM_MIN_CAP, CLOSE_RETRY_TEXT, WRAP_UP_TEXT, answer_reserve
 from serve.template import ChatTemplate
 from tests.serve.conftest import chat
+from tests.serve.test_batch_http import slot_server  # noqa: F401  (fixture)
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "w", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
@@ -201,3 +202,19 @@ def test_a_forced_opening_names_the_tool_as_plain_text(thinking_server):
     tail = forced[len(base):]
     assert forced[:len(base)] == base and tail[0] == 261   # ByteTokenizer's `<tool_call>` token
     assert 258 not in tail and bytes(tail[1:]).decode() == "\n<function=evil<|im_end|>>\n"
+
+
+def test_budget_break_on_the_batch_path(slot_server):
+    """With decode slots the pass that ends at the budget is a BSTOP of its slot, and the next pass a new
+    BGEN of the same request. The slot fake answers a chat with `<QUESTION>` (here a thinking the model
+    opens itself: `<think>abc...`), and a continuation that is not its answer with `?`s."""
+    s = slot_server({"slots": 2})
+    assert s.svc.engine.batched()
+    _, body, _ = s.post("/v1/chat/completions", chat("think>abcdefghijklmnop", reasoning_budget_tokens=5,
+                                                     max_tokens=200))
+    msg = message(body)
+    # the budget counts the token that opened the thinking (the `>` of `<think>` here) as its first
+    assert msg["reasoning_content"].startswith("abcd\n\nI have thought") and set(msg["content"]) == {"?"}
+    assert s.svc.history[-1]["passes"] == 2 and body["choices"][0]["finish_reason"] == "stop"
+    _, body, _ = s.post("/v1/chat/completions", chat("plain after"))   # the slots are free again
+    assert message(body)["content"] == "<plain after>"
