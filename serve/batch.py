@@ -513,14 +513,18 @@ class BatchPath:
             while b is None:
                 if req.cancel():
                     return False
-                if req.proc.ended:
-                    raise EngineDied(self._gone(req))
                 with self.cv:
-                    b = pick_slot(slots, P, im)
-                    if b is not None:
-                        slots.owner[b], req.slot = req, b
-                    else:
-                        self.cv.wait(SLOT_WAIT_STEP_S)
+                    # read under the lock, right before waiting: the pump sets `ended` and then notifies
+                    # under this lock (proc_ended), so an end that comes meanwhile is never slept through
+                    gone = req.proc.ended
+                    if not gone:
+                        b = pick_slot(slots, P, im)
+                        if b is not None:
+                            slots.owner[b], req.slot = req, b
+                        else:
+                            self.cv.wait(SLOT_WAIT_STEP_S)
+                if gone:  # the slots it waits for belong to a process that is gone: never a later one
+                    raise EngineDied(self._gone(req))
                 if time.monotonic() - beat >= HEARTBEAT_S:
                     beat = time.monotonic()
                     yield None

@@ -22,6 +22,8 @@ Script (JSON; every key optional; `starts` and `state` as in tests/fake_engine.p
   die_after_steps: exit 3 after that many decode steps
   hang_after_bstop: after a BSTOP, write nothing more (but `tick_s` WARN lines) for this many seconds
   hang_on_stop: the same after a STOP;  tick_s: a `WARN tick` line this often while hanging
+  hang_steps: while hanging, the other busy slots go on decoding (BT lines only, none on the control lines)
+  report_affinity: a second INFO line `INFO affinity=<cpus, comma-separated> threads_arg=<--threads or ->`
 """
 import os
 import queue
@@ -102,10 +104,13 @@ class Engine:
                 return rule[name]
         return self.s.get(name, default)
 
-    def hang(self, seconds):
+    def hang(self, seconds, skip=None):
         end = time.monotonic() + seconds
         tick = self.s.get("tick_s")
         while time.monotonic() < end:
+            if self.s.get("hang_steps") and any(sl["busy"] for b, sl in enumerate(self.slots) if b != skip):
+                self.step(skip)  # the other slots decode; the hanging one writes nothing
+                continue
             time.sleep(min(tick or 0.05, max(0.0, end - time.monotonic())))
             if tick:
                 emit("WARN tick")
@@ -116,6 +121,9 @@ class Engine:
              f"batch_slots={self.n} batch_groups={s.get('groups', 1)} "
              f"slot_cache={0 if s.get('no_slot_cache') else 1} conversation_cache_slots=0 im_start={IM_START} "
              f"eos=256,258 threads=1 backend=cpu")
+        if s.get("report_affinity"):
+            emit(f"INFO affinity={','.join(map(str, sorted(os.sched_getaffinity(0))))} "
+                 f"threads_arg={s.get('threads_arg', '-')}")
         emit(f"READY {s['ctx']} stop")
         for line in s.get("stray", []):
             emit(line)
@@ -140,8 +148,8 @@ class Engine:
                 emit(f"ERR unknown command {word[:40]}")
 
     # ------------------------------------------------------------------ decoding slots
-    def step(self):
-        busy = [b for b, sl in enumerate(self.slots) if sl["busy"]]
+    def step(self, skip=None):
+        busy = [b for b, sl in enumerate(self.slots) if sl["busy"] and b != skip]
         delay = max(self.knob("step_delay_s", self.slots[b]["q"], 0.002) for b in busy)
         time.sleep(delay)
         self.steps += 1
@@ -151,6 +159,8 @@ class Engine:
             os._exit(3)
         for b in busy:
             sl = self.slots[b]
+            if not sl["busy"]:
+                continue  # it finished during another slot's hang_steps
             with self.lock:
                 stopped = self.bstop_at[b] >= sl["seq"]
             if stopped and sl.setdefault("lag", int(self.s.get("bstop_lag_steps", 0))) > 0:
@@ -158,7 +168,7 @@ class Engine:
                 stopped = False
             if stopped:
                 if self.s.get("hang_after_bstop"):
-                    self.hang(self.s["hang_after_bstop"])
+                    self.hang(self.s["hang_after_bstop"], skip=b)
                 self.finish(b, "cancel")
                 continue
             sl["held"].append(sl["pending"])
@@ -306,4 +316,7 @@ if __name__ == "__main__":
     if "--serve" not in argv:
         sys.stderr.write("usage: fake_engine_slots.py [--script FILE] --serve [flags]\n")
         sys.exit(2)
-    Engine(load_script(argv)).run()
+    script = load_script(argv)
+    if "--threads" in argv[:-1]:
+        script["threads_arg"] = argv[argv.index("--threads") + 1]
+    Engine(script).run()

@@ -1,6 +1,7 @@
-"""The batch path when things go wrong: a restart while requests are attached, a stopped slot or a STOP that
-is never answered (the limits count from the engine's last line; past them the engine is ended, so the slot
-is never given to another request while its lines may still come)."""
+"""The batch path when things go wrong: a restart while requests are attached, the engine ending while a
+request waits for a free slot (EngineDied at once, never sent to the next process), a stopped slot or a STOP
+that is never answered (the limits count from the engine's last line, another slot's BT lines included; past
+them the engine is ended, so the slot is never given to another request while its lines may still come)."""
 import threading
 import time
 
@@ -162,3 +163,231 @@ def test_a_request_never_goes_on_on_a_restarted_process(slots_engine):
     new_pid = e._cur.popen.pid
     assert not [c for pid, c in _pids(e) if int(pid) == new_pid]
     assert text_of(run(e, "fresh")) == answer("fresh", 2)
+
+
+# ------------------------------------------------------------------ the engine ends while a request waits for a slot
+def _hold_the_only_slot(e, g, tw, deadline_s=5.0):
+    """Drive `g` (this thread) to its first token, start `tw`, drive on until `tw` waits for a free slot;
+    then `g` pauses in its slot."""
+    got, deadline = [], time.monotonic() + deadline_s
+    for t in g:
+        if t is not None:
+            got.append(t)
+            break
+    tw.start()
+    for t in g:
+        if t is not None:
+            got.append(t)
+        if e.batch.stats()["admitting"] == 1 or time.monotonic() > deadline:
+            break
+    assert e.batch.stats()["admitting"] == 1 and e._cur.slots.owner[0] is not None, "no one waits for a slot"
+    return got
+
+
+def _sent_for(e, word, pid=None):
+    out = []
+    for p, c in _pids(e):
+        if c.startswith(("GEN", "BGEN")) and (pid is None or int(p) == pid):
+            if word in text_of([int(x) for x in c.split()[-1].split(",")]).decode("latin-1"):
+                out.append(c)
+    return out
+
+
+@pytest.mark.parametrize("how", ["killed", "restarted"])
+def test_a_request_waiting_for_a_slot_gets_engine_died_when_the_engine_ends(slots_engine, monkeypatch, how):
+    """The only slot's holder is paused (its client reads slowly), so that slot is never freed; the engine
+    then ends. The waiter must get EngineDied at once, not wait for the holder, and never be sent to the
+    next process."""
+    monkeypatch.setenv("STRATA_PARALLEL_SOLO", "0")  # the holder stays in its slot
+    e = slots_engine({"slots": 1, "repeat": 400, "step_delay_s": 0.005, "token_delay_s": 0.002,
+                      "rules": [{"match": "fresh", "repeat": 2}]})
+    g = e.generate(q("holder"), 3000)
+    got = {}
+
+    def waiter():
+        try:
+            got["out"] = run(e, "waiter")
+        except EngineDied as ex:
+            got["err"] = (ex, time.monotonic())
+
+    tw = threading.Thread(target=waiter, name="W")
+    try:
+        _hold_the_only_slot(e, g, tw)
+        old_pid = e._cur.popen.pid
+        t0 = time.monotonic()
+        if how == "killed":
+            e._cur.popen.kill()
+        else:
+            e.restart(tries=1)
+        tw.join(3)
+        assert "err" in got, f"the waiter did not get EngineDied within 3 s ({got})"
+        assert got["err"][1] - t0 < 1.5
+        assert not _sent_for(e, "waiter"), "the waiter was sent"
+    finally:
+        g.close()
+        if tw.is_alive() or tw.ident:
+            tw.join(10)
+    if how == "killed":
+        e.restart(tries=1)
+    assert e._cur.popen.pid != old_pid
+    assert text_of(run(e, "fresh")) == answer("fresh", 2)
+    assert not _sent_for(e, "waiter")
+
+
+class _HookedEnter(threading.Condition):
+    """slot_cv stand-in: runs `hook()` once, before the n-th enter by thread `who` made while `when()`."""
+
+    def __init__(self, who, n, when, hook):
+        super().__init__()
+        self.who, self.n, self.when, self.hook, self.count = who, n, when, hook, 0
+
+    def __enter__(self):
+        if threading.current_thread().name == self.who and self.when():
+            self.count += 1
+            if self.count == self.n:
+                self.hook()
+        return super().__enter__()
+
+
+def test_an_engine_end_just_before_the_slot_wait_is_not_slept_through(slots_engine, monkeypatch):
+    """The engine ends (and the pump has notified) between the waiter's look at `ended` and its wait on
+    slot_cv: the look must be made under the lock, else the waiter sleeps a whole SLOT_WAIT_STEP_S."""
+    monkeypatch.setenv("STRATA_PARALLEL_SOLO", "0")
+    monkeypatch.setattr(batch, "SLOT_WAIT_STEP_S", 3.0)
+    e = slots_engine({"slots": 1, "repeat": 400, "step_delay_s": 0.005, "token_delay_s": 0.002})
+    fired, paused = {}, threading.Event()
+
+    def end_the_engine():
+        assert paused.wait(3)  # the holder's client has stopped reading (its slot stays taken)
+        proc = e._cur
+        proc.popen.kill()
+        proc.pump.join(3)  # EOF seen: `ended` set and proc_ended's notify_all done (nobody waited yet)
+        fired["t"] = time.monotonic()
+
+    # the waiter's enters while it counts as admitting: 1st = _release_ctl's notify, 2nd = the slot wait's
+    e.batch.cv = _HookedEnter("W", 2, lambda: e.batch.admitting == 1, end_the_engine)
+    g = e.generate(q("holder"), 3000)
+    got = {}
+
+    def waiter():
+        try:
+            run(e, "waiter")
+        except EngineDied as ex:
+            got["t"] = time.monotonic()
+
+    tw = threading.Thread(target=waiter, name="W")
+    try:
+        _hold_the_only_slot(e, g, tw)
+        paused.set()
+        tw.join(6)
+        assert "t" in fired and "t" in got, (fired, got)
+        assert got["t"] - fired["t"] < 1.0, f"slept {got['t'] - fired['t']:.1f} s through the engine's end"
+    finally:
+        g.close()
+        if tw.is_alive() or tw.ident:
+            tw.join(10)
+
+
+# ------------------------------------------------------------------ drain limits that other slots' lines restart
+@pytest.mark.parametrize("others", ["silent", "decoding"])
+def test_admission_stop_drain_limit_counts_from_every_line(slots_engine, monkeypatch, others):
+    """A request leaves during its admission: STOP, then the engine writes nothing on the control lines for
+    1.2 s. With no line at all it is ended after DRAIN_TIMEOUT_S; while another slot's BT lines come it is
+    not (each line restarts the limit). Either way ctl and the slot are held until then: a request that came
+    meanwhile is sent only after the drain, or (engine ended) never."""
+    monkeypatch.setattr(batch, "DRAIN_TIMEOUT_S", 0.4)
+    monkeypatch.setenv("STRATA_PARALLEL_SOLO", "0")
+    script = {"slots": 2, "repeat": 100, "step_delay_s": 0.005, "token_delay_s": 0.002, "pp_chunk": 32,
+              "hang_on_stop": 1.2, "rules": [{"match": "LONG", "pp_delay_s": 0.05, "repeat": 1},
+                                             {"match": "next", "repeat": 3}]}
+    if others == "decoding":
+        script["hang_steps"] = True
+    e = slots_engine(script)
+    res, firsts = {}, {}
+    tk = threading.Thread(target=lambda: res.setdefault("keeper", _catch(lambda: run(e, "keeper", 3000,
+                                                                                      firsts=firsts))))
+    tk.start()
+    deadline = time.monotonic() + 3
+    while "keeper" not in firsts and time.monotonic() < deadline:
+        time.sleep(0.01)
+    g = e.generate(q("LONG" + "z" * 600), 100)  # the keeper, solo, is promoted into slot 0 as it arrives
+    for t in g:
+        if t is None and e.progress[0] >= 64:
+            break  # the admission of slot 1 is being read; the keeper decodes in slot 0
+    assert [o is not None for o in e._cur.slots.owner] == [True, True]
+    old_pid = e._cur.popen.pid
+    tn = threading.Thread(target=lambda: res.setdefault("next", _catch(lambda: run(e, "next", firsts=firsts))))
+    tn.start()
+    deadline = time.monotonic() + 2
+    while not e.batch.stats()["waiting"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    g.close()  # STOP; the engine hangs 1.2 s before DONE/BADM
+    took, closed = time.monotonic() - t0, time.monotonic()
+    tn.join(10)
+    if others == "silent":
+        assert took < 1.0 and not e.alive() and "STOP" in e.death_note(), took
+        assert isinstance(res["next"], EngineDied) and not _sent_for(e, "next")
+        tk.join(10)
+        assert isinstance(res["keeper"], EngineDied)
+        e.restart(tries=1)
+        assert text_of(run(e, "next")) == answer("next", 3)
+    else:
+        assert took >= 1.1 and e.alive(), took
+        assert text_of(res["next"]) == answer("next", 3) and firsts["next"] > closed
+        assert _sent_for(e, "next", old_pid)
+        tk.join(20)
+        assert text_of(res["keeper"]) == answer("keeper", 100)
+    assert not e.ctl.locked()
+
+
+@pytest.mark.parametrize("others", ["silent", "decoding"])
+def test_cancelled_slot_bstop_limit_counts_from_every_line(slots_engine, monkeypatch, others):
+    """A decoding request is cancelled: BSTOP, then its slot writes nothing for 1.2 s. With no line at all
+    the engine is ended after QUARANTINE_S and a request waiting for a slot gets EngineDied (never that
+    slot); while the other slot's BT lines come, the limit restarts and the slot is reused after its BDONE."""
+    monkeypatch.setattr(batch, "QUARANTINE_S", 0.4)
+    monkeypatch.setenv("STRATA_PARALLEL_SOLO", "0")
+    script = {"slots": 2, "repeat": 100, "step_delay_s": 0.005, "token_delay_s": 0.002, "hang_after_bstop": 1.2,
+              "rules": [{"match": "next", "repeat": 3}, {"match": "leaver", "repeat": 300}]}
+    if others == "decoding":
+        script["hang_steps"] = True
+    e = slots_engine(script)
+    res, firsts, flag, ended = {}, {}, threading.Event(), {}
+    tk = threading.Thread(target=lambda: res.setdefault("keeper", _catch(lambda: run(e, "keeper", 3000))))
+    tk.start()
+    time.sleep(0.1)
+
+    def leaver():
+        res["leaver"] = _catch(lambda: run(e, "leaver", 3000, cancelled=flag.is_set, firsts=firsts))
+        ended["t"] = time.monotonic()
+
+    tl = threading.Thread(target=leaver)
+    tl.start()
+    deadline = time.monotonic() + 3
+    while (e.batch.stats()["busy"] < 2 or "leaver" not in firsts) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert e.batch.stats()["busy"] == 2
+    old_pid = e._cur.popen.pid
+    tn = threading.Thread(target=lambda: res.setdefault("next", _catch(lambda: run(e, "next", firsts=firsts))))
+    tn.start()
+    deadline = time.monotonic() + 2
+    while e.batch.stats()["admitting"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert e.batch.stats()["admitting"] == 1  # "next" waits for a slot
+    flag.set()  # the leaver's client went: BSTOP at its next token; the engine then hangs on that slot
+    tl.join(5)
+    tn.join(10)
+    if others == "silent":
+        assert isinstance(res["leaver"], EngineDied) and "never finished" in e.death_note()
+        assert isinstance(res["next"], EngineDied) and not _sent_for(e, "next")
+        tk.join(10)
+        assert isinstance(res["keeper"], EngineDied)
+        e.restart(tries=1)
+        assert text_of(run(e, "next")) == answer("next", 3)
+    else:
+        assert e.alive() and not isinstance(res["leaver"], Exception)
+        assert text_of(res["next"]) == answer("next", 3) and firsts["next"] > ended["t"]
+        assert _sent_for(e, "next", old_pid)
+        tk.join(20)
+        assert text_of(res["keeper"]) == answer("keeper", 100)
