@@ -16,6 +16,7 @@ import shlex
 import sys
 
 from serve.engine import ENGINE_SILENCE_S, StrataEngine
+from serve.events import BadRequest
 from serve.server import Options
 from serve.service import Service
 from serve.template import ChatTemplate
@@ -139,6 +140,18 @@ def build(ns):
         template.default_system = system or None
     svc = Service(engine, tok, name, template,
                   config={**cfg, "parallel": parallel}, arch=meta_arch)
+    # shared Chat settings (POST /settings) live beside the run config and come back at the next start
+    from serve.config import load_shared_settings, shared_settings_path
+    svc.settings_path = shared_settings_path(getattr(ns, "config", None))
+    saved, notices = load_shared_settings(svc.settings_path)
+    for n in notices:
+        print(f"strata: {n}", file=sys.stderr)
+    if saved is not None:
+        try:
+            svc.set_settings(saved)
+        except BadRequest as e:
+            print(f"strata: shared settings {svc.settings_path}: {e.message}; starting without them",
+                  file=sys.stderr)
     opts = Options(host=pick("host", default="127.0.0.1"), port=port,
                    api_keys=_keys(ns, cfg), cors_origins=list(cfg.get("cors_origins") or []),
                    allowed_hosts=list(cfg.get("allowed_hosts") or []),

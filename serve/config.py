@@ -212,3 +212,43 @@ def check_config(cfg: dict) -> tuple[dict, list[str]]:
     if "aliases" in out:
         out["aliases"] = aliases(out["aliases"])
     return out, notices
+
+
+def shared_settings_path(config_path: str | None) -> str | None:
+    """Where POST /settings keeps the shared Chat settings: `<config-stem>.shared-settings.json` beside the
+    run config; None without a config (the settings then last as long as the server)."""
+    if not config_path:
+        return None
+    stem = os.path.splitext(os.path.abspath(config_path))[0]
+    return stem + ".shared-settings.json"
+
+
+def load_shared_settings(path: str | None) -> tuple[Any, list[str]]:
+    """The saved `defaults` (None when there are none) and notices for a file that cannot be used (it is then
+    ignored, never fatal: the server starts with no shared settings)."""
+    if not path or not os.path.exists(path):
+        return None, []
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            saved = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return None, [f"shared settings {path}: not readable JSON ({e}); starting without them"]
+    if not isinstance(saved, dict) or not isinstance(saved.get("defaults"), (dict, type(None))):
+        return None, [f"shared settings {path}: expected {{\"defaults\": {{...}}}}; starting without them"]
+    return saved.get("defaults"), []
+
+
+def save_shared_settings(path: str, defaults: dict) -> None:
+    """Writes {"defaults": ...} atomically (a temporary file beside it, 0600, then rename)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"defaults": defaults}, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

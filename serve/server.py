@@ -35,6 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 from serve import openai as openai_api
 from serve import prometheus, telemetry
 from serve.engine import EngineDied, EngineNonFinite, EngineStuck
+from serve.config import save_shared_settings
 from serve.events import BadRequest
 from serve.replies import JsonReply, RequestContext, StreamReply
 
@@ -253,6 +254,15 @@ class Handler(BaseHTTPRequestHandler):
         raise HttpError(403, "forbidden", f"requests from the page {origin!r} are not allowed; add it to "
                         "cors_origins")
 
+    def _check_own_page(self):
+        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            raise HttpError(415, "invalid_request_error", "send this request as Content-Type: application/json")
+        origin = self.headers.get("Origin")
+        if origin and urlsplit(origin).netloc != (self.headers.get("Host") or "") and \
+                origin not in self.server.opts.cors_origins:
+            raise HttpError(403, "forbidden", f"only this server's own page may change its settings, not {origin!r}")
+
     def _cors_headers(self):
         origin = self.headers.get("Origin") if hasattr(self, "headers") and self.headers else None
         cors = self.server.opts.cors_origins
@@ -297,6 +307,8 @@ class Handler(BaseHTTPRequestHandler):
                 if path.startswith("/v1/messages") and anthropic_api is None and method == "POST":
                     raise HttpError(404, "not_found_error", "the Anthropic API is not available in this build")
                 raise HttpError(404, "not_found_error", f"not found: {method} {path}")
+            if method == "POST" and path in OWN_PAGE_ROUTES:
+                self._check_own_page()
             body = self._json_body() if method == "POST" else {}
             ctx = RequestContext(cancelled=self._cancelled, shutting_down=self.server.stopping.is_set,
                                  headers=self.headers, path=path, query=query)
@@ -421,6 +433,25 @@ def _detokenize(svc, body, ctx):
     return JsonReply(200, {"content": svc.tok.decode(ids)})
 
 
+def _settings_get(svc, body, ctx):
+    return JsonReply(200, svc.settings_view())
+
+
+def _settings_post(svc, body, ctx):
+    """POST /settings {"defaults": {...} | null}: the shared Chat settings every request gets for the fields
+    it omits (checked whole: a 400 names the field). Saved beside the run config when there is one."""
+    if "defaults" not in body:
+        raise BadRequest('send {"defaults": {...}} (or {"defaults": null} to clear them)', param="defaults")
+    view = svc.set_settings(body["defaults"])
+    path = getattr(svc, "settings_path", None)
+    if path:
+        try:
+            save_shared_settings(path, view["defaults"])
+        except OSError as e:
+            print(f"strata: shared settings not saved to {path}: {e}", file=sys.stderr)
+    return JsonReply(200, view)
+
+
 def _anthropic(name):
     def route(svc, body, ctx):
         return getattr(anthropic_api, name)(svc, body, ctx)
@@ -430,9 +461,13 @@ def _anthropic(name):
 GET_ROUTES = {"/health": _health, "/api/health": _health, "/v1/health": _health,
               "/v1/models": openai_api.models, "/models": openai_api.models,
               "/v1/status": _status, "/status": lambda s, b, c: JsonReply(200, s.status_view()),
-              "/metrics": _metrics, "/metrics/prometheus": _prometheus}
+              "/metrics": _metrics, "/metrics/prometheus": _prometheus, "/settings": _settings_get}
 POST_ROUTES = {"/v1/chat/completions": openai_api.chat_completions, "/chat/completions": openai_api.chat_completions,
-               "/v1/completions": openai_api.completions, "/tokenize": _tokenize, "/detokenize": _detokenize}
+               "/v1/completions": openai_api.completions, "/tokenize": _tokenize, "/detokenize": _detokenize,
+               "/settings": _settings_post}
+# Routes that change the server for every client: JSON only, and from this server's own page (or a client
+# that sends no Origin, such as curl), whatever the API key
+OWN_PAGE_ROUTES = {"/settings"}
 if anthropic_api is not None:
     POST_ROUTES["/v1/messages"] = _anthropic("messages")
     POST_ROUTES["/v1/messages/count_tokens"] = _anthropic("count_tokens")

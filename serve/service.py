@@ -168,6 +168,7 @@ class Service:
         self.fifo = threading.Lock()        # the turn: one generation at a time on the solo engine
         self._lock = threading.Lock()       # guards status, history, totals, queued, last_timings, settings
         self.settings: dict = {}            # the shared Chat settings' defaults (POST /settings), checked
+        self.settings_path: str | None = None  # where POST /settings saves them (bootstrap: beside the config)
         self.queued = 0
         self.status: dict = {"busy": False}
         self.history: deque = deque(maxlen=HISTORY_KEEP)
