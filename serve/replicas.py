@@ -14,14 +14,24 @@ closed (its STOP + drain done) *before* that lock is released, so the next reque
 one's lines; every caller gets its own copy of the figures (`result`); a dead replica is restarted in the
 background at most every `HEAL_EVERY_S` (`heal()`). Not offered: session files, VRAM resize.
 
-Public surface: `ReplicaEngine(engines, load_tokens=LOAD_TOKENS)`, `.start()`, `.generate(ids, max_new, keys,
-cancelled, result, replica=None)` (`replica` forces one, for tests and benchmarks), `.pick(ids)`, `.heal()`,
-`.alive()`, `.batched()`, `.batch_size()`, `.max_context`, `.known_ctx`, `.info`, `.live()`, `.restart(tries)`,
-`.close()`, `.kill_now()`, `.death_note()`.
+Cores: with N >= 2 replicas and at least N cores (the server's own affinity set), each replica gets its own
+equal share, `core_shares()`: C // N contiguous cores (the C % N left over stay with the server's threads),
+and `--threads` at most its share. The thread that starts (or restarts, or heals) a replica runs on that
+share meanwhile, so the child and every thread it makes inherit it; the thread's own set is restored
+after. With fewer cores than replicas there is no fair share and nothing is pinned. `start()` says which.
+
+Public surface: `ReplicaEngine(engines, load_tokens=LOAD_TOKENS, pin=True, cores=None)` (`cores`: the set
+to share, default the server's affinity), `core_shares(n, cores)`, `.pin_note`, `.start()`, `.generate(ids,
+max_new, keys, cancelled, result, replica=None)` (`replica` forces one, for tests and benchmarks), `.pick(ids)`,
+`.heal()`, `.alive()`, `.batched()`, `.batch_size()`, `.max_context`, `.known_ctx`, `.info`, `.live()` (with
+each replica's `cores`), `.restart(tries)`, `.close()`, `.kill_now()`, `.death_note()`.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -33,6 +43,61 @@ BLOCKS_MAX = 262144       # block hashes remembered per replica (LRU)
 LOAD_TOKENS = 3000        # one running request costs as much as this many uncached prompt tokens
 HEAL_EVERY_S = 60.0       # a dead replica is restarted at most this often
 POLL_S = 0.5              # each wait for a solo replica's lock (cancel is checked this often)
+
+
+def core_shares(n: int, cores) -> list[list[int]] | None:
+    """One equal, contiguous share of `cores` per replica, or None when there is nothing to share fairly
+    (fewer than 2 replicas, or fewer cores than replicas)."""
+    cores = sorted(cores)
+    if n < 2 or len(cores) < n:
+        return None
+    k = len(cores) // n
+    return [cores[i * k:(i + 1) * k] for i in range(n)]
+
+
+def _cpu_list(cores) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    runs, out = [], []
+    for c in sorted(cores):
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    for a, b in runs:
+        out.append(str(a) if a == b else f"{a}-{b}")
+    return ",".join(out)
+
+
+def _cap_threads(args: list, n: int) -> None:
+    """At most `n` engine threads: a larger `--threads` value is lowered, a missing one added."""
+    found = False
+    for i, a in enumerate(args[:-1]):
+        if a == "--threads":
+            found = True
+            if not str(args[i + 1]).isdigit() or int(args[i + 1]) > n:
+                args[i + 1] = str(n)
+    if not found:
+        args += ["--threads", str(n)]
+
+
+@contextlib.contextmanager
+def _pinned(cores):
+    """The calling thread runs on `cores` meanwhile (Linux: affinity is per thread, and a child or thread
+    made now inherits it); its own set is restored after. No cores: nothing changes."""
+    old = None
+    if cores:
+        try:
+            old = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, cores)
+        except OSError as e:  # a core went offline since the plan was made: start unpinned
+            print(f"strata: replicas: could not pin to cores {_cpu_list(cores)} ({e})", file=sys.stderr)
+            old = None
+    try:
+        yield
+    finally:
+        if old is not None:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, old)
 
 
 def block_hashes(ids) -> list[bytes]:
@@ -54,6 +119,7 @@ class _Replica:
         self.routed = 0                    # guarded by ReplicaEngine._state
         self.healing = False               # guarded by ReplicaEngine._state
         self.last_heal = 0.0
+        self.cores = None                  # its share of the cores (set once, before start), or None
 
     def held(self, hashes) -> int:
         n = 0
@@ -67,7 +133,7 @@ class _Replica:
 class ReplicaEngine:
     """Several StrataEngines; requests routed by cached prefix and load."""
 
-    def __init__(self, engines, load_tokens: int = LOAD_TOKENS):
+    def __init__(self, engines, load_tokens: int = LOAD_TOKENS, pin: bool = True, cores=None):
         if not engines:
             raise ValueError("replicas: at least one engine")
         self.replicas = [_Replica(i, e) for i, e in enumerate(engines)]
@@ -75,6 +141,28 @@ class ReplicaEngine:
         self._state = threading.Lock()     # guards every _Replica's blocks/running/routed/healing
         self.argv = list(engines[0].argv)
         self.can_stop = True
+        self.pin_note = self._plan_cores(pin, cores)
+
+    def _plan_cores(self, pin, cores) -> str:
+        n = len(self.replicas)
+        can = hasattr(os, "sched_setaffinity")
+        if cores is None:
+            cores = os.sched_getaffinity(0) if can else range(os.cpu_count() or 1)
+        cores = sorted(cores)
+        head = f"replicas: {n} engines on {len(cores)} cores"
+        shares = core_shares(n, cores) if pin and can else None
+        if shares is None:
+            why = ("pinning is off" if not pin else "this OS cannot pin threads" if not can
+                   else "one engine" if n < 2 else "fewer cores than engines")
+            return f"{head}: not pinned ({why})"
+        for r, share in zip(self.replicas, shares):
+            r.cores = share
+            _cap_threads(r.engine.args, len(share))
+        left = sorted(set(cores) - {c for s in shares for c in s})
+        cpus = lambda cs: ("cores " if len(cs) > 1 else "core ") + _cpu_list(cs)
+        parts = ", ".join(f"replica {r.index} on {cpus(r.cores)}" for r in self.replicas)
+        return (f"{head}: {parts} (--threads at most {len(shares[0])})"
+                + (f"; {cpus(left)} left to the server" if left else ""))
 
     # ------------------------------------------------------------------ StrataEngine-shaped views
     @property
@@ -119,7 +207,8 @@ class ReplicaEngine:
     def live(self) -> list[dict]:
         with self._state:
             return [{"replica": r.index, "alive": r.engine.alive(), "running": r.running, "routed": r.routed,
-                     "batch": max(1, int(r.engine.info.get("batch_slots") or 0))} for r in self.replicas]
+                     "batch": max(1, int(r.engine.info.get("batch_slots") or 0)),
+                     "cores": _cpu_list(r.cores) if r.cores else None} for r in self.replicas]
 
     def death_note(self) -> str:
         return "; ".join(f"replica {r.index}: {r.engine.death_note()}" for r in self.replicas
@@ -127,11 +216,13 @@ class ReplicaEngine:
 
     # ------------------------------------------------------------------ life cycle
     def start(self) -> None:
+        print(f"strata: {self.pin_note}", file=sys.stderr, flush=True)
         errors = []
 
         def one(r):
             try:
-                r.engine.start()
+                with _pinned(r.cores):
+                    r.engine.start()
             except EngineDied as e:
                 errors.append(f"replica {r.index}: {e}")
         ts = [threading.Thread(target=one, args=(r,), daemon=True) for r in self.replicas]
@@ -148,7 +239,8 @@ class ReplicaEngine:
             if not r.engine.alive():
                 self._forget(r)
                 r.last_heal = time.monotonic()
-                r.engine.restart(tries=tries)
+                with _pinned(r.cores):
+                    r.engine.restart(tries=tries)
 
     def heal(self) -> None:
         """Restart dead replicas in the background, each at most every HEAL_EVERY_S."""
@@ -163,7 +255,8 @@ class ReplicaEngine:
     def _heal_one(self, r):
         try:
             self._forget(r)
-            r.engine.restart(tries=1)
+            with _pinned(r.cores):
+                r.engine.restart(tries=1)
         except EngineDied:
             pass
         finally:

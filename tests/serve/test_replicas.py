@@ -1,10 +1,13 @@
 """ReplicaEngine over two slot fake engines (one solo, one with slots): hand-off of a conversation between
-replicas (forced and routed), early closes, prefix-aware routing, per-caller figures, heal()."""
+replicas (forced and routed), early closes, prefix-aware routing, per-caller figures, heal(), each replica
+on its own share of the cores (and none when they cannot be shared fairly)."""
 import json
+import os
 import sys
 import threading
 import time
 
+import psutil
 import pytest
 
 from serve import replicas as replicas_mod
@@ -142,3 +145,71 @@ def test_serve_flags_parallel_clamped_and_replicas(tmp_path, capsys):
                               "--parallel", "3", "--log", str(tmp_path / "e.log")])
     svc, _ = build(ns)
     assert isinstance(svc.engine, StrataEngine) and svc.engine.args[-2:] == ["--batch", "3"]
+
+
+def _affinity_replicas(tmp_path, n, **kw):
+    engines = []
+    for i in range(n):
+        path = tmp_path / f"aff{i}.json"
+        path.write_text(json.dumps({"slots": 2, "ctx": 4096, "report_affinity": True}))
+        engines.append(StrataEngine([sys.executable, FAKE_SLOTS, "--script", str(path)], ["--threads", "64"]))
+    return ReplicaEngine(engines, **kw)
+
+
+def _cpus(text):
+    return [int(c) for c in str(text).split(",")]
+
+
+def test_each_replica_runs_on_its_own_share_of_the_cores(tmp_path, monkeypatch, capsys):
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs 2 cores")
+    monkeypatch.setattr(replicas_mod, "HEAL_EVERY_S", 0.0)
+    mine = os.sched_getaffinity(0)
+    rep = _affinity_replicas(tmp_path, 2)
+    try:
+        rep.start()
+        k = len(cores) // 2
+        want = [cores[:k], cores[k:2 * k]]
+        assert "replica 0 on core" in capsys.readouterr().err
+        for r, share in zip(rep.replicas, want):
+            assert _cpus(r.engine.info["affinity"]) == share          # what the child itself sees
+            assert sorted(psutil.Process(r.engine._cur.popen.pid).cpu_affinity()) == share
+            assert r.engine.info["threads_arg"] == k                  # --threads 64 lowered to its share
+        assert os.sched_getaffinity(0) == mine                        # the server's threads keep theirs
+        assert [r["cores"] for r in rep.live()] == [replicas_mod._cpu_list(s) for s in want]
+        for i, again in ((0, rep.restart), (1, rep.heal)):             # restart(), then heal(), keep it
+            proc = rep.replicas[i].engine._cur
+            proc.popen.kill()
+            proc.pump.join(5)
+            again()
+            deadline = time.monotonic() + 10
+            while not rep.replicas[i].engine.alive() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert rep.replicas[i].engine._cur is not proc
+        for r, share in zip(rep.replicas, want):
+            assert _cpus(r.engine.info["affinity"]) == share
+            assert sorted(psutil.Process(r.engine._cur.popen.pid).cpu_affinity()) == share
+        assert os.sched_getaffinity(0) == mine
+    finally:
+        rep.close()
+
+
+def test_no_pinning_when_the_cores_cannot_be_shared_fairly(tmp_path, capsys):
+    mine = sorted(os.sched_getaffinity(0))
+    rep = _affinity_replicas(tmp_path, 2, cores=mine[:1])  # 2 engines, 1 core to share
+    try:
+        rep.start()
+        assert "not pinned (fewer cores than engines)" in capsys.readouterr().err
+        for r in rep.replicas:
+            assert _cpus(r.engine.info["affinity"]) == mine and r.engine.info["threads_arg"] == 64
+        assert [r["cores"] for r in rep.live()] == [None, None]
+    finally:
+        rep.close()
+
+
+def test_core_shares():
+    assert replicas_mod.core_shares(2, range(16)) == [list(range(8)), list(range(8, 16))]
+    assert replicas_mod.core_shares(3, [0, 1, 2, 3, 4, 5, 6]) == [[0, 1], [2, 3], [4, 5]]  # 6 left over
+    assert replicas_mod.core_shares(3, [0, 1]) is None and replicas_mod.core_shares(1, range(8)) is None
+    assert replicas_mod._cpu_list([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
