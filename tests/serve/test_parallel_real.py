@@ -13,11 +13,28 @@ from tests.conftest import ENGINE_EXE, model_path
 ENGINE = os.environ.get("STRATA_TEST_ENGINE") or ENGINE_EXE
 
 
-def _engine(slots, ctx=8192):
+class _Busy:
+    """The most slots decoding at once, from the engine's BADM/BDONE lines (StrataEngine's on_line hook)."""
+
+    def __init__(self):
+        self.now = self.most = 0
+        self.lock = threading.Lock()  # guards now, most (the pump thread writes, the test reads)
+
+    def __call__(self, line):
+        with self.lock:
+            if line.startswith("BADM ") and line.split()[2:3] == ["1"]:
+                self.now += 1
+                self.most = max(self.most, self.now)
+            elif line.startswith("BDONE "):
+                self.now -= 1
+
+
+def _engine(slots, ctx=8192, on_line=None):
     model = model_path()
     if model is None or not os.access(ENGINE, os.X_OK):
         pytest.skip("needs build/strata-engine (or STRATA_TEST_ENGINE) and the default model")
-    e = StrataEngine([ENGINE], ["--model", model, "--batch", str(slots), "--max-context", str(ctx)])
+    e = StrataEngine([ENGINE], ["--model", model, "--batch", str(slots), "--max-context", str(ctx)],
+                     on_line=on_line)
     e.start()
     if not e.info.get("batch_slots"):
         e.close()
@@ -41,9 +58,11 @@ def _ids(e, ids, max_new, firsts=None, key=None):
 
 
 def test_eight_concurrent_chats_match_each_alone():
-    e = _engine(8)
+    busy = _Busy()
+    e = _engine(8, on_line=busy)
     try:
         alone = [_ids(e, _prompt(i), 16) for i in range(8)]
+        assert busy.most == 0  # one at a time: each alone is a solo GEN
         got = {}
         ts = [threading.Thread(target=lambda i=i: got.setdefault(i, _ids(e, _prompt(i), 16))) for i in range(8)]
         for t in ts:
@@ -52,6 +71,7 @@ def test_eight_concurrent_chats_match_each_alone():
             t.join(240)
         assert [got.get(i) for i in range(8)] == alone
         assert e.batch.stats()["busy"] == 0
+        assert busy.most >= 2, "the chats never decoded side by side in slots"
     finally:
         e.close()
 
