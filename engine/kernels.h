@@ -78,12 +78,16 @@ struct kernel_set {
     float (*dot_f16_f32)(const uint16_t* a, const float* b, int64_t n);  // a in IEEE half
     void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n);  // y += a * x, x in IEEE half
     void (*fp32_to_fp16_row)(const float* x, uint16_t* y, int64_t n);
-    // Attention of n_q query heads sharing one kv head over positions [0, n_pos) of the cache:
-    // q (n_q, hd) floats; k, v point at this kv head's part of position 0, rows row_bytes apart, each
-    // head's part hd halves (kv_q8 false) or hd / 32 Q8_0 blocks (kv_q8 true); scores (n_q, n_pos)
-    // scratch; out (n_q, hd) = softmax(scale * q k^T) v. nullptr: the generic path in model.cpp is used.
-    void (*attn)(const float* q, int n_q, const uint8_t* k, const uint8_t* v, size_t row_bytes, bool kv_q8,
-                 int n_pos, int hd, float scale, float* scores, float* out);
+    // Attention of a tile of n_tok queries of one sequence at consecutive positions, each with n_q query
+    // heads sharing one kv head: query t has its heads at q + t * q_stride ((n_q, hd) floats) and sees
+    // positions [0, n_pos0 + t) of the cache; k, v point at this kv head's part of position 0, rows
+    // row_bytes apart, each head's part hd halves (kv_q8 false) or hd / 32 Q8_0 blocks (kv_q8 true);
+    // scores is scratch of n_tok * n_q * (n_pos0 + n_tok - 1) floats; out + t * out_stride gets query t's
+    // (n_q, hd) = softmax(scale * q k^T) v. The cache rows are read and converted once per tile; each
+    // query's result is computed exactly as for a tile of one. nullptr: the generic path in model.cpp.
+    void (*attn)(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_t* k, const uint8_t* v,
+                 size_t row_bytes, bool kv_q8, int n_pos0, int hd, float scale, float* scores, float* out,
+                 size_t out_stride);
     // row-group kernels over packed weights; nullptr: this set uses the row kernels
     mm_group_fn group_q4_0;
     mm_group_fn group_q4_1;

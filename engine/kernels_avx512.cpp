@@ -301,88 +301,105 @@ inline __m512 load_kv16(const uint8_t* row, int j) {
     }
 }
 
-// NV = hd / 16 zmm per head row; HC heads of the group per pass over V (accumulators stay in registers)
+// NV = hd / 16 zmm per head row; HC heads of one query per pass over V (accumulators stay in registers).
+// K is converted to float 16 positions at a time, once for the whole tile.
 template <int NV, bool Q8>
-void attn_impl(const float* q, int n_q, const uint8_t* k, const uint8_t* v, size_t row_bytes, int n_pos,
-               float scale, float* scores, float* out) {
+void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_t* k, const uint8_t* v,
+               size_t row_bytes, int n_pos0, float scale, float* scores, float* out, size_t out_stride) {
     constexpr int HD = NV * 16;
     constexpr int HC = NV <= 4 ? 4 : 2;
-    alignas(64) float kf[16 * HD];  // 16 positions of K in float
-    for (int p0 = 0; p0 < n_pos; p0 += 16) {
-        const int np = n_pos - p0 < 16 ? n_pos - p0 : 16;
-        for (int p = 0; p < np; ++p) {
+    const int n_last = n_pos0 + n_tok - 1;  // positions the tile's last query sees
+    auto srow = [&](int t, int h) { return scores + (size_t(t) * size_t(n_q) + size_t(h)) * size_t(n_last); };
+    alignas(64) float kf[16 * HD];  // 16 positions of K (then of V) in float
+    for (int p0 = 0; p0 < n_last; p0 += 16) {
+        const int nb = n_last - p0 < 16 ? n_last - p0 : 16;
+        for (int p = 0; p < nb; ++p) {
             const uint8_t* kr = k + size_t(p0 + p) * row_bytes;
             for (int j = 0; j < NV; ++j) _mm512_store_ps(kf + p * HD + j * 16, load_kv16<Q8>(kr, j));
         }
+        for (int t = 0; t < n_tok; ++t) {
+            const int n_pos = n_pos0 + t;
+            if (p0 >= n_pos) continue;
+            const int np = n_pos - p0 < 16 ? n_pos - p0 : 16;
+            for (int h = 0; h < n_q; ++h) {
+                const float* qh = q + size_t(t) * q_stride + size_t(h) * HD;
+                __m512 qv[NV], part[16];
+                for (int j = 0; j < NV; ++j) qv[j] = _mm512_loadu_ps(qh + j * 16);
+                for (int p = 0; p < 16; ++p) {
+                    if (p < np) {
+                        __m512 a = _mm512_mul_ps(qv[0], _mm512_load_ps(kf + p * HD));
+                        for (int j = 1; j < NV; ++j) a = _mm512_fmadd_ps(qv[j], _mm512_load_ps(kf + p * HD + j * 16), a);
+                        part[p] = a;
+                    } else {
+                        part[p] = _mm512_setzero_ps();
+                    }
+                }
+                const __m512 sc = _mm512_mul_ps(hsum16x16(part), _mm512_set1_ps(scale));
+                _mm512_mask_storeu_ps(srow(t, h) + p0, static_cast<__mmask16>((1u << np) - 1), sc);
+            }
+        }
+    }
+    for (int t = 0; t < n_tok; ++t) {  // softmax per query head
+        const int n_pos = n_pos0 + t;
         for (int h = 0; h < n_q; ++h) {
-            __m512 qv[NV], part[16];
-            for (int j = 0; j < NV; ++j) qv[j] = _mm512_loadu_ps(q + h * HD + j * 16);
-            for (int p = 0; p < 16; ++p) {
-                if (p < np) {
-                    __m512 a = _mm512_mul_ps(qv[0], _mm512_load_ps(kf + p * HD));
-                    for (int j = 1; j < NV; ++j) a = _mm512_fmadd_ps(qv[j], _mm512_load_ps(kf + p * HD + j * 16), a);
-                    part[p] = a;
-                } else {
-                    part[p] = _mm512_setzero_ps();
-                }
+            float* sc = srow(t, h);
+            __m512 mx = _mm512_set1_ps(-INFINITY);
+            int p = 0;
+            for (; p + 16 <= n_pos; p += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(sc + p));
+            float m = _mm512_reduce_max_ps(mx);
+            for (; p < n_pos; ++p) m = sc[p] > m ? sc[p] : m;
+            const __m512 mv = _mm512_set1_ps(m);
+            __m512 sum = _mm512_setzero_ps();
+            for (p = 0; p < n_pos; p += 16) {
+                const __mmask16 mk = static_cast<__mmask16>(n_pos - p >= 16 ? 0xFFFF : (1u << (n_pos - p)) - 1);
+                const __m512 e = _mm512_maskz_mov_ps(mk, exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, sc + p), mv)));
+                _mm512_mask_storeu_ps(sc + p, mk, e);
+                sum = _mm512_add_ps(sum, e);
             }
-            const __m512 sc = _mm512_mul_ps(hsum16x16(part), _mm512_set1_ps(scale));
-            _mm512_mask_storeu_ps(scores + size_t(h) * size_t(n_pos) + p0, static_cast<__mmask16>((1u << np) - 1), sc);
+            const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+            for (p = 0; p < n_pos; p += 16) {
+                const __mmask16 mk = static_cast<__mmask16>(n_pos - p >= 16 ? 0xFFFF : (1u << (n_pos - p)) - 1);
+                _mm512_mask_storeu_ps(sc + p, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, sc + p), inv));
+            }
         }
     }
-    for (int h = 0; h < n_q; ++h) {  // softmax per head
-        float* sc = scores + size_t(h) * size_t(n_pos);
-        __m512 mx = _mm512_set1_ps(-INFINITY);
-        int p = 0;
-        for (; p + 16 <= n_pos; p += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(sc + p));
-        float m = _mm512_reduce_max_ps(mx);
-        for (; p < n_pos; ++p) m = sc[p] > m ? sc[p] : m;
-        const __m512 mv = _mm512_set1_ps(m);
-        __m512 sum = _mm512_setzero_ps();
-        for (p = 0; p < n_pos; p += 16) {
-            const __mmask16 mk = static_cast<__mmask16>(n_pos - p >= 16 ? 0xFFFF : (1u << (n_pos - p)) - 1);
-            const __m512 e = _mm512_maskz_mov_ps(mk, exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, sc + p), mv)));
-            _mm512_mask_storeu_ps(sc + p, mk, e);
-            sum = _mm512_add_ps(sum, e);
-        }
-        const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
-        for (p = 0; p < n_pos; p += 16) {
-            const __mmask16 mk = static_cast<__mmask16>(n_pos - p >= 16 ? 0xFFFF : (1u << (n_pos - p)) - 1);
-            _mm512_mask_storeu_ps(sc + p, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, sc + p), inv));
-        }
-    }
-    for (int h0 = 0; h0 < n_q; h0 += HC) {  // out = weights . V, HC heads per pass
-        const int nh = n_q - h0 < HC ? n_q - h0 : HC;
-        __m512 acc[HC][NV];
-        for (int h = 0; h < HC; ++h) {
-            for (int j = 0; j < NV; ++j) acc[h][j] = _mm512_setzero_ps();
-        }
-        for (int p = 0; p < n_pos; ++p) {
-            const uint8_t* vr = v + size_t(p) * row_bytes;
-            __m512 vv[NV];
-            for (int j = 0; j < NV; ++j) vv[j] = load_kv16<Q8>(vr, j);
+    for (int t = 0; t < n_tok; ++t) {  // out = weights . V, HC heads per pass (V converted as it is read)
+        const int n_pos = n_pos0 + t;
+        float* ot = out + size_t(t) * out_stride;
+        for (int h0 = 0; h0 < n_q; h0 += HC) {
+            const int nh = n_q - h0 < HC ? n_q - h0 : HC;
+            __m512 acc[HC][NV];
             for (int h = 0; h < HC; ++h) {
-                if (h < nh) {
-                    const __m512 w = _mm512_set1_ps(scores[size_t(h0 + h) * size_t(n_pos) + size_t(p)]);
-                    for (int j = 0; j < NV; ++j) acc[h][j] = _mm512_fmadd_ps(w, vv[j], acc[h][j]);
+                for (int j = 0; j < NV; ++j) acc[h][j] = _mm512_setzero_ps();
+            }
+            for (int p = 0; p < n_pos; ++p) {
+                const uint8_t* vr = v + size_t(p) * row_bytes;
+                __m512 vv[NV];
+                for (int j = 0; j < NV; ++j) vv[j] = load_kv16<Q8>(vr, j);
+                for (int h = 0; h < HC; ++h) {
+                    if (h < nh) {
+                        const __m512 w = _mm512_set1_ps(srow(t, h0 + h)[p]);
+                        for (int j = 0; j < NV; ++j) acc[h][j] = _mm512_fmadd_ps(w, vv[j], acc[h][j]);
+                    }
                 }
             }
-        }
-        for (int h = 0; h < nh; ++h) {
-            for (int j = 0; j < NV; ++j) _mm512_storeu_ps(out + (h0 + h) * HD + j * 16, acc[h][j]);
+            for (int h = 0; h < nh; ++h) {
+                for (int j = 0; j < NV; ++j) _mm512_storeu_ps(ot + (h0 + h) * HD + j * 16, acc[h][j]);
+            }
         }
     }
 }
 
-void attn_avx512(const float* q, int n_q, const uint8_t* k, const uint8_t* v, size_t row_bytes, bool kv_q8, int n_pos,
-                 int hd, float scale, float* scores, float* out) {
+void attn_avx512(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_t* k, const uint8_t* v,
+                 size_t row_bytes, bool kv_q8, int n_pos0, int hd, float scale, float* scores, float* out,
+                 size_t out_stride) {
     // model.cpp calls this only for hd 64 or 128
     if (hd == 64) {
-        if (kv_q8) attn_impl<4, true>(q, n_q, k, v, row_bytes, n_pos, scale, scores, out);
-        else attn_impl<4, false>(q, n_q, k, v, row_bytes, n_pos, scale, scores, out);
+        if (kv_q8) attn_impl<4, true>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
+        else attn_impl<4, false>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
     } else if (hd == 128) {
-        if (kv_q8) attn_impl<8, true>(q, n_q, k, v, row_bytes, n_pos, scale, scores, out);
-        else attn_impl<8, false>(q, n_q, k, v, row_bytes, n_pos, scale, scores, out);
+        if (kv_q8) attn_impl<8, true>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
+        else attn_impl<8, false>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
     }
 }
 

@@ -30,6 +30,8 @@ constexpr int32_t MODEL_MAX_BATCH = 1 << 14;
 constexpr int32_t MODEL_MAX_VOCAB = 1 << 22;
 // Elementwise passes over fewer entries than this run on the caller's thread (the fork costs more).
 constexpr int32_t MODEL_PARALLEL_ENTRIES = 8;
+// Most entries of one sequence whose attention reads the cache together (one pass over K and V per tile).
+constexpr int32_t MODEL_ATT_TILE = 8;
 
 std::string file_err(const strata_model* m, const std::string& what) { return m->file->path + ": " + what; }
 
@@ -428,8 +430,10 @@ void qk_range(void* ctx, int64_t i0, int64_t i1, int) {
     }
 }
 
-// item = (entry, kv head): the group of query heads sharing that kv head, over positions 0..pos; the
-// kernel set's fused attention when it has one for this head size, else dot / softmax / axpy here
+// item = (tile, kv head): a tile is a run of up to MODEL_ATT_TILE consecutive entries of one sequence (a
+// prompt chunk's tokens; a decode entry alone); the group of query heads sharing that kv head, over
+// positions 0..pos of each entry. The kernel set's fused attention reads the cache once per tile when it
+// has one for this head size, else dot / softmax / axpy here per entry.
 void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
     const fwd& f = *static_cast<fwd*>(ctx);
     strata_model* m = f.m;
@@ -438,57 +442,63 @@ void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
     const int32_t hd = hp.head_dim, group = hp.n_head / hp.n_head_kv;
     const int32_t nq = hp.n_embd_q();
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    const size_t n_ctx_max = m->s.att_scores.size() / (size_t(m->info.n_threads) * size_t(group));
-    float* scores = m->s.att_scores.data() + size_t(thread) * size_t(group) * n_ctx_max;
+    const size_t per_thread = m->s.att_scores.size() / size_t(m->info.n_threads);
+    float* scores = m->s.att_scores.data() + size_t(thread) * per_thread;
+    const size_t n_ctx_max = per_thread / (size_t(MODEL_ATT_TILE) * size_t(group));
     float* kbuf = m->s.kv_rows.data() + size_t(thread) * 2 * size_t(hd);
     for (int64_t it = i0; it < i1; ++it) {
-        const int64_t i = it / hp.n_head_kv;
+        const int64_t tile = it / hp.n_head_kv;
         const int32_t g = static_cast<int32_t>(it % hp.n_head_kv);
-        const kv_cache* kv = f.b->kvs[f.b->seq[i]];
-        const int32_t n_pos = f.b->pos[i] + 1;
-        const float* q = m->s.q.data() + i * nq + g * group * hd;
-        float* out = m->s.att.data() + i * nq + g * group * hd;
+        const int32_t e0 = m->s.att_tiles[size_t(tile)], e1 = m->s.att_tiles[size_t(tile) + 1];
+        const kv_cache* kv = f.b->kvs[f.b->seq[e0]];
         if (ks.attn && (hd == 64 || hd == 128)) {
             const bool q8 = kv->type == KV_TYPE_Q8_0;
             const size_t head_off = q8 ? size_t(g * hd / QK32) * sizeof(block_q8_0) : size_t(g * hd) * 2;
-            ks.attn(q, group, kv_row(kv, false, f.layer, 0) + head_off, kv_row(kv, true, f.layer, 0) + head_off,
-                    kv->row_bytes, q8, n_pos, hd, scale, scores, out);
+            ks.attn(m->s.q.data() + size_t(e0) * nq + g * group * hd, size_t(nq), group, e1 - e0,
+                    kv_row(kv, false, f.layer, 0) + head_off, kv_row(kv, true, f.layer, 0) + head_off, kv->row_bytes,
+                    q8, f.b->pos[e0] + 1, hd, scale, scores, m->s.att.data() + size_t(e0) * nq + g * group * hd,
+                    size_t(nq));
             continue;
         }
-        for (int32_t p = 0; p < n_pos; ++p) {
-            const uint8_t* krow = kv_row(kv, false, f.layer, p);
-            if (kv->type == KV_TYPE_F16) {
-                const uint16_t* k = reinterpret_cast<const uint16_t*>(krow) + g * hd;
-                for (int32_t h = 0; h < group; ++h) scores[size_t(h) * n_ctx_max + p] = ks.dot_f16_f32(k, q + h * hd, hd) * scale;
-            } else {
-                dequantize_row(GGML_TYPE_Q8_0, krow + size_t(g * hd / QK32) * sizeof(block_q8_0), kbuf, hd);
-                for (int32_t h = 0; h < group; ++h) scores[size_t(h) * n_ctx_max + p] = ks.dot_f32(kbuf, q + h * hd, hd) * scale;
-            }
-        }
-        for (int32_t h = 0; h < group; ++h) {
-            float* sc = scores + size_t(h) * n_ctx_max;
-            float mx = sc[0];
-            for (int32_t p = 1; p < n_pos; ++p) mx = sc[p] > mx ? sc[p] : mx;
-            float sum = 0.0f;
+        for (int32_t i = e0; i < e1; ++i) {
+            const int32_t n_pos = f.b->pos[i] + 1;
+            const float* q = m->s.q.data() + i * nq + g * group * hd;
+            float* out = m->s.att.data() + i * nq + g * group * hd;
             for (int32_t p = 0; p < n_pos; ++p) {
-                sc[p] = std::exp(sc[p] - mx);
-                sum += sc[p];
+                const uint8_t* krow = kv_row(kv, false, f.layer, p);
+                if (kv->type == KV_TYPE_F16) {
+                    const uint16_t* k = reinterpret_cast<const uint16_t*>(krow) + g * hd;
+                    for (int32_t h = 0; h < group; ++h) scores[size_t(h) * n_ctx_max + p] = ks.dot_f16_f32(k, q + h * hd, hd) * scale;
+                } else {
+                    dequantize_row(GGML_TYPE_Q8_0, krow + size_t(g * hd / QK32) * sizeof(block_q8_0), kbuf, hd);
+                    for (int32_t h = 0; h < group; ++h) scores[size_t(h) * n_ctx_max + p] = ks.dot_f32(kbuf, q + h * hd, hd) * scale;
+                }
             }
-            const float inv = 1.0f / sum;
-            for (int32_t p = 0; p < n_pos; ++p) sc[p] *= inv;
-            std::memset(out + h * hd, 0, size_t(hd) * sizeof(float));
-        }
-        for (int32_t p = 0; p < n_pos; ++p) {
-            const uint8_t* vrow = kv_row(kv, true, f.layer, p);
-            if (kv->type == KV_TYPE_F16) {
-                const uint16_t* v = reinterpret_cast<const uint16_t*>(vrow) + g * hd;
-                for (int32_t h = 0; h < group; ++h) ks.axpy_f16(scores[size_t(h) * n_ctx_max + p], v, out + h * hd, hd);
-            } else {
-                dequantize_row(GGML_TYPE_Q8_0, vrow + size_t(g * hd / QK32) * sizeof(block_q8_0), kbuf, hd);
-                for (int32_t h = 0; h < group; ++h) {
-                    const float w = scores[size_t(h) * n_ctx_max + p];
-                    float* o = out + h * hd;
-                    for (int32_t j = 0; j < hd; ++j) o[j] += w * kbuf[j];
+            for (int32_t h = 0; h < group; ++h) {
+                float* sc = scores + size_t(h) * n_ctx_max;
+                float mx = sc[0];
+                for (int32_t p = 1; p < n_pos; ++p) mx = sc[p] > mx ? sc[p] : mx;
+                float sum = 0.0f;
+                for (int32_t p = 0; p < n_pos; ++p) {
+                    sc[p] = std::exp(sc[p] - mx);
+                    sum += sc[p];
+                }
+                const float inv = 1.0f / sum;
+                for (int32_t p = 0; p < n_pos; ++p) sc[p] *= inv;
+                std::memset(out + h * hd, 0, size_t(hd) * sizeof(float));
+            }
+            for (int32_t p = 0; p < n_pos; ++p) {
+                const uint8_t* vrow = kv_row(kv, true, f.layer, p);
+                if (kv->type == KV_TYPE_F16) {
+                    const uint16_t* v = reinterpret_cast<const uint16_t*>(vrow) + g * hd;
+                    for (int32_t h = 0; h < group; ++h) ks.axpy_f16(scores[size_t(h) * n_ctx_max + p], v, out + h * hd, hd);
+                } else {
+                    dequantize_row(GGML_TYPE_Q8_0, vrow + size_t(g * hd / QK32) * sizeof(block_q8_0), kbuf, hd);
+                    for (int32_t h = 0; h < group; ++h) {
+                        const float w = scores[size_t(h) * n_ctx_max + p];
+                        float* o = out + h * hd;
+                        for (int32_t j = 0; j < hd; ++j) o[j] += w * kbuf[j];
+                    }
                 }
             }
         }
@@ -549,11 +559,19 @@ int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string*
     int32_t max_pos = 0;
     for (int32_t i = 0; i < n; ++i) max_pos = b.pos[i] + 1 > max_pos ? b.pos[i] + 1 : max_pos;
     const size_t group = size_t(hp.n_head / hp.n_head_kv), nt = size_t(m->info.n_threads);
-    size_t n_ctx_max = s.att_scores.size() / (nt * group);
+    const size_t tile_rows = size_t(MODEL_ATT_TILE) * group;
+    size_t n_ctx_max = s.att_scores.size() / (nt * tile_rows);
     if (n_ctx_max < size_t(max_pos)) {
         n_ctx_max = size_t(max_pos) < 256 ? 256 : size_t(max_pos);
-        s.att_scores.assign(nt * group * n_ctx_max, 0.0f);
+        s.att_scores.assign(nt * tile_rows * n_ctx_max, 0.0f);
     }
+    // attention tiles: runs of consecutive entries of one sequence, at most MODEL_ATT_TILE each
+    s.att_tiles.clear();
+    for (int32_t i = 0; i < n; ++i) {
+        if (i == 0 || b.seq[i] != b.seq[i - 1] || i - s.att_tiles.back() >= MODEL_ATT_TILE) s.att_tiles.push_back(i);
+    }
+    const int64_t n_tiles = static_cast<int64_t>(s.att_tiles.size());
+    s.att_tiles.push_back(n);
     for (int32_t i = 0; i < n; ++i) dequantize_row(m->tok_embd.type, m->tok_embd.data + size_t(b.token[i]) * m->tok_embd.row_bytes, s.x.data() + size_t(i) * size_t(E), E);
 
     fwd f{m, &b, 0};
@@ -565,7 +583,7 @@ int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string*
         float* qkv_out[3] = {s.q.data(), s.k.data(), s.v.data()};
         matmul_fused(m->pool, ks, qkv, qkv_out, 3, s.xn.data(), E, n, &s.mm);
         run_entries(m, n, qk_range, &f);
-        threadpool_run(m->pool, int64_t(n) * hp.n_head_kv, attn_range, &f);
+        threadpool_run(m->pool, n_tiles * hp.n_head_kv, attn_range, &f);
         matmul(m->pool, ks, l.wo, s.att.data(), hp.n_embd_q(), n, s.tmp.data(), &s.mm);
         run_entries(m, n, add_range, &f);
         run_entries(m, n, ffn_norm_range, &f);

@@ -44,7 +44,8 @@ struct layer_weights {
 struct model_scratch {
     // activations for up to n_batch entries; shapes are (n_batch, width)
     std::vector<float> x, xn, q, k, v, att, tmp, gate, up;
-    std::vector<float> att_scores;            // (n_threads, group, n_ctx) per-thread attention scores
+    std::vector<float> att_scores;            // (n_threads, MODEL_ATT_TILE * group, n_ctx) per-thread scores
+    std::vector<int32_t> att_tiles;           // first entry of each attention tile, then n
     std::vector<float> kv_rows;               // (n_threads, 2, head_dim) dequantised q8_0 KV rows
     std::vector<uint16_t> kv_f16;             // (n_embd_kv) one K or V row in half
     mm_scratch mm;

@@ -5,7 +5,7 @@
 // tokens (odd and even block counts) and Q4_K/Q5_K/Q6_K agree with double dot products of the dequantised weights and the
 // dequantised activations; f16 dot/axpy/convert agree with the scalar set; matmul (integer and generic
 // paths, K types included) is bitwise identical for 1, 2 and 3 threads and for a token alone or inside a
-// chunk; the row-group kernels over packed weights likewise, for every tile size and fused; fused attention over half and Q8_0 caches; RoPE (normal and NeoX ordering) and rmsnorm against
+// chunk; fused attention over tiles of queries equals each query alone; the row-group kernels over packed weights likewise, for every tile size and fused; fused attention over half and Q8_0 caches; RoPE (normal and NeoX ordering) and rmsnorm against
 // double references.
 #include <cmath>
 #include <cstdio>
@@ -260,6 +260,36 @@ void test_packed_matmul() {
     for (threadpool* p : pools) threadpool_free(p);
 }
 
+// a tile of queries at consecutive positions gives each query exactly what a tile of one gives it
+void test_attention_tiles() {
+    for (const kernel_set* ks : kernel_sets()) {
+        if (!ks->attn) continue;
+        for (int q8 = 0; q8 < 2; ++q8) {
+            for (int hd : {64, 128}) {
+                for (int n_pos0 : {1, 13, 33}) {
+                    const int n_q = 3, n_tok = 7, n_last = n_pos0 + n_tok - 1;
+                    const ggml_type t = q8 ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
+                    const size_t row_bytes = quant_row_bytes(t, hd);
+                    const std::vector<uint8_t> k = random_rows(t, hd, n_last), v = random_rows(t, hd, n_last);
+                    const size_t qs = size_t(n_q * hd);
+                    std::vector<float> q(size_t(n_tok) * qs), tiled(size_t(n_tok) * qs), one(qs);
+                    std::vector<float> scores(size_t(n_tok * n_q * n_last));
+                    for (float& x : q) x = frand(-2, 2);
+                    const float scale = 1.0f / std::sqrt(float(hd));
+                    ks->attn(q.data(), qs, n_q, n_tok, k.data(), v.data(), row_bytes, q8 != 0, n_pos0, hd, scale,
+                             scores.data(), tiled.data(), qs);
+                    for (int i = 0; i < n_tok; ++i) {
+                        ks->attn(q.data() + size_t(i) * qs, qs, n_q, 1, k.data(), v.data(), row_bytes, q8 != 0, n_pos0 + i, hd,
+                                 scale, scores.data(), one.data(), qs);
+                        CHECK(std::memcmp(one.data(), tiled.data() + size_t(i) * qs, qs * 4) == 0,
+                              "%s attn %s hd=%d: query %d of a tile differs from alone", ks->name, q8 ? "q8_0" : "f16", hd, i);
+                    }
+                }
+            }
+        }
+    }
+}
+
 // fused attention (where a set has one) against softmax(q k^T * scale) v in double over the cache rows as
 // stored (half, or Q8_0 blocks), each row wider than one head as in the (n_ctx, n_embd_kv) cache
 void test_attention() {
@@ -281,7 +311,8 @@ void test_attention() {
                     std::vector<float> q(size_t(n_q * hd)), out(size_t(n_q * hd)), scores(size_t(n_q * n_pos));
                     for (float& x : q) x = frand(-2, 2);
                     const float scale = 1.0f / std::sqrt(float(hd));
-                    ks->attn(q.data(), n_q, k.data(), v.data(), row_bytes, q8 != 0, n_pos, hd, scale, scores.data(), out.data());
+                    ks->attn(q.data(), size_t(n_q * hd), n_q, 1, k.data(), v.data(), row_bytes, q8 != 0, n_pos, hd, scale,
+                             scores.data(), out.data(), size_t(n_q * hd));
                     std::vector<float> kr(static_cast<size_t>(2 * hd)), vr(static_cast<size_t>(2 * hd));
                     double worst = 0, mag = 0;
                     for (int h = 0; h < n_q; ++h) {
@@ -354,6 +385,7 @@ int main() {
     test_matmul_determinism();
     test_packed_matmul();
     test_attention();
+    test_attention_tiles();
     test_rope_and_norm();
     if (g_failures) {
         std::fprintf(stderr, "%d failures\n", g_failures);
