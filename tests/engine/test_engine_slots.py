@@ -153,7 +153,7 @@ def test_eight_concurrent_chats_equal_solo(start_engine, tok):
     alone = [e.gen(p, max_new=n_new, keys=NO_EOS).tokens for p in prompts]
     e.close()
     e = start_engine("--max-context", "1024", "--batch", "8", "--conversation-cache-slots", "0")
-    got = {}
+    got, early = {}, {}
     for s, p in enumerate(prompts):  # admissions one at a time, the earlier slots decode meanwhile
         e.send(f"BGEN {s} {n_new} {NO_EOS} {','.join(map(str, p))}")
         while True:
@@ -166,10 +166,10 @@ def test_eight_concurrent_chats_equal_solo(start_engine, tok):
             elif w[0] == "BADM":
                 assert w[2] == "1"
                 break
-            elif w[0] == "BDONE":
-                raise AssertionError(f"slot ended early: {line}")
+            elif w[0] == "BDONE":  # an earlier slot may finish while later prompts are read
+                early[int(w[1])] = w
     toks = {}
-    ends = collect_slots(e, toks, set(range(8)))
+    ends = {**early, **collect_slots(e, toks, set(range(8)) - set(early))}
     for s in range(8):
         got[s] = got.get(s, []) + toks.get(s, [])
     for s in range(8):
