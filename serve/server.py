@@ -381,6 +381,12 @@ def _health(svc, body, ctx):
     return JsonReply(200, out)
 
 
+def _serving(engine) -> int:
+    """Requests that can run at once: each live engine process's decode slots (1 without slots)."""
+    engines = [r.engine for r in getattr(engine, "replicas", None) or []] or [engine]
+    return sum(max(1, int(x.info.get("batch_slots") or 0)) for x in engines if x.alive())
+
+
 def _status(svc, body, ctx):
     e = svc.engine
     return JsonReply(200, {"service": "strata", "model": svc.model_name, "loaded": e.alive(),
@@ -388,7 +394,7 @@ def _status(svc, body, ctx):
                            "uptime_s": round(time.time() - svc.started, 1),
                            "context": {"max_positions": e.max_context or e.known_ctx,
                                        "native": e.info.get("n_ctx_train")},
-                           "concurrency": {"serving": 1, "requested": svc.config.get("parallel", 1)},
+                           "concurrency": {"serving": _serving(e), "requested": svc.config.get("parallel", 1)},
                            "dialects": ["/v1/chat/completions", "/v1/completions"] +
                            (["/v1/messages"] if anthropic_api is not None else []),
                            "activity": {"requests": svc.totals["requests"], "in_flight": int(

@@ -76,6 +76,7 @@ def test_interleaved_http_clients_with_canaries(slot_server):
     status, m, _ = s.request("GET", "/metrics")
     assert status == 200 and [v["state"] for v in m["live"]["slots"]] == ["idle"] * 4
     assert m["live"]["batch"]["slots"] == 4 and m["live"]["batch"]["stale_frames"] == 0
+    assert s.request("GET", "/v1/status")[1]["concurrency"]["serving"] == 4  # the engine's slots
 
 
 def test_interleaved_http_clients_over_two_replicas(slot_server):
@@ -84,6 +85,7 @@ def test_interleaved_http_clients_over_two_replicas(slot_server):
     assert sum(r["routed"] for r in s.svc.engine.live()) == 16
     status, m, _ = s.request("GET", "/metrics")
     assert status == 200 and [r["replica"] for r in m["live"]["replicas"]] == [0, 1]
+    assert s.request("GET", "/v1/status")[1]["concurrency"]["serving"] == 4  # 2 replicas x 2 slots
 
 
 def test_clients_that_leave_do_not_cross_the_next_replies(slot_server):
