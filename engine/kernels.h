@@ -80,8 +80,8 @@ struct kernel_set {
     void (*fp32_to_fp16_row)(const float* x, uint16_t* y, int64_t n);
     // Attention of a tile of n_tok queries of one sequence at consecutive positions, each with n_q query
     // heads sharing one kv head: query t has its heads at q + t * q_stride ((n_q, hd) floats) and sees
-    // positions [0, n_pos0 + t) of the cache; k, v point at this kv head's part of position 0, rows
-    // row_bytes apart, each head's part hd halves (kv_q8 false) or hd / 32 Q8_0 blocks (kv_q8 true);
+    // positions [0, n_pos0 + t) of the cache; k, v point at this kv head's part of position 0, positions
+    // row_bytes apart, each hd halves (kv_q8 false) or hd / 32 Q8_0 blocks (kv_q8 true);
     // scores is scratch of n_tok * n_q * (n_pos0 + n_tok - 1) floats; out + t * out_stride gets query t's
     // (n_q, hd) = softmax(scale * q k^T) v. The cache rows are read and converted once per tile; each
     // query's result is computed exactly as for a tile of one. nullptr: the generic path in model.cpp.

@@ -347,7 +347,7 @@ const model_info& model_get_info(const strata_model* m) { return m->info; }
 const char* model_kernel_name() { return kernels_get().name; }
 
 kv_cache* kv_cache_init(const strata_model* m, int32_t n_ctx, kv_type type) {
-    return kv_cache_create(m->hp.n_layer, n_ctx, m->hp.n_embd_kv(), type);
+    return kv_cache_create(m->hp.n_layer, n_ctx, m->hp.n_head_kv, m->hp.head_dim, type);
 }
 
 // ---- forward pass -------------------------------------------------------------------------------------
@@ -409,20 +409,23 @@ void qk_range(void* ctx, int64_t i0, int64_t i1, int) {
         rope_row(q, hp.n_head, hp.head_dim, hp.n_rot, hp.rope_neox, pos, m->rope_inv_freq.data());
         rope_row(k, hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_neox, pos, m->rope_inv_freq.data());
         kv_cache* kv = f.b->kvs[f.b->seq[i]];
-        for (int is_v = 0; is_v < 2; ++is_v) {
-            const float* src = is_v ? v : k;
-            uint8_t* dst = kv_row(kv, is_v != 0, f.layer, pos);
-            if (kv->type == KV_TYPE_F16) {
-                m->ks->fp32_to_fp16_row(src, reinterpret_cast<uint16_t*>(dst), nkv);
-            } else {
-                block_q8_0* blk = reinterpret_cast<block_q8_0*>(dst);
-                for (int32_t bi = 0; bi < nkv / QK32; ++bi) {
-                    float amax = 0.0f;
-                    for (int j = 0; j < QK32; ++j) amax = std::fmax(amax, std::fabs(src[bi * QK32 + j]));
-                    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-                    blk[bi].d = fp32_to_fp16(d);
-                    for (int j = 0; j < QK32; ++j) {
-                        blk[bi].qs[j] = static_cast<int8_t>(std::nearbyint(src[bi * QK32 + j] * id));
+        const int32_t hd = hp.head_dim;
+        for (int32_t h = 0; h < hp.n_head_kv; ++h) {
+            for (int is_v = 0; is_v < 2; ++is_v) {
+                const float* src = (is_v ? v : k) + h * hd;
+                uint8_t* dst = kv_head(kv, is_v != 0, f.layer, h, pos);
+                if (kv->type == KV_TYPE_F16) {
+                    m->ks->fp32_to_fp16_row(src, reinterpret_cast<uint16_t*>(dst), hd);
+                } else {
+                    block_q8_0* blk = reinterpret_cast<block_q8_0*>(dst);
+                    for (int32_t bi = 0; bi < hd / QK32; ++bi) {
+                        float amax = 0.0f;
+                        for (int j = 0; j < QK32; ++j) amax = std::fmax(amax, std::fabs(src[bi * QK32 + j]));
+                        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+                        blk[bi].d = fp32_to_fp16(d);
+                        for (int j = 0; j < QK32; ++j) {
+                            blk[bi].qs[j] = static_cast<int8_t>(std::nearbyint(src[bi * QK32 + j] * id));
+                        }
                     }
                 }
             }
@@ -452,12 +455,10 @@ void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
         const int32_t e0 = m->s.att_tiles[size_t(tile)], e1 = m->s.att_tiles[size_t(tile) + 1];
         const kv_cache* kv = f.b->kvs[f.b->seq[e0]];
         if (ks.attn && (hd == 64 || hd == 128)) {
-            const bool q8 = kv->type == KV_TYPE_Q8_0;
-            const size_t head_off = q8 ? size_t(g * hd / QK32) * sizeof(block_q8_0) : size_t(g * hd) * 2;
             ks.attn(m->s.q.data() + size_t(e0) * nq + g * group * hd, size_t(nq), group, e1 - e0,
-                    kv_row(kv, false, f.layer, 0) + head_off, kv_row(kv, true, f.layer, 0) + head_off, kv->row_bytes,
-                    q8, f.b->pos[e0] + 1, hd, scale, scores, m->s.att.data() + size_t(e0) * nq + g * group * hd,
-                    size_t(nq));
+                    kv_head(kv, false, f.layer, g, 0), kv_head(kv, true, f.layer, g, 0), kv->head_bytes,
+                    kv->type == KV_TYPE_Q8_0, f.b->pos[e0] + 1, hd, scale, scores,
+                    m->s.att.data() + size_t(e0) * nq + g * group * hd, size_t(nq));
             continue;
         }
         for (int32_t i = e0; i < e1; ++i) {
@@ -465,12 +466,12 @@ void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
             const float* q = m->s.q.data() + i * nq + g * group * hd;
             float* out = m->s.att.data() + i * nq + g * group * hd;
             for (int32_t p = 0; p < n_pos; ++p) {
-                const uint8_t* krow = kv_row(kv, false, f.layer, p);
+                const uint8_t* krow = kv_head(kv, false, f.layer, g, p);
                 if (kv->type == KV_TYPE_F16) {
-                    const uint16_t* k = reinterpret_cast<const uint16_t*>(krow) + g * hd;
+                    const uint16_t* k = reinterpret_cast<const uint16_t*>(krow);
                     for (int32_t h = 0; h < group; ++h) scores[size_t(h) * n_ctx_max + p] = ks.dot_f16_f32(k, q + h * hd, hd) * scale;
                 } else {
-                    dequantize_row(GGML_TYPE_Q8_0, krow + size_t(g * hd / QK32) * sizeof(block_q8_0), kbuf, hd);
+                    dequantize_row(GGML_TYPE_Q8_0, krow, kbuf, hd);
                     for (int32_t h = 0; h < group; ++h) scores[size_t(h) * n_ctx_max + p] = ks.dot_f32(kbuf, q + h * hd, hd) * scale;
                 }
             }
@@ -488,12 +489,12 @@ void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
                 std::memset(out + h * hd, 0, size_t(hd) * sizeof(float));
             }
             for (int32_t p = 0; p < n_pos; ++p) {
-                const uint8_t* vrow = kv_row(kv, true, f.layer, p);
+                const uint8_t* vrow = kv_head(kv, true, f.layer, g, p);
                 if (kv->type == KV_TYPE_F16) {
-                    const uint16_t* v = reinterpret_cast<const uint16_t*>(vrow) + g * hd;
+                    const uint16_t* v = reinterpret_cast<const uint16_t*>(vrow);
                     for (int32_t h = 0; h < group; ++h) ks.axpy_f16(scores[size_t(h) * n_ctx_max + p], v, out + h * hd, hd);
                 } else {
-                    dequantize_row(GGML_TYPE_Q8_0, vrow + size_t(g * hd / QK32) * sizeof(block_q8_0), kbuf, hd);
+                    dequantize_row(GGML_TYPE_Q8_0, vrow, kbuf, hd);
                     for (int32_t h = 0; h < group; ++h) {
                         const float w = scores[size_t(h) * n_ctx_max + p];
                         float* o = out + h * hd;
