@@ -154,7 +154,7 @@ def check_stop(value) -> list[str]:
 class Service:
     def __init__(self, engine, tokenizer, model_name: str, template: ChatTemplate | None = None,
                  config: dict | None = None, arch: str | None = None):
-        from tools.strata_tokenizer import PromptEncoder
+        from tools.strata_prompt_encoder import PromptEncoder
         self.engine = engine
         self.tok = tokenizer
         self.model_name = model_name

@@ -2,10 +2,13 @@
 
 Role: the server renders chat prompts and tokenises them itself (the engine knows only token ids). This
 module turns text into ids and ids into text; it knows nothing of HTTP, chat templates or the engine.
+Reading and writing the vocabulary files is tools/strata_vocab.py's; encoding a growing chat
+incrementally is tools/strata_prompt_encoder.py's.
 
 Public surface:
     extract(gguf_path, out_dir) -> Path       write out_dir/tokenizer/{vocab.json, merges.txt,
                                               token_type.json, tokenizer.json, chat_template.jinja}
+                                              (the files: see tools/strata_vocab.py)
     Tokenizer.from_gguf(path, cache_dir=None) / Tokenizer.from_dir(dir)
     ByteTokenizer()                           bytes 0-255 plus specials from 256, same interface (tests, mock)
     tok.encode(text, parse_special=False, plain=None) -> ids
@@ -14,7 +17,8 @@ Public surface:
     tok.token_to_id(text), tok.id_to_token(id); attributes n_vocab, pre, chat_template, special_ids
     (keys among bos, eos, eot, eom, im_start, im_end, endoftext), token_types, add_bos, missing_bytes,
     special_overlaps
-    PromptEncoder(tok, keep=4).encode(text, plain=None, store=True), .forget(ids), .reused_ids
+    PromptEncoder                             re-exported from tools/strata_prompt_encoder.py
+    TOKEN_TYPE_*                              re-exported from tools/strata_vocab.py
     PRE_NAMES: the supported tokenizer.ggml.pre names (smollm, gpt-2, llama-bpe, qwen2, qwen35 and the
     names llama.cpp treats alike); any other name is a ValueError naming it.
 
@@ -35,28 +39,21 @@ Text after a mark is tokenised independently of the text before it, which Prompt
 only the tail of a growing chat.
 
 Thread safety: tokenizers are immutable after construction except for their piece cache, a dict whose
-single get/set operations are atomic under the GIL (a lost entry only costs a recompute). PromptEncoder
-guards its kept prompts with one lock. Any number of threads may encode concurrently.
+single get/set operations are atomic under the GIL (a lost entry only costs a recompute). Any number of
+threads may encode concurrently.
 """
 
-import bisect
 import codecs
 import heapq
-import json
-import os
 import pathlib
-import threading
 from itertools import chain, compress, repeat
 from operator import add, mul, not_
 
 import regex
 
-from tools import gguf_meta
-
-TOKEN_TYPE_NORMAL = 1
-TOKEN_TYPE_UNKNOWN = 2
-TOKEN_TYPE_CONTROL = 3
-TOKEN_TYPE_USER_DEFINED = 4
+from tools import strata_vocab
+from tools.strata_vocab import (TOKEN_TYPE_CONTROL, TOKEN_TYPE_NORMAL, TOKEN_TYPE_UNKNOWN,  # noqa: F401
+                                TOKEN_TYPE_USER_DEFINED)
 
 PIECE_CACHE_MAX_ENTRIES = 1 << 18  # ~260K pieces: covers any real vocabulary of words, bounded memory
 PIECE_CACHE_MAX_CHARS = 256        # longer pieces (whitespace runs, unbroken CJK) are rare; not cached
@@ -529,253 +526,35 @@ class Tokenizer(_BaseTokenizer):
     @classmethod
     def from_metadata(cls, meta):
         """Build from a GGUF metadata dict (see gguf_meta.read_metadata)."""
-        model = meta.get("tokenizer.ggml.model")
-        if model != "gpt2":
-            raise ValueError(f"tokenizer model {model!r} is not supported (only byte-level BPE, 'gpt2')")
-        tokens = meta["tokenizer.ggml.tokens"]
-        types = meta.get("tokenizer.ggml.token_type") or [TOKEN_TYPE_NORMAL] * len(tokens)
-        pre = meta.get("tokenizer.ggml.pre") or "default"  # llama.cpp's name for a missing pre: unsupported
-        return cls(tokens, types, meta.get("tokenizer.ggml.merges", []), pre,
-                   _special_ids_from_meta(meta, len(tokens)), meta.get("tokenizer.chat_template"),
-                   meta.get("tokenizer.ggml.add_bos_token", False))
+        return cls(*strata_vocab.vocab_from_metadata(meta))
 
     @classmethod
     def from_gguf(cls, path, cache_dir=None):
         """Read the tokenizer from a GGUF; with cache_dir, extract there once and reuse the files."""
         if cache_dir is None:
-            return cls.from_metadata(gguf_meta.read_metadata(path, keys=_TOKENIZER_KEYS))
+            return cls.from_metadata(strata_vocab.read_metadata(path))
         tok_dir = pathlib.Path(cache_dir) / "tokenizer"
-        try:
-            with open(tok_dir / "tokenizer.json", encoding="utf-8") as f:
-                fresh = json.load(f).get("source") == _source_stamp(path)
-        except (OSError, ValueError):
-            fresh = False
-        if not fresh:
+        if not strata_vocab.is_fresh(tok_dir, path):
             extract(path, cache_dir)
         return cls.from_dir(tok_dir)
 
     @classmethod
     def from_dir(cls, tokenizer_dir):
         """Read the files written by extract()."""
-        d = pathlib.Path(tokenizer_dir)
-
-        def read(name):  # surrogateescape: token texts that were not UTF-8 in the GGUF round-trip
-            return (d / name).read_text(encoding="utf-8", errors="surrogateescape")
-
-        info = json.loads(read("tokenizer.json"))
-        vocab = json.loads(read("vocab.json"))
-        types = json.loads(read("token_type.json"))
-        merges = read("merges.txt").split("\n")
-        if merges and merges[-1] == "":
-            merges.pop()
-        tokens = [""] * len(types)
-        for text, tid in vocab.items():
-            tokens[tid] = text
-        for tid, text in info.get("duplicate_tokens", {}).items():
-            tokens[int(tid)] = text
-        template = None
-        if (d / "chat_template.jinja").exists():
-            template = read("chat_template.jinja")
-        return cls(tokens, types, merges, info["pre"], info.get("special_ids"), template,
-                   info.get("add_bos_token", False))
-
-
-_TOKENIZER_KEYS = tuple("tokenizer.ggml." + k for k in (
-    "model", "pre", "tokens", "token_type", "merges", "bos_token_id", "eos_token_id", "eot_token_id",
-    "eom_token_id", "padding_token_id", "add_bos_token")) + ("tokenizer.chat_template",)
-
-
-def _special_ids_from_meta(meta, n_vocab):
-    out = {}
-    for name in ("bos", "eos", "eot", "eom"):
-        tid = meta.get(f"tokenizer.ggml.{name}_token_id")
-        if isinstance(tid, int) and 0 <= tid < n_vocab:
-            out[name] = tid
-    return out
-
-
-def _source_stamp(path):
-    st = os.stat(path)
-    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        return cls(*strata_vocab.vocab_from_dir(tokenizer_dir))
 
 
 def extract(gguf_path, out_dir):
     """Write out_dir/tokenizer/ from the GGUF's tokenizer metadata; returns that directory."""
-    meta = gguf_meta.read_metadata(gguf_path, keys=_TOKENIZER_KEYS)
+    meta = strata_vocab.read_metadata(gguf_path)
     tok = Tokenizer.from_metadata(meta)  # validates (pre name, model) before anything is written
-    d = pathlib.Path(out_dir) / "tokenizer"
-    d.mkdir(parents=True, exist_ok=True)
-    tokens = meta["tokenizer.ggml.tokens"]
-    vocab, duplicates = {}, {}
-    for tid, text in enumerate(tokens):
-        if text in vocab:
-            duplicates[str(tid)] = text
-        else:
-            vocab[text] = tid
-    merges = meta.get("tokenizer.ggml.merges", [])
-    info = {"model": "gpt2", "pre": tok.pre, "vocab_size": tok.n_vocab, "n_merges": len(merges),
-            "special_ids": tok.special_ids, "add_bos_token": tok.add_bos,
-            "pre_pattern": tok.pre_pattern,
-            "pre_pattern_source": f"llama.cpp llama-vocab.cpp regex list of pre family {tok.pre_family!r}"
-                                  ", as one pattern",
-            "source": _source_stamp(gguf_path)}
-    if duplicates:
-        info["duplicate_tokens"] = duplicates
-    files = {"vocab.json": json.dumps(vocab, ensure_ascii=False),
-             "merges.txt": "".join(m + "\n" for m in merges),
-             "token_type.json": json.dumps(tok.token_types),
-             "chat_template.jinja": tok.chat_template}
-    for name, content in files.items():
-        if content is not None:
-            _write_atomic(d / name, content)
-    _write_atomic(d / "tokenizer.json", json.dumps(info, ensure_ascii=False, indent=1))  # last: marks done
-    return d
+    return strata_vocab.write_dir(out_dir, gguf_path, meta, tok)
 
 
-def _write_atomic(path, text):
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-LCP_CHUNK_CHARS = 4096  # common-prefix search compares this many chars per slice before bisecting
-
-
-def common_prefix_len(a, b):
-    """Length of the longest common prefix of two strings, in C-speed slices (no per-char Python loop)."""
-    n = min(len(a), len(b))
-    pos = 0
-    while pos < n:
-        end = min(n, pos + LCP_CHUNK_CHARS)
-        if a[pos:end] == b[pos:end]:
-            pos = end
-            continue
-        lo, hi = pos, end  # a[:lo] == b[:lo]; the first difference is before hi
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if a[lo:mid] == b[lo:mid]:
-                lo = mid
-            else:
-                hi = mid
-        return lo
-    return n
-
-
-class _Kept:
-    """One kept prompt: its text, normalized plain spans, ids and special-token marks. All fields are
-    immutable except `replaced`, which only PromptEncoder reads or writes, under its lock."""
-
-    __slots__ = ("text", "plain", "ids", "marks", "mark_offsets", "replaced")
-
-    def __init__(self, text, plain, ids, marks):
-        self.text, self.plain, self.ids, self.marks = text, plain, ids, marks
-        self.mark_offsets = [m[0] for m in marks]
-        self.replaced = None  # the kept prompt this one replaced, put back by forget()
-
-
-class PromptEncoder:
-    """Encodes chat prompts with parse_special=True, re-encoding only what a kept prompt does not share.
-
-    For each kept prompt, the longest common text prefix (bounded by where the plain spans stop agreeing)
-    is mapped back to the last special-token mark at or before it; the ids up to that mark are reused and
-    only the text after it is encoded. A mark that a special literal of the new text straddles is
-    skipped, so the result always equals tokenizer.encode(text, True, plain). One prompt per
-    conversation is kept (the one it extends is replaced), `keep` in all, least recently used dropped
-    first; forget(ids) drops a refused prompt and puts back the one it replaced.
-    """
-
-    MAX_MARK_TRIES = 8  # marks tried backwards past straddling specials before encoding from scratch
-
-    def __init__(self, tokenizer, keep=4):
-        self.tokenizer = tokenizer
-        self.keep = max(0, int(keep))
-        self._lock = threading.Lock()  # guards _kept and each kept item's `replaced`
-        self._kept = []                # most recently used last
-        self._local = threading.local()
-
-    @property
-    def reused_ids(self):
-        """Ids reused by this thread's last encode (for metrics and tests)."""
-        return getattr(self._local, "reused_ids", 0)
-
-    def encode(self, text, plain=None, store=True):
-        check_text(text)
-        spans = normalize_spans(plain, len(text))
-        with self._lock:
-            kept = list(self._kept)
-        base, cut, n_ids, mark_index = None, 0, 0, 0
-        for entry in kept:
-            found = self._reuse_point(entry, text, spans)
-            if found is not None and (base is None or found[0] > cut):
-                base, (cut, n_ids, mark_index) = entry, found
-        tail = text[cut:]
-        tail_spans = [(s - cut, e - cut) for s, e in spans if e > cut]
-        tail_ids, tail_marks = self.tokenizer.encode_marked(tail, True, tail_spans)
-        if base is None:
-            ids, marks = tail_ids, tail_marks
-        else:
-            ids = base.ids[:n_ids] + tail_ids
-            marks = base.marks[:mark_index] + [(o + cut, k + n_ids) for o, k in tail_marks]
-        self._local.reused_ids = n_ids
-        if store and self.keep:
-            self._store(_Kept(text, spans, ids, marks), base)
-        return ids
-
-    def _reuse_point(self, entry, text, spans):
-        """(char offset, ids before it, marks before it) reusable from `entry`, or None."""
-        if not entry.marks:
-            return None
-        limit = min(common_prefix_len(entry.text, text), _spans_agree_until(entry.plain, spans))
-        k = bisect.bisect_right(entry.mark_offsets, limit)
-        for idx in range(k - 1, max(-1, k - 1 - self.MAX_MARK_TRIES), -1):
-            cut, n_ids = entry.marks[idx]
-            if not self._straddled(text, cut):
-                return cut, n_ids, idx + 1
-        return None
-
-    def _straddled(self, text, cut):
-        """Whether a special literal of `text` starts before `cut` and ends after it."""
-        match = self.tokenizer.special_pattern(True).match
-        for q in range(max(0, cut - self.tokenizer.max_special_chars + 1), cut):
-            m = match(text, q)  # the longest literal at q: if it ends by `cut`, every other one does
-            if m is not None and m.end() > cut:
-                return True
-        return False
-
-    def _store(self, new, base):
-        with self._lock:
-            kept = [e for e in self._kept if e is not base]
-            if base is not None and len(kept) < len(self._kept):
-                new.replaced = base
-                base.replaced = None  # one level of undo only: no chain through the whole history
-            kept.append(new)
-            self._kept = kept[-self.keep:]
-
-    def forget(self, ids):
-        """Drop the kept prompt whose ids are `ids` (a prompt the engine refused), putting back the one
-        it had replaced: the engine still holds that conversation."""
-        ids = list(ids)
-        with self._lock:
-            kept = []
-            for e in self._kept:
-                if e.ids != ids:
-                    kept.append(e)
-                elif e.replaced is not None and e.replaced not in self._kept:
-                    kept.append(e.replaced)
-                    e.replaced = None
-            self._kept = kept
-
-
-def _spans_agree_until(a, b):
-    """The largest x such that normalized spans `a` and `b` clipped to [0, x) are equal."""
-    for (sa, ea), (sb, eb) in zip(a, b):
-        if sa != sb:
-            return min(sa, sb)
-        if ea != eb:
-            return min(ea, eb)
-    if len(a) > len(b):
-        return a[len(b)][0]
-    if len(b) > len(a):
-        return b[len(a)][0]
-    return float("inf")
+def __getattr__(name):
+    """Re-export PromptEncoder (now in tools/strata_prompt_encoder.py, which imports this module) on first
+    use, so `from tools.strata_tokenizer import PromptEncoder` keeps working without an import cycle."""
+    if name == "PromptEncoder":
+        from tools.strata_prompt_encoder import PromptEncoder
+        return PromptEncoder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
