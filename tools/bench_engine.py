@@ -1,7 +1,8 @@
 """Prefill and decode throughput of our engine against llama.cpp on the same GGUF and thread count.
 
 Role: a benchmark, run by hand (`python3 tools/bench_engine.py [--model M] [--threads T]`). It measures
-prefill tok/s at 128, 512 and 2048 prompt tokens and decode tok/s over 256 generated tokens, for
+prefill tok/s at 128, 512 and 2048 prompt tokens, decode tok/s over 256 generated tokens, and decode tok/s
+over 64 tokens after a 6000-token prompt (where attention over the cache dominates), for
 `build/strata-engine` (driven through its line protocol: `GEN <max_new> [k=v] <ids>`, timings from the
 `DONE` line's prompt_ms / decode_ms) and, when `llama_cpp` is importable, for llama.cpp
 (`llama_cpp.Llama(model_path, n_ctx, n_threads, n_batch=512)`, eval and greedy sampling timed here). Both
@@ -26,7 +27,9 @@ import time
 PREFILL_SIZES = (128, 512, 2048)
 DECODE_TOKENS = 256
 DECODE_PROMPT_TOKENS = 16
-N_CTX = 4096                      # room for the longest prompt plus decode, both engines
+LONG_PROMPT_TOKENS = 6000         # the long-context decode test: this much context first
+LONG_DECODE_TOKENS = 64
+N_CTX = 8192                      # room for the longest prompt plus decode, both engines
 LINE_TIMEOUT_S = 300.0            # one prompt of 2048 tokens on a slow, shared machine stays far below this
 FIRST_ID, LAST_ID = 100, 49000    # ordinary (non-special) ids of the default vocabulary
 BAN_EOS_BIAS = "0:-100,2:-100"    # keep greedy decode from stopping early on <|endoftext|> / <|im_end|>
@@ -107,6 +110,11 @@ class Ours:
         # decode_ms covers the tokens after the first (which comes with the prompt's read): gen - 1 evals
         return max(gen - 1, 1) / (decode_ms / 1000.0)
 
+    def decode_long(self, seed):
+        gen, _, _, decode_ms = self.eng.gen(LONG_DECODE_TOKENS, prompts(seed, LONG_PROMPT_TOKENS),
+                                            "logit_bias=" + BAN_EOS_BIAS)
+        return max(gen - 1, 1) / (decode_ms / 1000.0)
+
     def close(self):
         self.eng.close()
 
@@ -127,15 +135,18 @@ class Peer:
         self.llm.eval(ids)
         return n / (time.perf_counter() - t0)
 
-    def decode(self, seed):
+    def decode(self, seed, n_prompt=DECODE_PROMPT_TOKENS, n_new=DECODE_TOKENS):
         self.llm.reset()
-        self.llm.eval(prompts(seed, DECODE_PROMPT_TOKENS))
+        self.llm.eval(prompts(seed, n_prompt))
         tok = self.llm.sample(temp=0.0)
         t0 = time.perf_counter()
-        for _ in range(DECODE_TOKENS - 1):
+        for _ in range(n_new - 1):
             self.llm.eval([tok])
             tok = self.llm.sample(temp=0.0)
-        return (DECODE_TOKENS - 1) / (time.perf_counter() - t0)
+        return (n_new - 1) / (time.perf_counter() - t0)
+
+    def decode_long(self, seed):
+        return self.decode(seed, LONG_PROMPT_TOKENS, LONG_DECODE_TOKENS)
 
     def close(self):
         self.llm = None
@@ -156,18 +167,23 @@ def measure(sides, runs):
         for i, side in enumerate(sides):
             best[i] = max(best[i], side.decode(7 + r))
     out["tg%d" % DECODE_TOKENS] = best
+    best = [0.0] * len(sides)
+    for r in range(runs):
+        for i, side in enumerate(sides):
+            best[i] = max(best[i], side.decode_long(17 + r))
+    out["tg%d@%d" % (LONG_DECODE_TOKENS, LONG_PROMPT_TOKENS)] = best
     return out
 
 
 def format_table(rows, threads, kernels):
     """rows: [(test, ours, peer or None)] -> the printed table."""
     lines = ["threads=%d  ours: strata-engine (%s)  peer: llama.cpp via llama_cpp" % (threads, kernels),
-             "%-8s %14s %14s %8s" % ("test", "ours tok/s", "llama.cpp", "ratio")]
+             "%-11s %14s %14s %8s" % ("test", "ours tok/s", "llama.cpp", "ratio")]
     for test, ours, peer in rows:
         if peer is None:
-            lines.append("%-8s %14.1f %14s %8s" % (test, ours, "-", "-"))
+            lines.append("%-11s %14.1f %14s %8s" % (test, ours, "-", "-"))
         else:
-            lines.append("%-8s %14.1f %14.1f %7.2fx" % (test, ours, peer, ours / peer))
+            lines.append("%-11s %14.1f %14.1f %7.2fx" % (test, ours, peer, ours / peer))
     return "\n".join(lines)
 
 
