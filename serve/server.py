@@ -33,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from serve import openai as openai_api
-from serve import prometheus, telemetry
+from serve import llama_views, prometheus, telemetry
 from serve.engine import EngineDied, EngineNonFinite, EngineStuck
 from serve.config import save_shared_settings
 from serve.events import BadRequest
@@ -381,10 +381,9 @@ def _health(svc, body, ctx):
     return JsonReply(200, out)
 
 
-def _serving(engine) -> int:
-    """Requests that can run at once: each live engine process's decode slots (1 without slots)."""
-    engines = [r.engine for r in getattr(engine, "replicas", None) or []] or [engine]
-    return sum(max(1, int(x.info.get("batch_slots") or 0)) for x in engines if x.alive())
+def _props(svc, body, ctx):
+    status, out = llama_views.props(svc, ctx.query)
+    return JsonReply(status, out)
 
 
 def _status(svc, body, ctx):
@@ -394,7 +393,7 @@ def _status(svc, body, ctx):
                            "uptime_s": round(time.time() - svc.started, 1),
                            "context": {"max_positions": e.max_context or e.known_ctx,
                                        "native": e.info.get("n_ctx_train")},
-                           "concurrency": {"serving": _serving(e), "requested": svc.config.get("parallel", 1)},
+                           "concurrency": {"serving": llama_views.total_slots(e), "requested": svc.config.get("parallel", 1)},
                            "dialects": ["/v1/chat/completions", "/v1/completions"] +
                            (["/v1/messages"] if anthropic_api is not None else []),
                            "activity": {"requests": svc.totals["requests"], "in_flight": int(
@@ -467,7 +466,8 @@ def _anthropic(name):
 GET_ROUTES = {"/health": _health, "/api/health": _health, "/v1/health": _health,
               "/v1/models": openai_api.models, "/models": openai_api.models,
               "/v1/status": _status, "/status": lambda s, b, c: JsonReply(200, s.status_view()),
-              "/metrics": _metrics, "/metrics/prometheus": _prometheus, "/settings": _settings_get}
+              "/metrics": _metrics, "/metrics/prometheus": _prometheus, "/settings": _settings_get,
+              "/props": _props, "/slots": lambda s, b, c: JsonReply(200, llama_views.slots(s))}
 POST_ROUTES = {"/v1/chat/completions": openai_api.chat_completions, "/chat/completions": openai_api.chat_completions,
                "/v1/completions": openai_api.completions, "/tokenize": _tokenize, "/detokenize": _detokenize,
                "/settings": _settings_post}
