@@ -7,6 +7,7 @@
 // paths, K types included) is bitwise identical for 1, 2 and 3 threads and for a token alone or inside a
 // chunk; fused attention over tiles of queries equals each query alone; the row-group kernels over packed weights likewise, for every tile size and fused; fused attention over half and Q8_0 caches; RoPE (normal and NeoX ordering) and rmsnorm against
 // double references.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -254,6 +255,29 @@ void test_packed_matmul() {
                 std::free(packed);
                 ++tested;
             }
+        }
+    }
+    // the AVX2 and AVX-512 row-group kernels take the same float steps per row: the same bits
+    const kernel_set* a2 = kernels_avx2();
+    const kernel_set* a5 = kernels_avx512();
+    const std::vector<const kernel_set*> usable = kernel_sets();
+    const auto has = [&](const kernel_set* k) { return k && std::find(usable.begin(), usable.end(), k) != usable.end(); };
+    if (has(a2) && has(a5)) {
+        for (ggml_type type : types) {
+            const int64_t k = 576;
+            std::vector<float> x(static_cast<size_t>(11 * k));
+            for (float& v : x) v = frand(-1, 1);
+            const std::vector<uint8_t> wbuf = random_rows(type, k, n);
+            weight_view wp{type, k, n, quant_row_bytes(type, k), wbuf.data()};
+            uint8_t* packed = static_cast<uint8_t*>(std::aligned_alloc(64, (weight_packed_bytes(type, k, n) + 63) / 64 * 64));
+            weight_pack(wp, packed);
+            wp.packed = packed;
+            std::vector<float> y2(size_t(11 * n)), y5(size_t(11 * n));
+            mm_scratch s2, s5;
+            matmul(pools[1], *a2, wp, x.data(), k, 11, y2.data(), &s2);
+            matmul(pools[1], *a5, wp, x.data(), k, 11, y5.data(), &s5);
+            CHECK(y2 == y5, "%s: AVX2 and AVX-512 row-group kernels differ", quant_name(type));
+            std::free(packed);
         }
     }
     std::printf("packed matmul: %d type/shape/set cases\n", tested);
