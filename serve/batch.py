@@ -252,14 +252,17 @@ class BatchPath:
             while True:
                 if req.cancel():
                     return False
-                if req.proc is not None and req.proc.ended:
-                    raise EngineDied(self._gone(req))
                 with self.cv:
                     if not e.alive() and not e.starting:
                         raise EngineDied("the engine stopped while this request waited; it was not sent")
-                    turn = self._turn(me)  # re-read under the lock, right before waiting
-                    if not turn:
+                    # both re-read under the lock, right before waiting (an end between a look outside and
+                    # the wait would be slept through for WAIT_STEP_S)
+                    gone = req.proc is not None and req.proc.ended
+                    turn = self._turn(me)
+                    if not turn and not gone:
                         self.cv.wait(WAIT_STEP_S)
+                if gone:
+                    raise EngineDied(self._gone(req))  # outside the lock: the text may read the engine's log
                 if turn and e.ctl.acquire(timeout=WAIT_STEP_S):
                     if not e.alive():
                         e.ctl.release()
