@@ -76,7 +76,6 @@ void pack_weights(strata_model* m) {
     if (total == 0) return;
     m->packed = static_cast<uint8_t*>(std::aligned_alloc(64, (total + 63) / 64 * 64));
     if (!m->packed) return;
-    m->packed_bytes = total;
     size_t off = 0;
     for (weight_view* w : ws) {
         weight_pack(*w, m->packed + off);

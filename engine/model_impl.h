@@ -68,7 +68,6 @@ struct strata_model {
     const kernel_set* ks = nullptr;
     model_scratch s;
     uint8_t* packed = nullptr;                // the row-group copies of the weights (model_pack_weights)
-    size_t packed_bytes = 0;
 };
 
 // Builds a model over an opened file (model_load = gguf_open + this). Takes ownership of f, also on failure.
