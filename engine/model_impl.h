@@ -67,7 +67,7 @@ struct strata_model {
     threadpool* pool = nullptr;
     const kernel_set* ks = nullptr;
     model_scratch s;
-    uint8_t* packed = nullptr;                // the row-group copies of the weights (model_pack_weights)
+    uint8_t* packed = nullptr;                // the row-group copies of the weights (pack_weights in model.cpp)
 };
 
 // Builds a model over an opened file (model_load = gguf_open + this). Takes ownership of f, also on failure.
