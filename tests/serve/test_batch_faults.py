@@ -289,6 +289,25 @@ def test_an_engine_end_just_before_the_slot_wait_is_not_slept_through(slots_engi
 
 
 # ------------------------------------------------------------------ drain limits that other slots' lines restart
+def _check_engine_ended(e, res, tk):
+    """Past the limit with no line: the engine was ended, the waiting "next" got EngineDied and was never
+    sent, the keeper ended too; after a restart "next" runs."""
+    assert isinstance(res["next"], EngineDied) and not _sent_for(e, "next")
+    tk.join(10)
+    assert isinstance(res["keeper"], EngineDied)
+    e.restart(tries=1)
+    assert text_of(run(e, "next")) == answer("next", 3)
+
+
+def _check_drained(e, res, firsts, tk, since, old_pid):
+    """Other slots' lines kept the engine alive: "next" ran on the same process, only after `since` (the
+    drain's end), and the keeper finished whole."""
+    assert text_of(res["next"]) == answer("next", 3) and firsts["next"] > since
+    assert _sent_for(e, "next", old_pid)
+    tk.join(20)
+    assert text_of(res["keeper"]) == answer("keeper", 100)
+
+
 @pytest.mark.parametrize("others", ["silent", "decoding"])
 def test_admission_stop_drain_limit_counts_from_every_line(slots_engine, monkeypatch, others):
     """A request leaves during its admission: STOP, then the engine writes nothing on the control lines for
@@ -327,17 +346,10 @@ def test_admission_stop_drain_limit_counts_from_every_line(slots_engine, monkeyp
     tn.join(10)
     if others == "silent":
         assert took < 1.0 and not e.alive() and "STOP" in e.death_note(), took
-        assert isinstance(res["next"], EngineDied) and not _sent_for(e, "next")
-        tk.join(10)
-        assert isinstance(res["keeper"], EngineDied)
-        e.restart(tries=1)
-        assert text_of(run(e, "next")) == answer("next", 3)
+        _check_engine_ended(e, res, tk)
     else:
         assert took >= 1.1 and e.alive(), took
-        assert text_of(res["next"]) == answer("next", 3) and firsts["next"] > closed
-        assert _sent_for(e, "next", old_pid)
-        tk.join(20)
-        assert text_of(res["keeper"]) == answer("keeper", 100)
+        _check_drained(e, res, firsts, tk, closed, old_pid)
     assert not e.ctl.locked()
 
 
@@ -380,14 +392,7 @@ def test_cancelled_slot_bstop_limit_counts_from_every_line(slots_engine, monkeyp
     tn.join(10)
     if others == "silent":
         assert isinstance(res["leaver"], EngineDied) and "never finished" in e.death_note()
-        assert isinstance(res["next"], EngineDied) and not _sent_for(e, "next")
-        tk.join(10)
-        assert isinstance(res["keeper"], EngineDied)
-        e.restart(tries=1)
-        assert text_of(run(e, "next")) == answer("next", 3)
+        _check_engine_ended(e, res, tk)
     else:
         assert e.alive() and not isinstance(res["leaver"], Exception)
-        assert text_of(res["next"]) == answer("next", 3) and firsts["next"] > ended["t"]
-        assert _sent_for(e, "next", old_pid)
-        tk.join(20)
-        assert text_of(res["keeper"]) == answer("keeper", 100)
+        _check_drained(e, res, firsts, tk, ended["t"], old_pid)
