@@ -1,4 +1,4 @@
-// engine/protocol.h — the text of the engine line protocol (shared/PROTOCOL.md): parsing one command line
+// engine/protocol.h — the text of the engine line protocol (docs/PROTOCOL.md): parsing one command line
 // into a `command`, and formatting the numbers and messages the engine writes back.
 //
 // Contract:

@@ -1,4 +1,4 @@
-// engine/serve_loop.h — the command loop of `strata-engine --serve` (shared/PROTOCOL.md).
+// engine/serve_loop.h — the command loop of `strata-engine --serve` (docs/PROTOCOL.md).
 //
 // Contract:
 //  - Runs on the main thread after INFO/READY; the only writer of stdout. Takes lines from the stdin_reader

@@ -1,4 +1,4 @@
-"""StrataEngine: the one owner of the engine child process and its pipes (shared/PROTOCOL.md).
+"""StrataEngine: the one owner of the engine child process and its pipes (docs/PROTOCOL.md).
 
 Role: start `strata-engine --serve <args>`, wait for READY, and turn token-id prompts into a stream of token
 ids. Only this class writes the child's stdin (under `_wlock`); only the pump thread of a process reads that

@@ -1,4 +1,4 @@
-"""llama.cpp-compatible read-only views: GET /props and GET /slots (shared/reference/UPSTREAM.md §6.2).
+"""llama.cpp-compatible read-only views: GET /props and GET /slots (llama-server's GET /props and GET /slots shapes).
 
 Clients written for llama-server (its web UI, editors' plugins, benchmark scripts) read the context size,
 the default sampling and the slot count from /props and poll /slots for `is_processing`. These views are

@@ -1,4 +1,4 @@
-"""A protocol-faithful fake of `strata-engine --serve` (shared/PROTOCOL.md), scripted per test.
+"""A protocol-faithful fake of `strata-engine --serve` (docs/PROTOCOL.md), scripted per test.
 
 It is a separate process that speaks the same lines as the real engine, so StrataEngine, Service and the
 HTTP server are tested exactly as they run, in milliseconds. Token ids are ByteTokenizer ids: 0-255 are

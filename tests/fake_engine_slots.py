@@ -1,4 +1,4 @@
-"""A protocol-faithful fake of `strata-engine --serve --batch N` (shared/PROTOCOL.md), scripted per test.
+"""A protocol-faithful fake of `strata-engine --serve --batch N` (docs/PROTOCOL.md), scripted per test.
 
 Like tests/fake_engine.py (same ByteTokenizer ids: 256 `<|endoftext|>`, 257 `<|im_start|>`, 258 `<|im_end|>`),
 plus decode slots: BGEN/BADM/BT/BDONE/BSTOP/BYIELD/YIELDED, prompt reads in chunks between decode steps, each

@@ -10,7 +10,7 @@ sides get the same prompts (random valid token ids; a fresh prompt per run so no
 turns run by run (the machine is shared: drifting load hits both), and the best of --runs is kept. Prints
 one table with the ratios ours / llama.cpp.
 
-Knows nothing of the server: only the engine's protocol (shared/PROTOCOL.md) and llama_cpp's Python API.
+Knows nothing of the server: only the engine's protocol (docs/PROTOCOL.md) and llama_cpp's Python API.
 Public surface: main(argv), Ours, Peer, measure(sides, runs), format_table(rows, threads, kernels).
 """
 
