@@ -38,7 +38,8 @@ const char* const USAGE =
     "  --prompt-cache-every N       checkpoint interval in tokens (default 16384)\n"
     "  --turn-token ID              the turn-opening token (default: the model's <|im_start|>)\n"
     "  --eos-ids A,B                tokens that end a reply (default: the model's end-of-turn and end-of-text)\n"
-    "  --chunk N                    prompt tokens per evaluation (default 512)\n"
+    "  --chunk N                    solo prompt tokens per evaluation (default 512)\n"
+    "  --step-tokens N              tokens one slot step carries: decode entries, then prompt chunks (default 256)\n"
     "  --kv f16|q8_0                KV cache type (default f16)\n"
     "  --seed N                     seed of requests that bring none (default: random)\n"
     "  --backend cpu|cuda           compute backend (default cpu)\n";
@@ -80,6 +81,7 @@ struct flags {
     int64_t turn_token = -2;  // -2: the model's <|im_start|>
     std::vector<int32_t> eos;
     int64_t chunk = 512;
+    int64_t step_tokens = STEP_TOKENS_DEFAULT;
     kv_type kv = KV_TYPE_F16;
     bool has_seed = false;
     int64_t seed = 0;
@@ -133,6 +135,8 @@ int parse_flags(int argc, char** argv, flags* f) {
             }
         } else if (a == "--chunk") {
             if (!parse_int_flag(v, 1, 65536, &f->chunk)) return bad();
+        } else if (a == "--step-tokens") {
+            if (!parse_int_flag(v, SLOTS_MAX + 1, 65536, &f->step_tokens)) return bad();
         } else if (a == "--kv") {
             if (v == "f16") f->kv = KV_TYPE_F16;
             else if (v == "q8_0") f->kv = KV_TYPE_Q8_0;
@@ -175,7 +179,8 @@ int main(int argc, char** argv) {
     model_params mp;
     mp.path = f.model;
     mp.n_threads = f.threads > 0 ? static_cast<int32_t>(f.threads) : physical_cores();
-    mp.n_batch = static_cast<int32_t>(f.chunk) + SLOTS_MAX;  // a prompt chunk plus every slot's decode entry
+    // a solo chunk plus every slot's decode entry, or one slot step
+    mp.n_batch = static_cast<int32_t>(std::max(f.chunk, f.step_tokens)) + SLOTS_MAX;
     std::string err;
     strata_model* model = model_load(mp, &err);
     if (model == nullptr) {
@@ -200,6 +205,7 @@ int main(int argc, char** argv) {
         else std::fprintf(stderr, "strata: --batch-groups %d does not divide %d slots; one group\n", g, cfg.n_slots);
     }
     cfg.chunk = static_cast<int32_t>(f.chunk);
+    cfg.step_tokens = static_cast<int32_t>(f.step_tokens);
     cfg.turn_token = f.turn_token == -2 ? info.im_start_id : static_cast<int32_t>(f.turn_token);
     if (!f.eos.empty()) {
         cfg.eos_ids = f.eos;
@@ -226,7 +232,8 @@ int main(int argc, char** argv) {
                         " im_start=" + std::to_string(info.im_start_id) + " eos=" + join_ids(cfg.eos_ids) +
                         " threads=" + std::to_string(info.n_threads > 0 ? info.n_threads : mp.n_threads) +
                         " backend=cpu kernels=" + model_kernel_name() + " kv=" + (cfg.kv == KV_TYPE_F16 ? "f16" : "q8_0") +
-                        " chunk=" + std::to_string(cfg.chunk) + " logit_bias=1");
+                        " chunk=" + std::to_string(cfg.chunk) +
+                        " step_tokens=" + std::to_string(cfg.step_tokens) + " logit_bias=1");
     protocol_write_line("INFO model_name=" + protocol_message(info.name.empty() ? "-" : info.name) +
                         " n_layer=" + std::to_string(info.n_layer) + " n_embd=" + std::to_string(info.n_embd) +
                         " weights_mib=" + std::to_string(info.weights_bytes >> 20) +

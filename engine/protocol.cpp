@@ -247,8 +247,8 @@ bool protocol_parse(const std::string& raw, int32_t n_vocab, command* out) {
         out->kind = CMD_STOP;
         return true;
     }
-    if (verb == "BSTOP" || verb == "BYIELD") {
-        out->kind = verb == "BSTOP" ? CMD_BSTOP : CMD_BYIELD;
+    if (verb == "BSTOP") {
+        out->kind = CMD_BSTOP;
         return parse_slot(w, out);
     }
     if (verb == "VRAM") {

@@ -23,7 +23,6 @@ enum cmd_kind : int32_t {
     CMD_BGEN,        // BGEN <slot> <max_new>[ k=v ...] <ids>
     CMD_STOP,        // STOP
     CMD_BSTOP,       // BSTOP <slot>
-    CMD_BYIELD,      // BYIELD <slot>
     CMD_VRAM,        // VRAM [reserve_mib]
     CMD_SAVE,        // SAVE <path>
     CMD_RESTORE,     // RESTORE <path>
@@ -32,7 +31,7 @@ enum cmd_kind : int32_t {
 
 struct command {
     cmd_kind kind = CMD_NONE;
-    int32_t slot = -1;          // BGEN/BSTOP/BYIELD
+    int32_t slot = -1;          // BGEN/BSTOP
     int32_t max_new = 0;        // GEN/BGEN
     sampler_params sampling;    // GEN/BGEN
     bool ckpt = true;           // GEN/BGEN: ckpt=0 asks for no conversation checkpoint (a one-shot call)

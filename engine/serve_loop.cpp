@@ -24,8 +24,10 @@ using clock_type = std::chrono::steady_clock;
 
 // The server keeps the same margin (CTX_SLACK): a request needs n + max_new + 8 <= context.
 constexpr int32_t CTX_SLACK_TOKENS = 8;
-// How long the loop blocks on an empty queue when nothing decodes (any line wakes it at once).
+// How long the loop blocks on an empty queue when no slot is busy (any line wakes it at once).
 constexpr int32_t IDLE_WAIT_MS = 1000;
+// Commands taken between two slot steps at most (BGEN acceptances are short; a flood cannot stall the slots).
+constexpr int32_t COMMANDS_PER_STEP = 16;
 // SAVE/RESTORE progress: one SESSION line per this many bytes at most.
 constexpr uint64_t SESSION_LINE_BYTES = 16u << 20;
 
@@ -38,7 +40,6 @@ void err_line(const std::string& why) { protocol_write_line("ERR " + protocol_me
 enum read_end : int32_t {
     READ_DONE = 0,   // the prompt is read; first token sampled
     READ_CANCEL,     // STOP
-    READ_YIELD,      // BYIELD: the part read waits in yield_slot
     READ_NONFINITE,  // the last logits were not finite
     READ_FAILED,     // the model refused (ERR written)
 };
@@ -48,7 +49,6 @@ struct read_result {
     int32_t reused = 0;
     int32_t read = 0;          // prompt tokens evaluated by this request
     int32_t first = -1;        // first generated token (READ_DONE)
-    int32_t yield_slot = -1;
     double prompt_ms = 0.0;
 };
 
@@ -77,8 +77,7 @@ private:
     void run_vram();
     bool check_request(const command& cmd);
     uint64_t request_seed(const sampler_params& sp);
-    read_result read_prompt(seq_state* target, const command& cmd, int64_t seq, int32_t own_slot,
-                            clock_type::time_point t0);
+    read_result read_prompt(const command& cmd, int64_t seq, clock_type::time_point t0);
     void slot_steps();
     int eval_with_slots(kv_cache* kv, const int32_t* toks, int32_t len, int32_t pos, std::string* err);
     void drop_poisoned(seq_state* st);
@@ -112,11 +111,11 @@ int serve_loop::run() {
     for (;;) {
         stdin_line line;
         if (slots_.any_busy()) {
-            if (reader_.pop(&line, 0)) {
+            // the queued commands first (an admission is accepted at once), then one step of the slots
+            for (int32_t k = 0; k < COMMANDS_PER_STEP && reader_.pop(&line, 0); ++k) {
                 if (!handle(line)) return 0;
-            } else {
-                slot_steps();
             }
+            slot_steps();
         } else if (reader_.pop(&line, IDLE_WAIT_MS)) {
             if (!handle(line)) return 0;
         }
@@ -125,18 +124,18 @@ int serve_loop::run() {
 
 void serve_loop::slot_steps() {
     std::string err;
-    if (!slots_.step(reader_, cfg_.eos_ids, &err)) {
+    if (!slots_.step(reader_, cfg_.eos_ids, cfg_.step_tokens, &err)) {
         std::fprintf(stderr, "strata: batch step refused by the model: %s\n", err.c_str());
     }
 }
 
-// Evaluates len tokens of one sequence at pos (the last one's logits into logits_). When slots decode, their
+// Evaluates len tokens of the solo sequence at pos (the last one's logits into logits_). When slots decode, their
 // step rides in the same batch: one pass over the weights for the chunk (or the solo token) and every slot's
 // next token, each entry computed from its own data alone, so the results are those of two separate calls.
 // A batch the model refuses is retried as the sequence alone and then the slots' own step, so a refusal
 // reads as it did before (ERR for the sequence, BDONE ... nonfinite for the slots).
 int serve_loop::eval_with_slots(kv_cache* kv, const int32_t* toks, int32_t len, int32_t pos, std::string* err) {
-    if (slots_.any_busy()) slots_.collect(reader_, &mix_rows_);
+    if (slots_.any_decoding()) slots_.collect(reader_, &mix_rows_);
     else mix_rows_.clear();
     if (mix_rows_.empty()) return model_eval_seq(model_, kv, toks, len, pos, logits_.data(), err);
     mix_token_.assign(toks, toks + len);
@@ -159,7 +158,7 @@ int serve_loop::eval_with_slots(kv_cache* kv, const int32_t* toks, int32_t len, 
     mix_logits_.resize((1 + mix_rows_.size()) * nv);
     if (model_eval(model_, b, mix_logits_.data(), err) != 0) {
         const int rc = model_eval_seq(model_, kv, toks, len, pos, logits_.data(), err);
-        slot_steps();
+        slots_.fail(mix_rows_);
         return rc;
     }
     std::copy(mix_logits_.begin(), mix_logits_.begin() + static_cast<std::ptrdiff_t>(nv), logits_.begin());
@@ -188,10 +187,8 @@ bool serve_loop::handle(const stdin_line& line) {
         case CMD_VRAM: run_vram(); return true;
         case CMD_STOP: return true;  // stale: the reader acts on STOP itself
         case CMD_BSTOP:
-        case CMD_BYIELD:
             // the reader acts on valid slots itself; only an out-of-range slot reaches the loop
-            err_line((cmd.kind == CMD_BSTOP ? "BSTOP" : "BYIELD") + std::string(": no slot ") + std::to_string(cmd.slot) +
-                     " (batch slots: " + std::to_string(cfg_.n_slots) + ")");
+            err_line("BSTOP: no slot " + std::to_string(cmd.slot) + " (batch slots: " + std::to_string(cfg_.n_slots) + ")");
             return true;
     }
     return true;
@@ -233,17 +230,17 @@ void serve_loop::drop_poisoned(seq_state* st) {
     slots_.clear_idle();
 }
 
-// Reads cmd.ids into target (reusing what it can), chunk by chunk, and samples the first token.
-read_result serve_loop::read_prompt(seq_state* target, const command& cmd, int64_t seq, int32_t own_slot,
-                                    clock_type::time_point t0) {
+// Reads cmd.ids into the solo session (reusing what it can), chunk by chunk, and samples the first token.
+// Decoding slots ride in the chunks' batches; reading slots wait (the server sends GEN only to a solo engine).
+read_result serve_loop::read_prompt(const command& cmd, int64_t seq, clock_type::time_point t0) {
     read_result r;
+    seq_state* target = &live_;
     const std::vector<int32_t>& prompt = cmd.ids;
     const int32_t n = static_cast<int32_t>(prompt.size());
     timer_.begin();
     timer_.mark(PF_PHASE_LOOKUP);
     std::vector<const seq_state*> others;
-    if (target != &live_) others.push_back(&live_);
-    slots_.idle_states(own_slot, &others);
+    slots_.idle_states(-1, &others);
     const reuse_source src = session_find_reuse(*target, prompt, &cache_, others);
     r.reused = session_apply_reuse(target, prompt, src, &cache_);
     protocol_write_line("RESUME " + std::to_string(r.reused));
@@ -275,27 +272,6 @@ read_result serve_loop::read_prompt(seq_state* target, const command& cmd, int64
             r.end = READ_CANCEL;
             break;
         }
-        const int32_t y = reader_.yield_requested(seq);
-        if (y >= 0) {
-            reader_.yield_clear();
-            if (own_slot >= 0) {
-                r.end = READ_YIELD;
-                r.yield_slot = own_slot;  // an admission's read already lives in its slot
-                break;
-            }
-            if (y < slots_.size() && !slots_.at(y).busy && slots_.ensure_kv(y)) {
-                seq_state& dst = slots_.at(y).st;
-                if (session_common_prefix(dst.tokens, target->tokens) < dst.ckpt_len) cache_.park(dst);
-                kv_cache_copy(dst.kv, target->kv, pos);
-                dst.tokens = target->tokens;
-                dst.ckpt_len = std::min(ckpt, pos);
-                r.end = READ_YIELD;
-                r.yield_slot = y;
-                break;
-            }
-            std::fprintf(stderr, "strata: BYIELD %d ignored (no such idle slot)\n", y);
-        }
-        // decoding slots keep producing while a long prompt is read: their steps ride in the chunks' batches
     }
     target->ckpt_len = std::min<int32_t>(ckpt, static_cast<int32_t>(target->tokens.size()));
     if (r.end == READ_DONE) {
@@ -318,11 +294,8 @@ void serve_loop::run_gen(const command& cmd_in, int64_t seq) {
     cmd.sampling.has_seed = true;
     cmd.sampling.seed = request_seed(cmd_in.sampling);  // one seed for the whole request
     const int32_t n = static_cast<int32_t>(cmd.ids.size());
-    read_result r = read_prompt(&live_, cmd, seq, -1, t0);
+    read_result r = read_prompt(cmd, seq, t0);
     if (r.end == READ_FAILED) return;
-    if (r.end == READ_YIELD) {
-        protocol_write_line("YIELDED " + std::to_string(r.yield_slot) + " " + std::to_string(live_.tokens.size()));
-    }
     if (r.end != READ_DONE) {
         if (r.end == READ_NONFINITE) drop_poisoned(&live_);
         protocol_write_line(done_line(0, n, r.prompt_ms, 0.0, r.end == READ_NONFINITE ? "nonfinite" : "cancel",
@@ -368,52 +341,35 @@ void serve_loop::run_gen(const command& cmd_in, int64_t seq) {
                  generated > 1 ? (generated - 1) * 1000.0 / std::max(1e-6, decode_ms) : 0.0);
 }
 
-void serve_loop::run_bgen(const command& cmd_in, int64_t seq) {
+// An admission: checked, its prefix reused into the slot and accepted at once (BACC); the read goes on in
+// the slots' steps.
+void serve_loop::run_bgen(const command& cmd, int64_t seq) {
     if (cfg_.n_slots <= 0) {
         err_line("BGEN: no batch slots (start the engine with --batch N)");
         return;
     }
-    if (cmd_in.slot >= cfg_.n_slots) {
-        err_line("BGEN: no slot " + std::to_string(cmd_in.slot) + " (batch slots: " + std::to_string(cfg_.n_slots) + ")");
-        return;
-    }
-    if (slots_.at(cmd_in.slot).busy) {
-        err_line("BGEN: slot " + std::to_string(cmd_in.slot) + " is busy");
-        return;
-    }
-    if (!check_request(cmd_in)) return;
-    if (!slots_.ensure_kv(cmd_in.slot)) {
-        err_line("BGEN: cannot allocate the KV cache of slot " + std::to_string(cmd_in.slot));
-        return;
-    }
-    const clock_type::time_point t0 = clock_type::now();
-    command cmd = cmd_in;
-    cmd.sampling.has_seed = true;
-    cmd.sampling.seed = request_seed(cmd_in.sampling);
     const int32_t s = cmd.slot;
-    const int32_t n = static_cast<int32_t>(cmd.ids.size());
-    seq_state* target = &slots_.at(s).st;
-    read_result r = read_prompt(target, cmd, seq, s, t0);
-    if (r.end == READ_FAILED) return;
-    const std::string slot_word = std::to_string(s);
-    if (r.end != READ_DONE) {
-        if (r.end == READ_YIELD) {
-            protocol_write_line("YIELDED " + slot_word + " " + std::to_string(target->tokens.size()));
-        }
-        if (r.end == READ_NONFINITE) drop_poisoned(target);
-        protocol_write_line(done_line(0, n, r.prompt_ms, 0.0, r.end == READ_NONFINITE ? "nonfinite" : "cancel",
-                                      r.reused, r.read));
-        protocol_write_line("BADM " + slot_word + " 0");
+    if (s >= cfg_.n_slots) {
+        err_line("BGEN: no slot " + std::to_string(s) + " (batch slots: " + std::to_string(cfg_.n_slots) + ")");
         return;
     }
-    protocol_write_line("T " + std::to_string(r.first));
-    const bool is_eos = std::find(cfg_.eos_ids.begin(), cfg_.eos_ids.end(), r.first) != cfg_.eos_ids.end();
-    const bool stopped = reader_.stop_requested(seq);
-    const char* finish = is_eos ? "stop" : (stopped ? "cancel" : "length");
-    protocol_write_line(done_line(1, n, r.prompt_ms, 0.0, finish, r.reused, r.read));
-    const bool cont = !is_eos && !stopped && cmd.max_new > 1 && n + 1 < cfg_.n_ctx;
-    if (cont) slots_.begin(s, seq, r.first, cmd.max_new, cmd.sampling, cmd.sampling.seed);
-    protocol_write_line("BADM " + slot_word + (cont ? " 1" : " 0"));
+    if (slots_.at(s).phase != SLOT_IDLE) {
+        err_line("BGEN: slot " + std::to_string(s) + " is busy");
+        return;
+    }
+    if (!check_request(cmd)) return;
+    if (!slots_.ensure_kv(s)) {
+        err_line("BGEN: cannot allocate the KV cache of slot " + std::to_string(s));
+        return;
+    }
+    seq_state* target = &slots_.at(s).st;
+    std::vector<const seq_state*> others{&live_};
+    slots_.idle_states(s, &others);
+    const reuse_source src = session_find_reuse(*target, cmd.ids, &cache_, others);
+    const int32_t reused = session_apply_reuse(target, cmd.ids, src, &cache_);
+    const int32_t ckpt = cmd.ckpt ? session_turn_checkpoint(cmd.ids, cfg_.turn_token) : 0;
+    slots_.accept(s, seq, cmd.ids, reused, ckpt, cmd.max_new, cmd.sampling, request_seed(cmd.sampling));
+    protocol_write_line("BACC " + std::to_string(s) + " " + std::to_string(reused));
 }
 
 void serve_loop::run_session_file(const command& cmd) {

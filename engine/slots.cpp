@@ -7,8 +7,10 @@
 #include "stdin_reader.h"
 
 namespace {
-double ms_since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+using clock_type = std::chrono::steady_clock;
+
+double ms_since(clock_type::time_point t0) {
+    return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 }  // namespace
 
@@ -23,7 +25,11 @@ slot_table::~slot_table() {
 }
 
 bool slot_table::any_busy() const {
-    return std::any_of(slots_.begin(), slots_.end(), [](const slot& s) { return s.busy; });
+    return std::any_of(slots_.begin(), slots_.end(), [](const slot& s) { return s.phase != SLOT_IDLE; });
+}
+
+bool slot_table::any_decoding() const {
+    return std::any_of(slots_.begin(), slots_.end(), [](const slot& s) { return s.phase == SLOT_DECODING; });
 }
 
 bool slot_table::ensure_kv(int32_t i) {
@@ -34,35 +40,49 @@ bool slot_table::ensure_kv(int32_t i) {
 
 void slot_table::idle_states(int32_t except, std::vector<const seq_state*>* out) const {
     for (size_t i = 0; i < slots_.size(); ++i) {
-        if (static_cast<int32_t>(i) == except || slots_[i].busy || slots_[i].st.kv == nullptr) continue;
-        out->push_back(&slots_[i].st);
+        const slot& s = slots_[i];
+        if (static_cast<int32_t>(i) == except || s.phase != SLOT_IDLE || s.st.kv == nullptr) continue;
+        out->push_back(&s.st);
     }
 }
 
-void slot_table::begin(int32_t i, int64_t seq, int32_t first_token, int32_t max_new, const sampler_params& sp,
-                       uint64_t seed) {
+void slot_table::accept(int32_t i, int64_t seq, const std::vector<int32_t>& prompt, int32_t reused,
+                        int32_t ckpt, int32_t max_new, const sampler_params& sp, uint64_t seed) {
     slot& s = at(i);
-    s.busy = true;
+    s.phase = SLOT_READING;
     s.seq = seq;
-    s.pending = first_token;
-    s.generated = 1;
+    s.prompt = prompt;
+    s.reused = reused;
+    s.n_read = 0;
+    s.ckpt = ckpt;
+    s.prompt_ms = 0.0;
+    s.t_acc = clock_type::now();
+    s.pending = -1;
+    s.generated = 0;
     s.max_new = max_new;
     s.sampling = sp;
     s.seed = seed;
-    s.t0 = std::chrono::steady_clock::now();
 }
 
 void slot_table::finish(int32_t i, const char* why) {
     slot& s = at(i);
+    const bool decoded = s.phase == SLOT_DECODING;
+    if (!decoded) s.prompt_ms = ms_since(s.t_acc);
+    s.st.ckpt_len = std::min<int32_t>(s.ckpt, static_cast<int32_t>(s.st.tokens.size()));
+    // BDONE <slot> <generated> <finish> <decode_ms> <prompt> <prompt_ms> <reused> <prompt_read>
     protocol_write_line("BDONE " + std::to_string(i) + " " + std::to_string(s.generated) + " " + why + " " +
-                        protocol_fixed1(ms_since(s.t0)));
-    s.busy = false;
+                        protocol_fixed1(decoded ? ms_since(s.t0) : 0.0) + " " + std::to_string(s.prompt.size()) +
+                        " " + protocol_fixed1(s.prompt_ms) + " " + std::to_string(s.reused) + " " +
+                        std::to_string(s.n_read));
+    s.phase = SLOT_IDLE;
     s.pending = -1;
+    s.prompt.clear();
+    s.prompt.shrink_to_fit();
 }
 
 void slot_table::clear_idle() {
     for (auto& s : slots_) {
-        if (!s.busy) {
+        if (s.phase == SLOT_IDLE) {
             s.st.tokens.clear();
             s.st.ckpt_len = 0;
         }
@@ -73,12 +93,12 @@ void slot_table::collect(const stdin_reader& reader, std::vector<int32_t>* rows)
     rows->clear();
     for (int32_t i = 0; i < size(); ++i) {
         slot& s = at(i);
-        if (!s.busy) continue;
+        if (s.phase == SLOT_IDLE) continue;
         if (reader.slot_stop_requested(i, s.seq)) {
             finish(i, "cancel");
             continue;
         }
-        rows->push_back(i);
+        if (s.phase == SLOT_DECODING) rows->push_back(i);
     }
 }
 
@@ -96,36 +116,117 @@ void slot_table::append(const std::vector<int32_t>& rows, int32_t seq_base, std:
 void slot_table::fail(const std::vector<int32_t>& rows) {
     for (int32_t i : rows) {
         at(i).st.tokens.clear();
-        at(i).st.ckpt_len = 0;
+        at(i).ckpt = 0;
         finish(i, "nonfinite");
     }
 }
 
-bool slot_table::step(const stdin_reader& reader, const std::vector<int32_t>& eos_ids, std::string* err) {
+// The reading slots' chunks for this step: shortest remaining first (ties: lower slot), each as much as the
+// budget left allows.
+void slot_table::plan_reads(int32_t budget) {
+    reads_.clear();
+    for (int32_t i = 0; i < size(); ++i) {
+        const slot& s = at(i);
+        if (s.phase != SLOT_READING) continue;
+        const int32_t pos = static_cast<int32_t>(s.st.tokens.size());
+        reads_.push_back({i, pos, static_cast<int32_t>(s.prompt.size()) - pos});
+    }
+    std::sort(reads_.begin(), reads_.end(), [](const chunk_plan& a, const chunk_plan& b) {
+        return a.len != b.len ? a.len < b.len : a.slot < b.slot;
+    });
+    size_t k = 0;
+    for (; k < reads_.size() && budget > 0; ++k) {
+        reads_[k].len = std::min(reads_[k].len, budget);
+        budget -= reads_[k].len;
+    }
+    reads_.resize(k);
+}
+
+bool slot_table::step(const stdin_reader& reader, const std::vector<int32_t>& eos_ids, int32_t step_tokens,
+                      std::string* err) {
     collect(reader, &rows_);
-    if (rows_.empty()) return true;
-    const int32_t n = static_cast<int32_t>(rows_.size());
+    plan_reads(std::max<int32_t>(1, step_tokens - static_cast<int32_t>(rows_.size())));
+    if (rows_.empty() && reads_.empty()) return true;
     token_.clear();
     pos_.clear();
     seq_.clear();
     kvs_.clear();
     append(rows_, 0, &token_, &pos_, &seq_, &kvs_);
-    want_.assign(static_cast<size_t>(n), 1);
+    want_.assign(rows_.size(), 1);
+    for (const chunk_plan& c : reads_) {
+        const slot& s = at(c.slot);
+        const int32_t sq = static_cast<int32_t>(kvs_.size());
+        for (int32_t j = 0; j < c.len; ++j) {
+            token_.push_back(s.prompt[static_cast<size_t>(c.pos + j)]);
+            pos_.push_back(c.pos + j);
+            seq_.push_back(sq);
+            want_.push_back(0);
+        }
+        if (c.pos + c.len == static_cast<int32_t>(s.prompt.size())) want_.back() = 1;  // its first token
+        kvs_.push_back(s.st.kv);
+    }
+    const size_t n_want = static_cast<size_t>(std::count(want_.begin(), want_.end(), 1));
     eval_batch batch;
-    batch.n = n;
+    batch.n = static_cast<int32_t>(token_.size());
     batch.token = token_.data();
     batch.pos = pos_.data();
     batch.seq = seq_.data();
     batch.want_logits = want_.data();
     batch.kvs = kvs_.data();
-    batch.n_seq = n;
-    logits_.resize(static_cast<size_t>(n) * static_cast<size_t>(n_vocab_));
+    batch.n_seq = static_cast<int32_t>(kvs_.size());
+    logits_.resize(n_want * static_cast<size_t>(n_vocab_));
     if (model_eval(model_, batch, logits_.data(), err) != 0) {
+        fail(rows_);
+        rows_.clear();
+        for (const chunk_plan& c : reads_) rows_.push_back(c.slot);
         fail(rows_);
         return false;
     }
     after_eval(rows_, logits_.data(), eos_ids);
+    const float* next = logits_.data() + rows_.size() * static_cast<size_t>(n_vocab_);
+    for (const chunk_plan& c : reads_) {
+        const bool last = c.pos + c.len == static_cast<int32_t>(at(c.slot).prompt.size());
+        after_read(c, next, eos_ids);
+        if (last) next += n_vocab_;
+    }
     return true;
+}
+
+void slot_table::after_read(const chunk_plan& c, const float* logits, const std::vector<int32_t>& eos_ids) {
+    slot& s = at(c.slot);
+    const int32_t n = static_cast<int32_t>(s.prompt.size());
+    s.st.tokens.insert(s.st.tokens.end(), s.prompt.begin() + c.pos, s.prompt.begin() + c.pos + c.len);
+    s.n_read += c.len;
+    const double ms = ms_since(s.t_acc);
+    const double read_s = std::max(1e-9, ms / 1000.0);
+    protocol_write_line("BPP " + std::to_string(c.slot) + " " + std::to_string(c.pos + c.len) + " " +
+                        std::to_string(n) + " " + protocol_fixed1(ms) + " " + protocol_fixed1(s.n_read / read_s));
+    if (c.pos + c.len == n) first_token(c.slot, logits, eos_ids);
+}
+
+void slot_table::first_token(int32_t i, const float* logits, const std::vector<int32_t>& eos_ids) {
+    slot& s = at(i);
+    const int32_t n = static_cast<int32_t>(s.st.tokens.size());
+    int32_t tok = -1;
+    if (sampler_sample(s.sampling, logits, n_vocab_, s.st.tokens.data(), n, n, s.seed, &scratch_, &tok) !=
+        SAMPLE_OK) {
+        s.st.tokens.clear();  // what this slot's cache holds may be poisoned
+        s.ckpt = 0;
+        finish(i, "nonfinite");
+        return;
+    }
+    s.prompt_ms = ms_since(s.t_acc);
+    s.t0 = clock_type::now();
+    s.phase = SLOT_DECODING;
+    s.generated = 1;
+    protocol_write_line("BT " + std::to_string(i) + " " + std::to_string(tok));
+    if (std::find(eos_ids.begin(), eos_ids.end(), tok) != eos_ids.end()) {
+        finish(i, "stop");
+    } else if (s.max_new <= 1 || n + 1 >= n_ctx_) {
+        finish(i, "length");
+    } else {
+        s.pending = tok;
+    }
 }
 
 void slot_table::after_eval(const std::vector<int32_t>& rows, const float* logits, const std::vector<int32_t>& eos_ids) {
@@ -139,7 +240,7 @@ void slot_table::after_eval(const std::vector<int32_t>& rows, const float* logit
                                                 static_cast<int64_t>(s.st.tokens.size()), s.seed, &scratch_, &tok);
         if (st != SAMPLE_OK) {
             s.st.tokens.clear();  // what this slot's cache holds may be poisoned
-            s.st.ckpt_len = 0;
+            s.ckpt = 0;
             finish(i, "nonfinite");
             continue;
         }

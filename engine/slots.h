@@ -1,14 +1,19 @@
-// engine/slots.h — batch slots (`--batch N`): up to 8 sequences that decode together.
+// engine/slots.h — batch slots (`--batch N`): up to 8 requests that read and decode together.
 //
 // Contract:
 //  - Each slot owns its KV cache, its tokens, its sampling parameters and seed; nothing of one slot reaches
-//    another (BT/BDONE lines always name the slot whose sequence produced them).
-//  - slot_table::step runs one decode step for every busy slot: one model_eval call with one entry per busy
-//    slot (one pass over the weights for all of them), then each slot samples its own next token.
-//  - A busy slot holds its prompt and every generated token except `pending` (the last one sampled, not yet
-//    fed). When it finishes it is idle and keeps that conversation (prefix reuse, its turn checkpoint), so
-//    "the slot holds prompt + generated minus the last" holds after BDONE too.
-//  - Admission (reading a prompt into a slot) is the serve loop's: it fills the slot and calls slot_begin.
+//    another (BPP/BT/BDONE lines always name the slot whose sequence produced them).
+//  - A slot is IDLE, READING (its prompt is read in the step loop, chunk by chunk) or DECODING.
+//  - slot_table::step runs one step: one model_eval batch under a token budget (--step-tokens): one entry
+//    for every decoding slot first, then prompt chunks of the reading slots, shortest remaining first, so a
+//    short prompt admitted during a long read gets its first token in the next step while the long read goes
+//    on. One pass over the weights for all of it; each entry is computed from its own sequence alone.
+//  - A BSTOP acts at the next step in either phase (BDONE <slot> ... cancel).
+//  - A slot holds its prompt and every generated token except `pending` (the last one sampled, not yet fed).
+//    When it finishes it is idle and keeps that conversation (prefix reuse, its turn checkpoint), so "the
+//    slot holds prompt + generated minus the last" holds after BDONE too; a read that was cancelled holds
+//    what it read.
+//  - Acceptance (prefix reuse into the slot, the BACC line) is the serve loop's: it calls accept().
 #pragma once
 
 #include <chrono>
@@ -24,16 +29,30 @@ class stdin_reader;
 
 constexpr int32_t SLOTS_MAX = 8;
 
+enum slot_phase : int32_t {
+    SLOT_IDLE = 0,
+    SLOT_READING,
+    SLOT_DECODING,
+};
+
 struct slot {
     seq_state st;                 // kv is allocated at first use
-    bool busy = false;            // decoding
+    slot_phase phase = SLOT_IDLE;
     int64_t seq = 0;              // number of the BGEN that admitted it (for BSTOP staleness)
+    // the read
+    std::vector<int32_t> prompt;  // (n_prompt) the request's ids
+    int32_t reused = 0;           // positions taken from a cache at acceptance
+    int32_t n_read = 0;           // prompt tokens evaluated by this request
+    int32_t ckpt = 0;             // turn checkpoint of the prompt
+    double prompt_ms = 0.0;       // acceptance to first token (or to the end of the read)
+    std::chrono::steady_clock::time_point t_acc;  // accepted
+    // decoding
     int32_t pending = -1;         // sampled, not yet fed
-    int32_t generated = 0;        // tokens produced, the admission's first one included
+    int32_t generated = 0;        // tokens produced, the first one included
     int32_t max_new = 0;
     sampler_params sampling;
     uint64_t seed = 0;
-    std::chrono::steady_clock::time_point t0;  // decoding started (after BADM)
+    std::chrono::steady_clock::time_point t0;  // first token (decoding started)
 };
 
 class slot_table {
@@ -45,20 +64,23 @@ public:
 
     int32_t size() const { return static_cast<int32_t>(slots_.size()); }
     slot& at(int32_t i) { return slots_[static_cast<size_t>(i)]; }
+    // Whether any slot reads or decodes / decodes.
     bool any_busy() const;
+    bool any_decoding() const;
     // Allocates the slot's KV cache when it has none yet. Returns false when that failed.
     bool ensure_kv(int32_t i);
     // Idle slots' states (for prefix reuse), skipping `except` (-1 = none).
     void idle_states(int32_t except, std::vector<const seq_state*>* out) const;
-    // Starts decoding in slot i after its admission's first token.
-    void begin(int32_t i, int64_t seq, int32_t first_token, int32_t max_new, const sampler_params& sp,
-               uint64_t seed);
-    // One decode step of every busy slot. Writes BT/BDONE lines. Returns false (with *err) only when the model
-    // refused the batch, in which case every busy slot was ended with BDONE ... nonfinite.
-    bool step(const stdin_reader& reader, const std::vector<int32_t>& eos_ids, std::string* err);
-    // The parts of step, for a caller that evaluates the slots' entries inside a larger batch (a prompt
-    // chunk and the decode step in one pass over the weights):
-    // collect ends the slots whose BSTOP arrived and lists the busy ones (the batch's rows, in slot order);
+    // Slot i (its state already holding the reused prefix) starts reading `prompt` from position `reused`.
+    void accept(int32_t i, int64_t seq, const std::vector<int32_t>& prompt, int32_t reused, int32_t ckpt,
+                int32_t max_new, const sampler_params& sp, uint64_t seed);
+    // One step (see the contract). Writes BPP/BT/BDONE lines. Returns false (with *err) only when the model
+    // refused the batch, in which case every slot in it was ended with BDONE ... nonfinite.
+    bool step(const stdin_reader& reader, const std::vector<int32_t>& eos_ids, int32_t step_tokens,
+              std::string* err);
+    // The parts of a decode step, for a caller that evaluates the decoding slots' entries inside a larger
+    // batch (a solo GEN's chunk and the decode step in one pass over the weights):
+    // collect ends the slots whose BSTOP arrived and lists the decoding ones (the batch's rows, in slot order);
     void collect(const stdin_reader& reader, std::vector<int32_t>* rows);
     // append adds one entry per row (its pending token at its next position, sequence seq_base + k);
     void append(const std::vector<int32_t>& rows, int32_t seq_base, std::vector<int32_t>* token,
@@ -67,20 +89,29 @@ public:
     void after_eval(const std::vector<int32_t>& rows, const float* logits, const std::vector<int32_t>& eos_ids);
     // fail ends every row with BDONE ... nonfinite, dropping what its cache held.
     void fail(const std::vector<int32_t>& rows);
-    // Drops every slot's cached conversation (a nonfinite result may have poisoned them).
+    // Drops every idle slot's cached conversation (a nonfinite result may have poisoned them).
     void clear_idle();
 
 private:
+    struct chunk_plan {
+        int32_t slot;
+        int32_t pos;
+        int32_t len;
+    };
     void finish(int32_t i, const char* why);
+    void plan_reads(int32_t budget);
+    void after_read(const chunk_plan& c, const float* logits, const std::vector<int32_t>& eos_ids);
+    void first_token(int32_t i, const float* logits, const std::vector<int32_t>& eos_ids);
 
     strata_model* model_;
     int32_t n_vocab_;
     int32_t n_ctx_;
     kv_type type_;
     std::vector<slot> slots_;
-    std::vector<float> logits_;   // (n_busy, n_vocab)
+    std::vector<float> logits_;   // (rows + finishing reads, n_vocab)
     sampler_scratch scratch_;
     std::vector<int32_t> rows_, token_, pos_, seq_;  // step's batch (reused)
+    std::vector<chunk_plan> reads_;                  // step's prompt chunks, shortest remaining first
     std::vector<uint8_t> want_;
     std::vector<kv_cache*> kvs_;
 };

@@ -51,12 +51,6 @@ bool stdin_reader::slot_stop_requested(int32_t slot, int64_t seq) const {
     return bstop_seq_[slot].load(std::memory_order_acquire) >= seq;
 }
 
-int32_t stdin_reader::yield_requested(int64_t seq) const {
-    const int64_t v = yield_.load(std::memory_order_acquire);
-    if (v == 0 || (v >> 8) < seq) return -1;
-    return static_cast<int32_t>(v & 0xff) - 1;
-}
-
 void stdin_reader::handle_line(std::string&& line, bool too_long) {
     stdin_line item;
     item.too_long = too_long;
@@ -75,12 +69,8 @@ void stdin_reader::handle_line(std::string&& line, bool too_long) {
                 stop_seq_.store(stamp, std::memory_order_release);
                 return;
             }
-            if ((cmd.kind == CMD_BSTOP || cmd.kind == CMD_BYIELD) && cmd.slot < n_slots_) {
-                if (cmd.kind == CMD_BSTOP) {
-                    bstop_seq_[cmd.slot].store(stamp, std::memory_order_release);
-                } else {
-                    yield_.store((stamp << 8) | (cmd.slot + 1), std::memory_order_release);
-                }
+            if (cmd.kind == CMD_BSTOP && cmd.slot < n_slots_) {
+                bstop_seq_[cmd.slot].store(stamp, std::memory_order_release);
                 return;
             }
         }

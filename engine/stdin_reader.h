@@ -1,10 +1,10 @@
 // engine/stdin_reader.h — reads the engine's stdin on its own thread.
 //
 // Contract:
-//  - STOP, BSTOP <slot> and BYIELD <slot> act at once, while a request runs: the reader records them in
+//  - STOP and BSTOP <slot> act at once, while a request runs: the reader records them in
 //    atomics that the serve loop polls at every chunk and every token. Every other line is queued, in order,
 //    for the loop to run between requests (with slots: between decode steps).
-//  - Staleness: each queued GEN/BGEN gets a sequence number (1, 2, ...). A STOP/BSTOP/BYIELD is stamped with
+//  - Staleness: each queued GEN/BGEN gets a sequence number (1, 2, ...). A STOP/BSTOP is stamped with
 //    the number of the last GEN/BGEN read before it, and applies to a request only when that stamp is at least
 //    the request's own number. So a STOP written after a request ended never stops the next one, and a STOP
 //    written right after a GEN (before the loop took that GEN) still stops it.
@@ -36,7 +36,7 @@ struct stdin_line {
 
 class stdin_reader {
 public:
-    // fd: the file descriptor to read (0). n_slots: slots the engine runs, for BSTOP/BYIELD range checks.
+    // fd: the file descriptor to read (0). n_slots: slots the engine runs, for BSTOP range checks.
     stdin_reader(int fd, int32_t n_slots);
     ~stdin_reader();
     void start();
@@ -48,10 +48,6 @@ public:
     // Whether the request numbered `seq` was asked to stop / its slot asked to stop.
     bool stop_requested(int64_t seq) const { return stop_seq_.load(std::memory_order_acquire) >= seq; }
     bool slot_stop_requested(int32_t slot, int64_t seq) const;
-    // The slot the running read numbered `seq` should yield to, or -1.
-    int32_t yield_requested(int64_t seq) const;
-    // Forget a yield once acted on (so that the next read does not see it).
-    void yield_clear() { yield_.store(0, std::memory_order_release); }
 
 private:
     void run();
@@ -69,5 +65,4 @@ private:
     std::atomic<int64_t> req_seq_{0};  // number of the last GEN/BGEN read (written by the reader thread only)
     std::atomic<int64_t> stop_seq_{0}; // stamp of the last STOP
     std::atomic<int64_t> bstop_seq_[STDIN_SLOTS_MAX];  // stamp of the last BSTOP per slot
-    std::atomic<int64_t> yield_{0};    // (stamp << 8) | (slot + 1) of the last BYIELD; 0 = none
 };

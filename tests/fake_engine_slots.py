@@ -1,29 +1,32 @@
 """A protocol-faithful fake of `strata-engine --serve --batch N` (docs/PROTOCOL.md), scripted per test.
 
 Like tests/fake_engine.py (same ByteTokenizer ids: 256 `<|endoftext|>`, 257 `<|im_start|>`, 258 `<|im_end|>`),
-plus decode slots: BGEN/BADM/BT/BDONE/BSTOP/BYIELD/YIELDED, prompt reads in chunks between decode steps, each
-idle slot keeping its stream (prefix reuse; a solo GEN takes an idle slot's state back), STOP/BSTOP/BYIELD
+plus decode slots: BGEN answered at once (BACC), the reads and decoding in slot steps (decode entries first,
+then prompt chunks shortest remaining first under the step budget), BPP/BT/BDONE, BSTOP in either phase,
+each idle slot keeping its stream (prefix reuse; a solo GEN takes an idle slot's state back), STOP/BSTOP
 stamped against request numbers as the real engine does.
 
 Canary replies: the answer is derived from the prompt, so a reply that crossed into another request is seen.
-The *question* is the text after the last `<|im_start|>` up to its first newline (`<|im_start|>q7\n`); when
+The *question* is the text after the last `<|im_start|>` up to its first newline (`<|im_start|>q7\\n`); when
 that line is `assistant` (a rendered chat) it is the previous turn's text after its first newline, without
 `<|im_end|>`. The answer is `<question>` repeated `repeat` times, then 258. Whatever follows the last
-question line in the prompt is taken as the answer so far (promotion, solo again): the fake continues from
-there, and answers `?` if that part is not a start of the answer (a crossed stream).
+question line in the prompt is taken as the answer so far: the fake continues from there, and answers `?`
+if that part is not a start of the answer (a crossed stream). A request key `logit_bias=ID:B` with B >= 100
+forces ID as every token (as on the real engine), so the golden transcripts replay here too.
 
 Script (JSON; every key optional; `starts` and `state` as in tests/fake_engine.py):
-  slots (default 4), groups (1), ctx (--max-context, else 2048), no_slot_cache, no_yield (ignore BYIELD)
-  repeat (answer repetitions, default 1), step_delay_s (per decode step of all busy slots),
-  token_delay_s (per solo token), pp_chunk (default 64), pp_delay_s (per prompt chunk), record (file),
+  slots (default 4), groups (1), ctx (--max-context, else 2048), no_slot_cache
+  repeat (answer repetitions, default 1), step_delay_s (per slot step), token_delay_s (per solo token),
+  step_tokens (else --step-tokens, else pp_chunk, else 64), pp_delay_s (per prompt chunk), record (file),
   rules: [{match: substring of the question, ...any of repeat/pp_delay_s/token_delay_s/step_delay_s}]
   stray: lines written right after READY (e.g. a `BT 3 65` for nobody)
-  bstop_lag_steps: decode steps a slot still makes after its BSTOP (the token of a step under way)
-  die_after_steps: exit 3 after that many decode steps
+  bstop_lag_steps: steps a decoding slot still makes after its BSTOP (the token of a step under way)
+  die_after_steps: exit 3 after that many steps
   hang_after_bstop: after a BSTOP, write nothing more (but `tick_s` WARN lines) for this many seconds
   hang_on_stop: the same after a STOP;  tick_s: a `WARN tick` line this often while hanging
-  hang_steps: while hanging, the other busy slots go on decoding (BT lines only, none on the control lines)
+  hang_steps: while hanging, the other busy slots go on (BT lines only, none for the hanging slot)
   report_affinity: a second INFO line `INFO affinity=<cpus, comma-separated> threads_arg=<--threads or ->`
+  raw_bgen: lines written instead of BACC for every BGEN (a malformed engine)
 """
 import os
 import queue
@@ -35,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.fake_engine import CTX_SLACK, EOS_IDS, IM_START, N_VOCAB, emit, load_script  # noqa: E402
 
 NEWLINE = 10
+COMMANDS_PER_STEP = 16   # as the real engine: queued commands taken between two steps
 
 
 def question_of(ids):
@@ -57,19 +61,34 @@ def question_of(ids):
     return line, nl + 1
 
 
+def forced_id(words):
+    """The id a `logit_bias=ID:B` key with B >= 100 forces, else None."""
+    for w in words:
+        if w.startswith("logit_bias="):
+            for pair in w[len("logit_bias="):].split(","):
+                tid, _, bias = pair.partition(":")
+                try:
+                    if float(bias) >= 100:
+                        return int(tid)
+                except ValueError:
+                    pass
+    return None
+
+
 class Engine:
     def __init__(self, s):
         self.s = s
         self.n = int(s.get("slots", 4))
+        self.eos = tuple(s.get("eos_ids", EOS_IDS))
         self.commands = queue.Queue()
         self.reqno = 0          # request numbers seen by the reader (GEN/BGEN lines)
         self.stop_at = -1       # STOP stamped with the request number current when it arrived
-        self.yield_at = (-1, -1)
         self.bstop_at = [-1] * self.n
         self.lock = threading.Lock()  # guards the stamps above
         self.live = []          # solo session stream
-        self.slots = [{"busy": False, "held": [], "seq": 0} for _ in range(self.n)]
+        self.slots = [{"phase": None, "held": [], "seq": 0} for _ in range(self.n)]
         self.steps = 0
+        self.step_tokens = int(s.get("step_tokens", s.get("pp_chunk", 64)))
 
     def log(self, line):
         if self.s.get("record"):
@@ -85,11 +104,8 @@ class Engine:
                 if line == "STOP":
                     self.stop_at = self.reqno
                     continue
-                if w and w[0] in ("BSTOP", "BYIELD") and len(w) == 2 and w[1].isdigit() and int(w[1]) < self.n:
-                    if w[0] == "BSTOP":
-                        self.bstop_at[int(w[1])] = self.reqno
-                    elif not self.s.get("no_yield"):
-                        self.yield_at = (self.reqno, int(w[1]))
+                if w and w[0] == "BSTOP" and len(w) == 2 and w[1].isdigit() and int(w[1]) < self.n:
+                    self.bstop_at[int(w[1])] = self.reqno
                     continue
                 if w and w[0] in ("GEN", "BGEN"):
                     self.reqno += 1
@@ -104,12 +120,15 @@ class Engine:
                 return rule[name]
         return self.s.get(name, default)
 
+    def busy(self):
+        return any(sl["phase"] for sl in self.slots)
+
     def hang(self, seconds, skip=None):
         end = time.monotonic() + seconds
         tick = self.s.get("tick_s")
         while time.monotonic() < end:
-            if self.s.get("hang_steps") and any(sl["busy"] for b, sl in enumerate(self.slots) if b != skip):
-                self.step(skip)  # the other slots decode; the hanging one writes nothing
+            if self.s.get("hang_steps") and any(sl["phase"] for b, sl in enumerate(self.slots) if b != skip):
+                self.step(skip)  # the other slots go on; the hanging one writes nothing
                 continue
             time.sleep(min(tick or 0.05, max(0.0, end - time.monotonic())))
             if tick:
@@ -117,10 +136,10 @@ class Engine:
 
     def run(self):
         s = self.s
-        emit(f"INFO engine=fake-slots-1 arch=fake n_vocab={N_VOCAB} n_ctx_train=8192 context={s['ctx']} "
+        emit(f"INFO engine=fake-slots-2 arch=fake n_vocab={N_VOCAB} n_ctx_train=8192 context={s['ctx']} "
              f"batch_slots={self.n} batch_groups={s.get('groups', 1)} "
              f"slot_cache={0 if s.get('no_slot_cache') else 1} conversation_cache_slots=0 im_start={IM_START} "
-             f"eos=256,258 threads=1 backend=cpu")
+             f"eos={','.join(map(str, self.eos))} threads=1 backend=cpu step_tokens={self.step_tokens}")
         if s.get("report_affinity"):
             emit(f"INFO affinity={','.join(map(str, sorted(os.sched_getaffinity(0))))} "
                  f"threads_arg={s.get('threads_arg', '-')}")
@@ -129,186 +148,221 @@ class Engine:
             emit(line)
         threading.Thread(target=self.reader, daemon=True).start()
         while True:
-            if any(sl["busy"] for sl in self.slots):
-                try:
-                    seq, line = self.commands.get_nowait()
-                except queue.Empty:
-                    self.step()
-                    continue
+            if self.busy():
+                for _ in range(COMMANDS_PER_STEP):
+                    try:
+                        seq, line = self.commands.get_nowait()
+                    except queue.Empty:
+                        break
+                    self.command(seq, line)
+                self.step()
             else:
-                seq, line = self.commands.get()
-            word = line.split(" ", 1)[0]
-            if word == "QUIT":
-                sys.exit(0)
-            elif word in ("GEN", "BGEN"):
-                self.request(seq, line)
-            elif word == "VRAM":
-                emit("VRAM ram_used_mib=10 ram_total_mib=100")
-            else:
-                emit(f"ERR unknown command {word[:40]}")
+                self.command(*self.commands.get())
 
-    # ------------------------------------------------------------------ decoding slots
+    def command(self, seq, line):
+        word = line.split(" ", 1)[0]
+        if word == "QUIT":
+            sys.stdout.flush()
+            os._exit(0)  # not sys.exit: the reader thread may sit in stdin's buffered read
+        elif word == "GEN":
+            self.solo(seq, line)
+        elif word == "BGEN":
+            self.admit(seq, line)
+        elif word == "BSTOP":
+            emit(f"ERR BSTOP: no slot {line[6:40]}")
+        elif word == "VRAM":
+            emit("VRAM ram_used_mib=10 ram_total_mib=100")
+        elif word:
+            emit(f"ERR unknown command {word[:40]!r}")
+
+    # ------------------------------------------------------------------ requests
+    def parse(self, line, bgen):
+        w = line.split()
+        try:
+            slot = int(w[1]) if bgen else -1
+            max_new = int(w[2] if bgen else w[1])
+            ids = [int(x) for x in w[-1].split(",")]
+        except (ValueError, IndexError):
+            return "malformed request"
+        if bgen and not 0 <= slot < self.n:
+            return f"BGEN: no slot {slot}"
+        if bgen and self.slots[slot]["phase"]:
+            return f"BGEN: slot {slot} is busy"
+        if not ids or any(i < 0 or i >= N_VOCAB for i in ids) or len(ids) + max_new + CTX_SLACK > self.s["ctx"]:
+            return "refused: empty, out of vocabulary or over the context"
+        q, at = question_of(ids)
+        forced = forced_id(w[3 if bgen else 2:-1])
+        if forced is not None:
+            answer = [forced] * max_new
+        else:
+            full = list(f"<{q.decode('latin-1')}>".encode("latin-1")) * int(self.knob("repeat", q, 1)) + [258]
+            so_far = ids[at:]
+            answer = full[len(so_far):] if full[:len(so_far)] == so_far else [63, 63, 63, 258]
+        return slot, max_new, ids, q, answer
+
+    def reuse(self, ids, target):
+        sources = [self.live, target] + [sl["held"] for sl in self.slots if not sl["phase"]]
+        best = 0
+        for src in sources:
+            k = 0
+            while k < min(len(src), len(ids) - 1) and src[k] == ids[k]:
+                k += 1
+            best = max(best, k)
+        return best
+
+    def admit(self, seq, line):
+        if self.s.get("raw_bgen"):
+            for raw in self.s["raw_bgen"]:
+                emit(raw)
+            return
+        parsed = self.parse(line, True)
+        if isinstance(parsed, str):
+            emit(f"ERR {parsed}")
+            return
+        slot, max_new, ids, q, answer = parsed
+        sl = self.slots[slot]
+        reused = self.reuse(ids, sl["held"])
+        sl["held"] = ids[:reused]
+        sl.pop("lag", None)
+        sl.update(phase="read", seq=seq, ids=ids, q=q, answer=answer, max_new=max_new, reused=reused,
+                  read=0, generated=0, t_acc=time.monotonic(), prompt_ms=0.0)
+        emit(f"BACC {slot} {reused}")
+
     def step(self, skip=None):
-        busy = [b for b, sl in enumerate(self.slots) if sl["busy"] and b != skip]
-        delay = max(self.knob("step_delay_s", self.slots[b]["q"], 0.002) for b in busy)
-        time.sleep(delay)
+        busy = [b for b, sl in enumerate(self.slots) if sl["phase"] and b != skip]
+        if not busy:
+            return
+        time.sleep(max(self.knob("step_delay_s", self.slots[b]["q"], 0.002) for b in busy))
         self.steps += 1
         if "die_after_steps" in self.s and self.steps > self.s["die_after_steps"]:
             sys.stderr.write("fake engine: dying as scripted\n")
             sys.stderr.flush()
             os._exit(3)
         for b in busy:
-            sl = self.slots[b]
-            if not sl["busy"]:
-                continue  # it finished during another slot's hang_steps
-            with self.lock:
-                stopped = self.bstop_at[b] >= sl["seq"]
-            if stopped and sl.setdefault("lag", int(self.s.get("bstop_lag_steps", 0))) > 0:
-                sl["lag"] -= 1   # a BSTOP that came during a step: that step's token is still written
-                stopped = False
-            if stopped:
-                if self.s.get("hang_after_bstop"):
-                    self.hang(self.s["hang_after_bstop"], skip=b)
-                self.finish(b, "cancel")
+            if self.slots[b]["phase"] and self.bstopped(b):
                 continue
-            sl["held"].append(sl["pending"])
-            tok = sl["answer"].pop(0) if sl["answer"] else 63
-            emit(f"BT {b} {tok}")
-            sl["generated"] += 1
-            if tok in EOS_IDS:
-                self.finish(b, "stop")
-            elif sl["generated"] >= sl["max_new"] or not sl["answer"]:
-                self.finish(b, "length")
-            else:
-                sl["pending"] = tok
+        decoding = [b for b in busy if self.slots[b]["phase"] == "decode"]
+        for b in decoding:
+            self.decode_one(b)
+        reading = sorted((b for b in busy if self.slots[b]["phase"] == "read"),
+                         key=lambda b: (len(self.slots[b]["ids"]) - len(self.slots[b]["held"]), b))
+        budget = max(1, self.step_tokens - len(decoding))
+        for b in reading:
+            if budget <= 0:
+                break
+            budget -= self.read_chunk(b, budget)
+
+    def bstopped(self, b):
+        """Acts on a BSTOP for slot b; True when the slot ended."""
+        sl = self.slots[b]
+        with self.lock:
+            stopped = self.bstop_at[b] >= sl["seq"]
+        if not stopped:
+            return False
+        if sl["phase"] == "decode" and sl.setdefault("lag", int(self.s.get("bstop_lag_steps", 0))) > 0:
+            sl["lag"] -= 1   # a BSTOP that came during a step: that step's token is still written
+            return False
+        if self.s.get("hang_after_bstop"):
+            self.hang(self.s["hang_after_bstop"], skip=b)
+        self.finish(b, "cancel")
+        return True
+
+    def read_chunk(self, b, budget):
+        sl = self.slots[b]
+        time.sleep(float(self.knob("pp_delay_s", sl["q"], 0.0)))
+        ids, reached = sl["ids"], len(sl["held"])
+        nxt = min(len(ids), reached + budget)
+        sl["held"].extend(ids[reached:nxt])
+        sl["read"] += nxt - reached
+        ms = (time.monotonic() - sl["t_acc"]) * 1000
+        emit(f"BPP {b} {nxt} {len(ids)} {ms:.1f} {max(1.0, sl['read'] / max(ms, 1e-3) * 1000):.1f}")
+        if nxt == len(ids):
+            sl["prompt_ms"] = ms
+            sl["t0"] = time.monotonic()
+            sl["phase"] = "decode"
+            self.emit_token(b, sl["answer"].pop(0) if sl["answer"] else 63)
+        return nxt - reached
+
+    def decode_one(self, b):
+        sl = self.slots[b]
+        sl["held"].append(sl["pending"])
+        self.emit_token(b, sl["answer"].pop(0) if sl["answer"] else 63)
+
+    def emit_token(self, b, tok):
+        sl = self.slots[b]
+        emit(f"BT {b} {tok}")
+        sl["generated"] += 1
+        if tok in self.eos:
+            self.finish(b, "stop")
+        elif sl["generated"] >= sl["max_new"] or not sl["answer"]:
+            self.finish(b, "length")
+        else:
+            sl["pending"] = tok
 
     def finish(self, b, why):
         sl = self.slots[b]
-        emit(f"BDONE {b} {sl['generated']} {why} {(time.monotonic() - sl['t0']) * 1000:.1f}")
-        sl["busy"] = False
+        if sl["phase"] == "read":
+            sl["prompt_ms"] = (time.monotonic() - sl["t_acc"]) * 1000
+            decode_ms = 0.0
+        else:
+            decode_ms = (time.monotonic() - sl["t0"]) * 1000
+        emit(f"BDONE {b} {sl['generated']} {why} {decode_ms:.1f} {len(sl['ids'])} {sl['prompt_ms']:.1f} "
+             f"{sl['reused']} {sl['read']}")
+        sl["phase"] = None
 
-    # ------------------------------------------------------------------ GEN / BGEN
+    # ------------------------------------------------------------------ GEN
     def stopped(self, seq):
         with self.lock:
             return self.stop_at >= seq
 
-    def yielded(self, seq):
-        with self.lock:
-            at, b = self.yield_at
-            if at >= seq:
-                self.yield_at = (-1, -1)
-                return b
-        return -1
-
-    def request(self, seq, line):
+    def solo(self, seq, line):
+        parsed = self.parse(line, False)
+        if isinstance(parsed, str):
+            emit(f"ERR {parsed}")
+            return
+        _, max_new, ids, q, answer = parsed
         t0 = time.monotonic()
-        w = line.split()
-        bgen = w[0] == "BGEN"
-        try:
-            slot = int(w[1]) if bgen else -1
-            max_new = int(w[2] if bgen else w[1])
-            ids = [int(x) for x in w[-1].split(",")]
-        except (ValueError, IndexError):
-            emit("ERR malformed request")
-            return
-        if bgen and not 0 <= slot < self.n:
-            emit(f"ERR BGEN: no slot {slot}")
-            return
-        if bgen and self.slots[slot]["busy"]:
-            emit(f"ERR BGEN: slot {slot} is busy")
-            return
-        if not ids or any(i < 0 or i >= N_VOCAB for i in ids) or len(ids) + max_new + CTX_SLACK > self.s["ctx"]:
-            emit("ERR refused: empty, out of vocabulary or over the context")
-            return
-        q, at = question_of(ids)
-        full = list(f"<{q.decode('latin-1')}>".encode("latin-1")) * int(self.knob("repeat", q, 1)) + [258]
-        so_far = ids[at:]
-        answer = full[len(so_far):] if full[:len(so_far)] == so_far else [63, 63, 63, 258]
-        sources = [self.live] + [sl["held"] for sl in self.slots if not sl["busy"]]
-        reused = 0
-        for src in sources:
-            k = 0
-            while k < min(len(src), len(ids) - 1) and src[k] == ids[k]:
-                k += 1
-            reused = max(reused, k)
+        reused = self.reuse(ids, self.live)
         emit(f"RESUME {reused}")
         chunk, reached = int(self.s.get("pp_chunk", 64)), reused
-        target = self.slots[slot]["held"] if bgen else self.live
-        target[:] = ids[:reused]
-        end = "read"
+        self.live[:] = ids[:reused]
+        fin = None
         while reached < len(ids):
             time.sleep(float(self.knob("pp_delay_s", q, 0.0)))
             nxt = min(len(ids), reached + chunk)
-            target.extend(ids[reached:nxt])
+            self.live.extend(ids[reached:nxt])
             reached = nxt
             ms = (time.monotonic() - t0) * 1000
             emit(f"PP {reached} {len(ids)} {ms:.1f} {max(1.0, (reached - reused) / max(ms, 1e-3) * 1000):.1f}")
-            if reached >= len(ids):
-                break
-            if self.stopped(seq):
-                if self.s.get("hang_on_stop"):
-                    self.hang(self.s["hang_on_stop"])
-                end = "cancel"
-                break
-            y = self.yielded(seq)
-            if y >= 0 and (bgen or not self.slots[y]["busy"]):
-                if not bgen:
-                    self.slots[y]["held"] = list(target)
-                    y_slot = y
-                else:
-                    y_slot = slot
-                emit(f"YIELDED {y_slot} {len(target)}")
-                end = "cancel"
-                break
-            if any(sl["busy"] for sl in self.slots):
-                self.step()
-        prompt_ms = (time.monotonic() - t0) * 1000
-        read = reached - reused
-        if end == "cancel":
-            emit(f"DONE 0 {len(ids)} {prompt_ms:.1f} 0.0 cancel - - {reused} - - - - - {read} - chunk={chunk}")
-            if bgen:
-                emit(f"BADM {slot} 0")
-            return
-        if bgen:
-            self.admit(seq, slot, ids, q, answer, max_new, prompt_ms, reused, read, chunk)
-            return
-        self.solo(seq, ids, q, answer, max_new, t0, prompt_ms, reused, read, chunk)
-
-    def admit(self, seq, slot, ids, q, answer, max_new, prompt_ms, reused, read, chunk):
-        first = answer.pop(0)
-        emit(f"T {first}")
-        stopped = self.stopped(seq)
-        fin = "stop" if first in EOS_IDS else ("cancel" if stopped else "length")
-        emit(f"DONE 1 {len(ids)} {prompt_ms:.1f} 0.0 {fin} - - {reused} - - - - - {read} - chunk={chunk}")
-        cont = first not in EOS_IDS and not stopped and max_new > 1 and bool(answer)
-        if cont:
-            self.slots[slot].pop("lag", None)
-            self.slots[slot].update(busy=True, seq=seq, pending=first, generated=1, max_new=max_new,
-                                    answer=answer, q=q, t0=time.monotonic())
-        emit(f"BADM {slot} {1 if cont else 0}")
-
-    def solo(self, seq, ids, q, answer, max_new, t0, prompt_ms, reused, read, chunk):
-        out, fin = [], "length"
-        for tok in answer:
-            if self.stopped(seq):
-                if self.s.get("hang_on_stop"):
-                    self.hang(self.s["hang_on_stop"])
+            if reached < len(ids) and self.stopped(seq):
                 fin = "cancel"
                 break
-            if len(out) >= max_new:
-                break
+            self.step()
+        prompt_ms = (time.monotonic() - t0) * 1000
+        out = []
+        while fin is None:
+            tok = answer.pop(0) if answer else 63
             time.sleep(float(self.knob("token_delay_s", q, 0.0)))
             emit(f"T {tok}")
             out.append(tok)
-            if tok in EOS_IDS:
+            if tok in self.eos:
                 fin = "stop"
-                break
-            if any(sl["busy"] for sl in self.slots):
+            elif len(out) >= max_new or not answer:
+                fin = "length"
+            elif self.stopped(seq):
+                if self.s.get("hang_on_stop"):
+                    self.hang(self.s["hang_on_stop"])
+                fin = "cancel"
+            else:
                 self.step()
         self.live[:] = ids + out[:-1]
         decode_ms = (time.monotonic() - t0) * 1000 - prompt_ms
-        emit(f"DONE {len(out)} {len(ids)} {prompt_ms:.1f} {decode_ms:.1f} {fin} - - {reused} - - - - - {read} - "
-             f"chunk={chunk}")
+        emit(f"DONE {len(out)} {len(ids)} {prompt_ms:.1f} {decode_ms:.1f} {fin} - - {reused} - - - - - "
+             f"{reached - reused} - chunk={chunk}")
+
+
+def flag(argv, name):
+    return argv[argv.index(name) + 1] if name in argv[:-1] else None
 
 
 if __name__ == "__main__":
@@ -317,6 +371,10 @@ if __name__ == "__main__":
         sys.stderr.write("usage: fake_engine_slots.py [--script FILE] --serve [flags]\n")
         sys.exit(2)
     script = load_script(argv)
-    if "--threads" in argv[:-1]:
-        script["threads_arg"] = argv[argv.index("--threads") + 1]
+    for name, key in (("--threads", "threads_arg"), ("--step-tokens", "step_tokens"), ("--chunk", "pp_chunk")):
+        value = flag(argv, name)
+        if value is not None:
+            script.setdefault(key, value if key == "threads_arg" else int(value))
+    if flag(argv, "--eos-ids"):
+        script.setdefault("eos_ids", [int(x) for x in flag(argv, "--eos-ids").split(",")])
     Engine(script).run()

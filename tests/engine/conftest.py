@@ -125,10 +125,10 @@ def parse_done(line):
 class Engine:
     """One engine process; stdout is read on a thread into a queue (as serve/engine.py's pump does)."""
 
-    def __init__(self, exe, model, *args, env=None):
+    def __init__(self, exe, model, *args, env=None, argv=None):
         full_env = dict(os.environ)
         full_env.update(env or {})
-        self.argv = [str(exe), "--serve", "--model", str(model), *[str(a) for a in args]]
+        self.argv = argv or [str(exe), "--serve", "--model", str(model), *[str(a) for a in args]]
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, bufsize=1, env=full_env,
                                      errors="replace")

