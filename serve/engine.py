@@ -1,27 +1,22 @@
-"""StrataEngine: the one owner of the engine child process and its pipes (docs/PROTOCOL.md).
+"""StrataEngine: the one owner of the engine child process (docs/PROTOCOL.md).
 
 Role: start `strata-engine --serve <args>`, wait for READY, and turn token-id prompts into a stream of token
-ids. Only this class writes the child's stdin (under `_wlock`); only the pump thread of a process reads that
-process's stdout. It knows nothing of HTTP, templates or text.
+ids. Each started process is an `EngineProcess` (serve/engine_protocol.py: its pipes, its pump, its queues);
+a request is bound to the process it was sent on and reads only that process's queues. A solo engine runs one
+`GEN` at a time under `ctl` (the one place solo requests are serialised); an engine with decode slots runs
+requests concurrently through serve/batch.py. It knows nothing of HTTP, templates or text.
 
-Public surface:
-- `StrataEngine(argv, args, log_path=None, ...)`; `start()` (spawn + READY handshake), `restart(tries)`,
-  `close()` (QUIT -> terminate -> kill), `alive()`, `death_note()`, `info`, `max_context`, `known_ctx`,
-  `can_stop`, `progress`, `gen` (a number per started process).
-- `generate(ids, max_new, keys, cancelled, result)`: the solo path. Yields token ids, and `None` as a
-  heartbeat (every `HEARTBEAT_S` of quiet and after each PP line). `result` (a dict the caller owns) gets the
-  parsed RESUME / PP / DONE figures. The generator's `finally` sends `STOP` and drains to `DONE`/`ERR` when
-  the consumer leaves early, so the next request never reads this one's lines.
-- `vram(reserve_mib)`, `session_file("SAVE"|"RESTORE", path)`: control commands run under
-  `_exclusive_control()`, so they never take a request's lines.
-- Exceptions: `EngineDied` (gone / not started / out of step), `EngineSilent` (we ended it: silent, frozen or
-  a STOP never answered), `EngineStarting`, `EngineNonFinite`, `EngineStuck`, `EngineRefused` (an `ERR` line:
-  the request was refused; the HTTP layer makes it a 400).
-
-Structure for the batch path (issue 3): one pump thread per process with per-process queues (`_Proc`);
-requests are tagged with the `_Proc` they were admitted on, so an old pump can never mark its successor
-dead and a restart's lines never reach a request of the old process. `ctl` is the control-lines lock; the
-solo path holds it for a whole request.
+Public surface (implements serve.engine_protocol.EngineClient):
+- `StrataEngine(argv, args, log_path=None, env=None, cwd=None, silence_s=..., on_line=None)`; `start()` (spawn
+  + READY handshake), `restart(tries)`, `ensure_running()` (restart a dead engine once, not while one starts),
+  `close()` (QUIT -> terminate -> kill), `kill_now()`, `alive()`, `death_note()`, `current()` (the process),
+  `info`, `max_context`, `known_ctx`, `can_stop`, `progress`, `prefill_tok_s`, `gen`, `queued`, `batch`.
+- `generate(ids, max_new, keys, cancelled, result)`: yields token ids, and `None` as a heartbeat; `result` (a
+  dict the caller owns) gets the figures. Closing it early stops the request (STOP / BSTOP) and drains it, so
+  the next request never reads this one's lines.
+- `vram(reserve_mib)`, `session_file("SAVE"|"RESTORE", path)`: control commands under `ctl`.
+- Exceptions (serve/engine_protocol.py, re-exported): EngineDied, EngineSilent, EngineStarting, EngineBadLine,
+  EngineNonFinite, EngineStuck, EngineRefused.
 """
 from __future__ import annotations
 
@@ -31,12 +26,13 @@ import queue
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
 
-try:
-    import psutil
-except ImportError:  # the frozen-engine check is then off; everything else works
-    psutil = None
+from serve.batch import BatchPath, conversation_slots  # noqa: F401  (conversation_slots: callers' surface)
+from serve.engine_protocol import (CTX_SLACK, ENGINE_SILENCE_S, HEARTBEAT_S, MAX_LINE_BYTES, POLL_S,  # noqa: F401
+                                   Allowance, EngineBadLine, EngineDied, EngineNonFinite, EngineProcess,
+                                   EngineRefused, EngineSilent, EngineStarting, EngineStuck, parse_done,
+                                   parse_kv, parse_progress, parse_token, start_pump)
+from serve.slot_table import _Slots
 
 
 def _env_float(name: str, default: float) -> float:
@@ -48,100 +44,14 @@ def _env_float(name: str, default: float) -> float:
 
 ENGINE_READY_S = 900.0       # a large model on a slow disk can take minutes; env STRATA_ENGINE_READY_S, 0 = forever
 ENGINE_STALL_S = 90.0        # silent AND not using CPU/IO this long = frozen; env STRATA_ENGINE_STALL_S, 0 = off
-ENGINE_SILENCE_S = 300.0     # no protocol line this long during a request = ended (config engine_silence_s)
-STALL_CPU_S = 0.5            # CPU seconds a live engine spends in a stall window, at least
-STALL_IO_BYTES = 1 << 20     # or I/O bytes it moves
-POLL_S = 0.5                 # each wait on the line queue; also how often `cancelled()` is checked
-HEARTBEAT_S = 10.0           # quiet time between heartbeats (None) to the caller
-PROMPT_TOK_PER_S_FLOOR = 50  # first-line allowance: silence + prompt tokens / this rate
-PROMPT_ALLOWANCE_CAP = 32768  # tokens counted in that allowance
 CLOSE_WAIT_S = 20.0          # each of QUIT, terminate, kill gets this long
 RESTART_RETRY_S = 15.0       # pause between start attempts
 LOG_TAIL_LINES = 20          # log lines quoted when a start fails
-MAX_LINE_BYTES = 4 << 20     # the protocol's line limit
-LINE_QUEUE_MAX = 1 << 16     # lines buffered per process; a full queue makes the engine wait on its pipe
-CTX_SLACK = 8                # the engine refuses n + max_new + CTX_SLACK > context
-FATAL_PREFIXES = ("ERR verify: timed out at layer ", "ERR verify batch: timed out at layer ",
-                  "ERR verify: an earlier window never finished",
-                  "ERR verify batch: an earlier window never finished", "FATAL ")
-
-
-class EngineDied(RuntimeError):
-    """The engine is gone, was never started, or the two sides lost step."""
-
-
-class EngineSilent(EngineDied):
-    """We ended the engine: it was silent past its allowance, frozen, or never answered STOP."""
-
-
-class EngineStarting(EngineDied):
-    """The engine is (re)starting; its context is not known yet."""
-
-
-class EngineNonFinite(ValueError):
-    """The engine's logits were NaN/inf (finish `nonfinite`)."""
-
-
-class EngineStuck(RuntimeError):
-    """The engine process could not be ended."""
-
-
-class EngineRefused(ValueError):
-    """The engine answered `ERR`: the command was refused; no DONE follows."""
-
-
-def parse_kv(fields) -> dict:
-    """`k=v` words -> dict; values that are (optionally negative) digit strings become ints."""
-    out = {}
-    for word in fields:
-        if "=" not in word:
-            continue
-        k, v = word.split("=", 1)
-        out[k] = int(v) if v.lstrip("-").isdigit() and v not in ("", "-") else v
-    return out
-
-
-_DONE_FIELDS = ("generated", "prompt", "prompt_ms", "decode_ms", "finish", "drafts_acc", "drafts_off",
-                "reused", "hits", "lookups", "ram_blobs", "file_blobs", "file_mb", "prompt_read",
-                "offloaded")
-
-
-def parse_done(line: str) -> dict:
-    """A DONE line -> dict. `-` fields stay None (unknown, never 0); extra k=v pairs are merged."""
-    words = line.split()[1:]
-    if len(words) < 5:
-        raise EngineDied(f"the engine sent a malformed DONE line: {line[:200]!r}")
-    out: dict = {}
-    positional = [w for w in words if "=" not in w]
-    for name, word in zip(_DONE_FIELDS, positional):
-        if name == "finish":
-            out[name] = word
-        elif word == "-":
-            out[name] = None
-        else:
-            try:
-                out[name] = float(word) if ("." in word or name.endswith("_ms") or name == "file_mb") \
-                    else int(word)
-            except ValueError:
-                raise EngineDied(f"the engine sent a malformed DONE line: {line[:200]!r}") from None
-    out.update(parse_kv(w for w in words if "=" in w))
-    return out
-
-
-@dataclass(eq=False)
-class _Proc:
-    """One started engine process and everything that belongs only to it."""
-    popen: subprocess.Popen
-    gen: int
-    lines: queue.Queue = field(default_factory=lambda: queue.Queue(LINE_QUEUE_MAX))
-    pump: threading.Thread | None = None
-    ended: bool = False          # set by its pump at EOF / fatal line, or by us when we end it
-    last_err: str | None = None  # an ERR that was the last line before EOF
-    note: str | None = None      # our own reason, when we ended it
+CONTROL_WAIT_S = 300.0       # a control command waits this long for the control lines
 
 
 class StrataEngine:
-    """The engine child: spawn, handshake, pump, the solo path, control commands, life cycle."""
+    """The engine child: spawn, handshake, the solo path, control commands, life cycle."""
 
     def __init__(self, argv: list[str], args: list[str], log_path: str | None = None,
                  env: dict | None = None, cwd: str | None = None, silence_s: float = ENGINE_SILENCE_S,
@@ -155,36 +65,49 @@ class StrataEngine:
         self.on_line = on_line          # debug hook: called with every stdout line (pump thread)
         self.ready_s = _env_float("STRATA_ENGINE_READY_S", ENGINE_READY_S)
         self.stall_s = _env_float("STRATA_ENGINE_STALL_S", ENGINE_STALL_S)
-        self.ctl = threading.Lock()     # the control lines: one solo request or control command at a time
-        self._wlock = threading.Lock()  # guards writes to the current process's stdin
-        self._state = threading.Lock()  # guards _cur, gen, starting, info, max_context, known_ctx
-        self._cur: _Proc | None = None
+        self.ctl = threading.Lock()     # the control lines: one solo GEN, one BGEN exchange or one command
+        self.slot_cv = threading.Condition()  # every process's slot table and the admission queue (batch.py)
+        self._state = threading.Lock()  # guards _cur, gen, starting, info, max_context, known_ctx, queued
+        self._life = threading.Lock()   # one start / restart / close at a time
+        self._cur: EngineProcess | None = None
         self.gen = 0
         self.starting = False
         self.info: dict = {}
         self.max_context = 0
         self.known_ctx = 0
         self.can_stop = False
-        self.progress = (0, 0)          # (reached, total) of the last PP line (for /metrics)
+        self.progress = (0, 0)          # (reached, total) of the last PP/BPP line (for /metrics)
         self.prefill_tok_s = None
+        self.queued = 0                 # solo requests waiting for ctl
         self._log_start = 0
         self._log = None
-        self.batch = None               # serve.batch.BatchPath once an engine reports batch_slots > 0
+        self.batch = BatchPath(self)
 
     # ---------------------------------------------------------------- life cycle
+    def current(self) -> EngineProcess | None:
+        return self._cur
+
     def alive(self) -> bool:
         p = self._cur
         return p is not None and not p.ended and p.popen.poll() is None
 
+    def batched(self) -> bool:
+        """Whether the current process has decode slots (then requests run concurrently)."""
+        p = self._cur
+        return p is not None and p.slots is not None
+
     def start(self) -> None:
         """Spawn one process and wait for READY; on failure that process is cleaned up, EngineDied raised."""
+        with self._life:
+            self._set_starting(True)
+            try:
+                self._start_once()
+            finally:
+                self._set_starting(False)
+
+    def _set_starting(self, value: bool) -> None:
         with self._state:
-            self.starting = True
-        try:
-            self._start_once()
-        finally:
-            with self._state:
-                self.starting = False
+            self.starting = value
 
     def _open_log(self):
         if not self.log_path:
@@ -210,7 +133,7 @@ class StrataEngine:
             raise EngineDied(f"the engine could not be started ({cmd[0]}: {e})") from None
         with self._state:
             self.gen += 1
-            proc = _Proc(popen, self.gen)
+            proc = EngineProcess(popen, self.gen, self.slot_cv)
         try:
             info, ctx, can_stop = self._handshake(proc)
         except BaseException:
@@ -218,13 +141,10 @@ class StrataEngine:
             if log is not subprocess.DEVNULL:
                 log.close()
             raise
-        proc.pump = threading.Thread(target=self._pump, args=(proc,), daemon=True,
-                                     name=f"engine-pump-{proc.gen}")
-        if int(info.get("batch_slots") or 0) > 0:  # issue 3: slot queues of this process, before its pump
-            if self.batch is None:
-                from serve.batch import BatchPath
-                self.batch = BatchPath(self)
-            self.batch.attach(proc, info)
+        proc.n_vocab = int(info.get("n_vocab") or 0)
+        n_slots = max(0, min(8, int(info.get("batch_slots") or 0)))
+        if n_slots:
+            proc.slots = _Slots(n_slots, int(info.get("batch_groups") or 1))
         with self._state:
             self.info.update(info)
             self.max_context = ctx
@@ -232,9 +152,11 @@ class StrataEngine:
             self.can_stop = can_stop
             self._log = log if log is not subprocess.DEVNULL else None
             self._cur = proc
-        proc.pump.start()
+        start_pump(proc, self.on_line)
+        with self.slot_cv:
+            self.slot_cv.notify_all()
 
-    def _handshake(self, proc: _Proc):
+    def _handshake(self, proc: EngineProcess):
         """INFO lines then `READY <ctx> [stop]`, read on a helper thread within `ready_s`."""
         box: dict = {}
 
@@ -284,35 +206,40 @@ class StrataEngine:
 
     def restart(self, tries: int = 3, retry_s: float = RESTART_RETRY_S) -> None:
         """close() the old process, then up to `tries` starts `retry_s` apart."""
-        with self._state:
-            self.starting = True
-        try:
-            self.close()
-            err = None
-            for i in range(max(1, tries)):
-                if i:
-                    time.sleep(retry_s)
-                try:
-                    self._start_once()
-                    return
-                except EngineDied as e:
-                    err = e
-            raise err
-        finally:
-            with self._state:
-                self.starting = False
+        with self._life:
+            self._set_starting(True)
+            try:
+                self._close()
+                err = None
+                for i in range(max(1, tries)):
+                    if i:
+                        time.sleep(retry_s)
+                    try:
+                        self._start_once()
+                        return
+                    except EngineDied as e:
+                        err = e
+                raise err
+            finally:
+                self._set_starting(False)
 
-    def _end_process(self, proc: _Proc, polite: bool = True) -> None:
+    def ensure_running(self) -> None:
+        """A dead engine is started again (once; never while another start runs)."""
+        if self.alive() or self.starting:
+            return
+        if not self._life.acquire(timeout=POLL_S):
+            return  # a start, restart or close is under way
+        self._life.release()
+        if not self.alive() and not self.starting:
+            self.restart(tries=1)
+
+    def _end_process(self, proc: EngineProcess, polite: bool = True) -> None:
         """QUIT (closing stdin), then terminate, then kill; each waits CLOSE_WAIT_S."""
         p = proc.popen
         proc.ended = True
         if polite and p.poll() is None:
-            try:
-                with self._wlock:
-                    p.stdin.write(b"QUIT\n")
-                    p.stdin.flush()
-            except (OSError, ValueError):
-                pass
+            with contextlib.suppress(EngineDied):
+                proc.write("QUIT")
         with contextlib.suppress(OSError, ValueError):
             p.stdin.close()
         for step in (None, p.terminate, p.kill):
@@ -335,6 +262,10 @@ class StrataEngine:
 
     def close(self) -> None:
         """End the current process (QUIT -> terminate -> kill); safe to call twice."""
+        with self._life:
+            self._close()
+
+    def _close(self) -> None:
         with self._state:
             proc, self._cur = self._cur, None
             self.max_context = 0
@@ -369,194 +300,56 @@ class StrataEngine:
         if proc.last_err:
             return f"the engine stopped (exit code {code}) after: {proc.last_err}"
         tail = self._log_tail()
-        if code < 0 and code in (-9,):
-            return f"the engine was killed (signal {-code}; out of memory?){tail}"
+        if code == -9:
+            return f"the engine was killed (signal 9; out of memory?){tail}"
         return f"the engine stopped unexpectedly (exit code {code}){tail}"
 
-    # ---------------------------------------------------------------- the pump
-    def _pump(self, proc: _Proc) -> None:
-        out = proc.popen.stdout
-        last = None
-        try:
-            while True:
-                raw = out.readline(MAX_LINE_BYTES)
-                if not raw:
-                    break
-                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-                if self.on_line is not None:
-                    self.on_line(line)
-                if line.startswith(FATAL_PREFIXES):
-                    proc.note = f"the engine reported a fatal error: {line[:300]}"
-                    proc.ended = True
-                    with contextlib.suppress(OSError):
-                        proc.popen.terminate()
-                    break
-                last = line
-                if self.batch is not None and self.batch.route(proc, line):
-                    continue  # BT/BDONE: to that slot's claimant (or dropped as stale)
-                proc.lines.put(line)
-        except (OSError, ValueError):
-            pass
-        if last is not None and last.startswith("ERR "):
-            proc.last_err = last[4:]
-        proc.ended = True  # only this process's flag: a successor has its own _Proc
-        proc.lines.put(None)
-        if self.batch is not None:
-            self.batch.proc_ended(proc)
-
-    # ---------------------------------------------------------------- writing
-    def _write(self, proc: _Proc, line: str) -> None:
-        try:
-            with self._wlock:
-                proc.popen.stdin.write(line.encode() + b"\n")
-                proc.popen.stdin.flush()
-        except (OSError, ValueError):
-            code = proc.popen.poll()
-            raise EngineDied(f"the engine stopped unexpectedly (exit code {code})") from None
-
-    def _kill(self, proc: _Proc, note: str) -> None:
-        proc.note = note
-        proc.ended = True
-        with contextlib.suppress(OSError):
-            proc.popen.kill()
+    def gone(self, proc: EngineProcess) -> str:
+        """Why a request bound to `proc` cannot go on."""
+        return ("the engine stopped while this request ran (it restarts for the next one)"
+                if proc is not self._cur else self.death_note())
 
     # ---------------------------------------------------------------- the solo path
     def generate(self, ids: list[int], max_new: int, keys: str = "", cancelled=None,
                  result: dict | None = None):
-        """Solo request: yields token ids, and None as heartbeats; `result` gets the figures."""
+        """Yields token ids, and None as heartbeats; `result` gets the figures."""
         result = {} if result is None else result
         if not self.alive():
             raise EngineDied("the engine is unavailable; this request was not sent")
         if self.batched():
-            yield from self.generate_batched(ids, max_new, keys, cancelled, result)
+            yield from self.batch.generate(ids, max_new, keys, cancelled, result)
             return
-        acquired = False
-        while not acquired:
-            acquired = self.ctl.acquire(timeout=POLL_S)
-            if not acquired:
-                if cancelled is not None and cancelled():
-                    result["finish"] = "cancel"
-                    return
-                yield None
+        if not (yield from self._take_ctl(cancelled)):
+            result["finish"] = "cancel"
+            return
         try:
-            yield from self._solo(self._cur, ids, max_new, keys, cancelled, result)
+            proc = self._cur
+            if proc is None or proc.ended:
+                raise EngineDied("the engine is unavailable; this request was not sent")
+            yield from _SoloRequest(self, proc, ids, keys, cancelled, result).run(max_new)
         finally:
             self.ctl.release()
 
-    def batched(self) -> bool:
-        """Whether the current process has decode slots (then requests run concurrently)."""
-        return self.batch is not None and getattr(self._cur, "slots", None) is not None
-
-    def generate_batched(self, ids, max_new, keys="", cancelled=None, result=None):
-        """The batch path (serve/batch.py): same contract as generate()."""
-        return self.batch.generate(ids, max_new, keys, cancelled, result)
-
-    def _solo(self, proc, ids, max_new, keys, cancelled, result):
-        if proc is None or proc.ended:
-            raise EngineDied("the engine is unavailable; this request was not sent")
-        keys = (" " + keys.strip()) if keys and keys.strip() else ""
-        self._write(proc, f"GEN {max_new}{keys} {','.join(map(str, ids))}")
-        clock = _Allowance(self.silence_s, len(ids), self.stall_s, proc.popen.pid)
-        done = False
+    def _take_ctl(self, cancelled):
+        """Wait for the control lines, yielding heartbeats; False when the caller left meanwhile."""
+        with self._state:
+            self.queued += 1
         try:
-            last_beat = time.monotonic()
-            while True:
-                try:
-                    line = proc.lines.get(timeout=POLL_S)
-                except queue.Empty:
-                    line = ""
-                now = time.monotonic()
-                if line is None:
-                    done = True
-                    raise EngineDied(self.death_note() if proc is self._cur else "the engine stopped")
-                if not line:
-                    if cancelled is not None and cancelled():
-                        result["finish"] = "cancel"
-                        return
-                    why = clock.expired(now)
-                    if why:
-                        done = True
-                        self._kill(proc, why)
-                        raise EngineSilent(why)
-                    if now - last_beat >= HEARTBEAT_S:
-                        last_beat = now
-                        yield None
-                    continue
-                clock.heard(now)
-                kind, _, rest = line.partition(" ")
-                if kind == "T":
-                    clock.token(now)
-                    yield int(rest)
-                    if cancelled is not None and cancelled():
-                        result["finish"] = "cancel"
-                        return
-                elif kind == "PP":
-                    words = rest.split()
-                    reached, total = int(words[0]), int(words[1])
-                    rate = float(words[3]) if len(words) > 3 else 0.0
-                    clock.chunk(now, reached, rate)
-                    self.progress = (reached, total)
-                    if rate > 0:
-                        self.prefill_tok_s = rate
-                    result["prompt_reached"] = reached
-                    last_beat = now
+            beat = time.monotonic()
+            while not self.ctl.acquire(timeout=POLL_S):
+                if cancelled is not None and cancelled():
+                    return False
+                if time.monotonic() - beat >= HEARTBEAT_S:
+                    beat = time.monotonic()
                     yield None
-                    if cancelled is not None and cancelled():
-                        result["finish"] = "cancel"
-                        return
-                elif kind == "RESUME":
-                    result["reused"] = int(rest.split()[0])
-                    clock.chunk(now, result["reused"], 0.0)
-                elif kind == "DONE":
-                    done = True
-                    result.update(parse_done(line))
-                    if result.get("finish") == "nonfinite":
-                        raise EngineNonFinite("the engine produced non-finite logits")
-                    return
-                elif kind == "ERR":
-                    done = True
-                    raise EngineRefused(rest)
-                # INFO / WARN / anything else: log-like, ignored
+            return True
         finally:
-            if not done:
-                self._drain(proc, clock, result)
-
-    def _drain(self, proc: _Proc, clock, result: dict) -> None:
-        """The consumer left early: STOP, then read to DONE/ERR so the next request starts clean."""
-        if proc.ended or proc.popen.poll() is not None:
-            return
-        try:
-            if self.can_stop:
-                self._write(proc, "STOP")
-        except EngineDied:
-            return
-        clock.heard(time.monotonic())
-        while True:
-            try:
-                line = proc.lines.get(timeout=POLL_S)
-            except queue.Empty:
-                why = clock.expired(time.monotonic())
-                if why:
-                    self._kill(proc, "the engine did not answer STOP; " + why)
-                    return
-                continue
-            if line is None:
-                return
-            clock.heard(time.monotonic())
-            if not self.can_stop:
-                clock.token(time.monotonic())
-            if line.startswith("DONE"):
-                with contextlib.suppress(EngineDied):
-                    figures = parse_done(line)
-                    figures["finish"] = "cancel"
-                    result.update(figures)
-                return
-            if line.startswith("ERR"):
-                return
+            with self._state:
+                self.queued -= 1
 
     # ---------------------------------------------------------------- control commands
     @contextlib.contextmanager
-    def _exclusive_control(self, timeout_s: float = 300.0):
+    def _exclusive_control(self, timeout_s: float = CONTROL_WAIT_S):
         """Hold the control lines for one command; no request's lines can be taken meanwhile."""
         if not self.ctl.acquire(timeout=timeout_s):
             raise EngineDied("the engine stayed busy; the command was not sent")
@@ -568,13 +361,13 @@ class StrataEngine:
         finally:
             self.ctl.release()
 
-    def _read_control(self, proc: _Proc, deadline_s: float, accept):
+    def _read_control(self, proc: EngineProcess, deadline_s: float, accept):
         """Lines until `accept(line)` returns a value; ERR -> EngineRefused; EOF -> EngineDied."""
         end = time.monotonic() + deadline_s
         while True:
             left = end - time.monotonic()
             if left <= 0:
-                self._kill(proc, "the engine did not answer a control command")
+                proc.kill("the engine did not answer a control command")
                 raise EngineSilent("the engine did not answer a control command")
             try:
                 line = proc.lines.get(timeout=min(POLL_S, left))
@@ -592,7 +385,7 @@ class StrataEngine:
 
     def vram(self, reserve_mib: int | None = None) -> dict:
         with self._exclusive_control() as proc:
-            self._write(proc, "VRAM" if reserve_mib is None else f"VRAM {int(reserve_mib)}")
+            proc.write("VRAM" if reserve_mib is None else f"VRAM {int(reserve_mib)}")
             figures = self._read_control(
                 proc, 120.0, lambda ln: parse_kv(ln.split()[1:]) if ln.startswith("VRAM") else None)
             self.info["vram"] = figures
@@ -612,67 +405,122 @@ class StrataEngine:
             return None
 
         with self._exclusive_control() as proc:
-            self._write(proc, f"{action} {path}")
+            proc.write(f"{action} {path}")
             return self._read_control(proc, max(self.silence_s, 60.0), accept)
 
 
-class _Allowance:
-    """How long the engine may stay silent now (PROTOCOL / UPSTREAM 4.3 steps 3-4)."""
+class _SoloRequest:
+    """One GEN on a solo engine, read from the control lines while `ctl` is held."""
 
-    def __init__(self, silence_s: float, n_prompt: int, stall_s: float, pid: int):
-        self.silence_s = silence_s
-        self.allow_s = silence_s + min(n_prompt, PROMPT_ALLOWANCE_CAP) / PROMPT_TOK_PER_S_FLOOR
-        self.last = time.monotonic()
-        self.chunk_from = 0
-        self.stall_s = stall_s
-        self.pid = pid
-        self.base = None   # (time, cpu_s, io_bytes) taken soon after the last line
-        self.warned = False
+    def __init__(self, engine: StrataEngine, proc: EngineProcess, ids, keys, cancelled, result):
+        self.e, self.proc, self.ids, self.result = engine, proc, list(ids), result
+        self.keys = (" " + keys.strip()) if keys and keys.strip() else ""
+        self.cancelled = cancelled or (lambda: False)
+        self.clock = Allowance(engine.silence_s, len(ids), engine.stall_s, proc.popen.pid)
+        self.done = False
 
-    def heard(self, now):
-        self.last = now
-        self.base = None
-
-    def token(self, now):
-        self.allow_s = self.silence_s
-
-    def chunk(self, now, reached, rate):
-        if rate > 0:
-            self.allow_s = max(self.silence_s, 3.0 * max(1, reached - self.chunk_from) / rate)
-        self.chunk_from = reached
-
-    def _usage(self):
+    def run(self, max_new: int):
+        self.proc.write(f"GEN {max_new}{self.keys} {','.join(map(str, self.ids))}")
         try:
-            p = psutil.Process(self.pid)
-            cpu = sum(p.cpu_times()[:2])
-            try:
-                io = p.io_counters()
-                moved = io.read_bytes + io.write_bytes
-            except (AttributeError, psutil.AccessDenied):
-                moved = 0
-            return cpu, moved
-        except (psutil.Error, OSError):
-            return None
+            beat = time.monotonic()
+            while True:
+                line = self._line()
+                now = time.monotonic()
+                if not line:
+                    if self.cancelled():
+                        self.result["finish"] = "cancel"
+                        return
+                    if now - beat >= HEARTBEAT_S:
+                        beat = now
+                        yield None
+                    continue
+                kind, _, rest = line.partition(" ")
+                if kind == "T":
+                    self.clock.token(now)
+                    yield parse_token(rest, self.proc.n_vocab, line)
+                elif kind == "PP":
+                    beat = now
+                    self._progress(rest, line, now)
+                    yield None
+                elif kind == "RESUME":
+                    self.result["reused"] = int(rest.split()[0]) if rest.split()[0].isdigit() else None
+                    self.clock.chunk(now, self.result["reused"] or 0, 0.0)
+                elif kind == "DONE":
+                    self.done = True
+                    self.result.update(parse_done(line))
+                    if self.result.get("finish") == "nonfinite":
+                        raise EngineNonFinite("the engine produced non-finite logits")
+                    return
+                elif kind == "ERR":
+                    self.done = True
+                    raise EngineRefused(rest)
+                else:
+                    continue  # INFO / WARN / anything else: log-like
+                if self.cancelled():
+                    self.result["finish"] = "cancel"
+                    return
+        except EngineBadLine as e:
+            self.done = True
+            self.proc.kill(str(e))  # out of step: the process goes, the next request gets a new one
+            raise
+        finally:
+            if not self.done:
+                self._drain()
 
-    def expired(self, now) -> str | None:
-        quiet = now - self.last
-        if self.silence_s > 0 and quiet > self.allow_s:
-            return f"the engine was silent for {quiet:.0f} s (allowance {self.allow_s:.0f} s); it was ended"
-        if self.stall_s <= 0 or psutil is None:
-            return None
-        if self.base is None:
-            usage = self._usage()
-            if usage is not None:
-                self.base = (now, *usage)
-            return None
-        if now - self.base[0] < self.stall_s:
-            return None
-        usage = self._usage()
-        if usage is None:
-            return None
-        cpu_grew, io_grew = usage[0] - self.base[1], usage[1] - self.base[2]
-        self.base = (now, *usage)
-        if cpu_grew <= STALL_CPU_S and io_grew <= STALL_IO_BYTES:
-            return (f"the engine was frozen: silent for {quiet:.0f} s using no CPU "
-                    f"(STRATA_ENGINE_STALL_S={self.stall_s:g}); it was ended")
-        return None
+    def _line(self) -> str:
+        """The next control line, or "" after POLL_S of quiet; raises on EOF and past the allowance."""
+        try:
+            line = self.proc.lines.get(timeout=POLL_S)
+        except queue.Empty:
+            why = self.clock.expired(time.monotonic())
+            if why:
+                self.done = True
+                self.proc.kill(why)
+                raise EngineSilent(why) from None
+            return ""
+        if line is None:
+            self.done = True
+            raise EngineDied(self.e.gone(self.proc))
+        self.clock.heard(time.monotonic())
+        return line
+
+    def _progress(self, rest: str, line: str, now: float) -> None:
+        reached, total, rate = parse_progress(rest.split(), line)
+        self.clock.chunk(now, reached, rate)
+        self.e.progress = (reached, total)
+        if rate > 0:
+            self.e.prefill_tok_s = rate
+        self.result["prompt_reached"] = reached
+
+    def _drain(self) -> None:
+        """The consumer left early: STOP, then read to DONE/ERR so the next request starts clean; the
+        request keeps the DONE's figures (finish `cancel`)."""
+        proc = self.proc
+        if proc.ended or proc.popen.poll() is not None:
+            return
+        try:
+            if self.e.can_stop:
+                proc.write("STOP")
+        except EngineDied:
+            return
+        self.clock.heard(time.monotonic())
+        while True:
+            try:
+                line = proc.lines.get(timeout=POLL_S)
+            except queue.Empty:
+                why = self.clock.expired(time.monotonic())
+                if why:
+                    proc.kill("the engine did not answer STOP; " + why)
+                    return
+                continue
+            if line is None or line.startswith("ERR"):
+                return
+            self.clock.heard(time.monotonic())
+            if not self.e.can_stop:
+                self.clock.token(time.monotonic())
+            if line.startswith("DONE"):
+                with contextlib.suppress(EngineDied):
+                    figures = parse_done(line)
+                    figures["finish"] = "cancel"
+                    self.result.update(figures)
+                return

@@ -1,27 +1,26 @@
 """The slot table of one batch engine process and the choice of a slot for a prompt (UPSTREAM 4.4).
 
-Role: pure bookkeeping for serve/batch.py: which slot is free, which conversation each slot's session
-holds, and `pick_slot`, the free slot whose held stream is the longest start of a prompt. No threads, no
-waits, no pipes: the caller holds BatchPath.cv around every read and write of a `_Slots`.
+Role: pure bookkeeping for serve/batch.py and the pump (serve/engine_protocol.py): which slot is free, which conversation each slot's session
+holds, whose lines are routed, and `pick_slot`, the free slot whose held stream is the longest start of a prompt. No threads, no
+waits, no pipes: the caller holds the engine's slot_cv around every read and write of a `_Slots`.
 
 Public surface: `_Slots(n, groups)`, `pick_slot(slots, prompt, im_start)`, `SLOT_PREFIX_MIN`.
 """
 from __future__ import annotations
 
 import queue
-import time
 
 SLOT_PREFIX_MIN = 512         # with several groups, a shorter held prefix does not pick a slot
 
 
 class _Slots:
-    """The slot table of one engine process. Every field is guarded by BatchPath.cv, except `heard`
-    (a float the pump stores; readers only compare it)."""
+    """The slot table of one engine process. Every field is guarded by the engine's slot_cv."""
 
     def __init__(self, n: int, groups: int):
         self.n = n
         self.q = [queue.Queue() for _ in range(n)]   # BT/BDONE lines of the slot's claimant
         self.owner = [None] * n                      # the claimant (request or quarantine); None = free
+        self.open = [False] * n                      # the owner's BACC was seen: its slot lines are routed
         self.held = [[] for _ in range(n)]           # the token stream the slot's session holds
         self.used = [0.0] * n                        # when it was last freed (least recently used first)
         self.live = [None] * n                       # /metrics view while busy
@@ -32,7 +31,6 @@ class _Slots:
         self.group = [b // gs for b in range(n)]
         self.gs = gs if g > 1 else 0
         self.groups = g
-        self.heard = time.monotonic()                # the last line this process wrote (any kind)
 
     def busy(self) -> int:
         return sum(o is not None for o in self.owner)

@@ -32,7 +32,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from serve.engine import StrataEngine  # noqa: E402
-from serve.batch import _eos_ids  # noqa: E402
+from serve.batch import eos_ids  # noqa: E402
 from serve.bootstrap import ENGINE_EXE, default_model_path  # noqa: E402
 
 PEER_SERVER = "/root/.cache/strata-peer/srvbuild/bin/llama-server"
@@ -185,7 +185,7 @@ def main(argv=None):
             print("bench_serving: this engine has no batch slots", file=sys.stderr)
             return 2
         e.batch.solo_again_on = False  # measure the slots themselves
-        no_eos = "logit_bias=" + ",".join(f"{i}:-100" for i in sorted(_eos_ids(e.info)))  # as ignore_eos
+        no_eos = "logit_bias=" + ",".join(f"{i}:-100" for i in sorted(eos_ids(e.info)))  # as ignore_eos
 
         def gen(ids, n):
             return e.generate(ids, n, no_eos)

@@ -1,5 +1,6 @@
-"""The batch path (serve/batch.py) on the slot fake engine: canaries, order, yields, promotion, solo again,
-accounting, pick_slot. The schedules that went wrong are forced (slow reads, hooked conditions)."""
+"""The batch path (serve/batch.py) on the slot fake engine: canaries, the engine's schedule (a short question
+overtakes a long read), admission order for a free slot, cancel and early close (figures kept, quarantine),
+pick_slot. The schedules that went wrong are forced (slow reads, hooked conditions)."""
 import json
 import os
 import sys
@@ -9,7 +10,8 @@ import time
 import pytest
 
 from serve import batch
-from serve.batch import BatchPath, _Request, _Slots, pick_slot, prefill_leg_stats, request_stats
+from serve.batch import BatchPath, _SlotRequest
+from serve.slot_table import _Slots, pick_slot
 from serve.engine import StrataEngine
 from tests.conftest import ROOT
 
@@ -49,10 +51,15 @@ def slots_engine(tmp_path):
         e.close()
 
 
-def run(e, text, max_new=1000, res=None, cancelled=None, firsts=None, name=None):
+def long_q(text, n):
+    """A prompt of about n tokens whose question (and answer) is short: the filler is an earlier turn."""
+    return [257] + [122] * n + [10] + q(text)
+
+
+def run(e, text, max_new=1000, res=None, cancelled=None, firsts=None, name=None, ids=None):
     res = {} if res is None else res
     out = []
-    for t in e.generate(q(text), max_new, cancelled=cancelled, result=res):
+    for t in e.generate(ids or q(text), max_new, cancelled=cancelled, result=res):
         if t is None:
             continue
         if firsts is not None and not out:
@@ -88,153 +95,97 @@ def test_interleaved_clients_get_their_own_replies(slots_engine):
     assert any(c.startswith("BGEN") for c in commands(e))
 
 
-def test_promotion_solo_to_slot_when_another_arrives(slots_engine):
-    e = slots_engine({"slots": 2, "repeat": 30, "token_delay_s": 0.01, "step_delay_s": 0.002})
-    res, out = {}, {}
-    t = threading.Thread(target=lambda: out.setdefault("a", run(e, "first", res=res)))
-    t.start()
-    time.sleep(0.25)
-    b = run(e, "second")
-    t.join(10)
-    assert text_of(out["a"]) == answer("first", 30) and text_of(b) == answer("second", 30)
-    cmds = [c.split()[0] for c in commands(e)]
-    assert cmds[:3] == ["GEN", "STOP", "BGEN"]
-    assert res["segments"] == 2 and res["generated"] == len(out["a"]) and res["reused"] == 0
-    assert res["prompt"] == len(q("first"))  # the request's prompt, not the promoted one
+def test_a_short_question_overtakes_a_long_read(slots_engine):
+    """The engine schedules: a short prompt admitted while a long one is read gets its first token first."""
+    e = slots_engine({"slots": 4, "step_tokens": 32, "step_delay_s": 0.01})
+    long_word, long_ids = "LONG", long_q("LONG", 1200)
+    res, out, firsts = {}, {}, {}
+    tl = threading.Thread(target=lambda: out.setdefault("L", run(e, long_word, res=res, firsts=firsts,
+                                                                 name="L", ids=long_ids)))
+    tl.start()
+    time.sleep(0.1)
+    shorts = [threading.Thread(target=lambda i=i: out.setdefault(i, run(e, f"s{i}", firsts=firsts, name=i)))
+              for i in range(3)]
+    for t in shorts:
+        t.start()
+        time.sleep(0.02)
+    for t in [tl, *shorts]:
+        t.join(20)
+    assert text_of(out["L"]) == answer(long_word)
+    for i in range(3):
+        assert text_of(out[i]) == answer(f"s{i}") and firsts[i] < firsts["L"]
+    n = len(long_ids)
+    assert res["reused"] == 0 and res["prompt_read"] == n and res["prompt"] == n and res["finish"] == "stop"
+    assert [c.split()[0] for c in commands(e)] == ["BGEN"] * 4  # no yields, no promotion: one BGEN each
 
 
-def test_solo_again_when_left_alone(slots_engine):
-    e = slots_engine({"slots": 2, "repeat": 40, "step_delay_s": 0.004, "token_delay_s": 0.001,
-                      "bstop_lag_steps": 2, "rules": [{"match": "short", "repeat": 1}]})
-    out = {}
-    ta = threading.Thread(target=lambda: out.setdefault("a", run(e, "long-one")))
-    tb = threading.Thread(target=lambda: out.setdefault("b", run(e, "short")))
-    ta.start()
-    time.sleep(0.05)
-    tb.start()
-    ta.join(10)
-    tb.join(10)
-    assert text_of(out["a"]) == answer("long-one", 40) and text_of(out["b"]) == answer("short")
-    cmds = [c.split()[0] for c in commands(e)]
-    assert "BSTOP" in cmds and cmds[cmds.index("BSTOP") + 1] == "GEN"  # went solo again
-
-
-def test_short_first_then_arrival_order(slots_engine, monkeypatch):
+def test_short_first_then_arrival_order_for_a_free_slot(slots_engine, monkeypatch):
     for short_first, expect in ((True, ["busy", "short", "long"]), (False, ["busy", "long", "short"])):
         monkeypatch.setenv("STRATA_ADMIT_SHORT_FIRST", "1" if short_first else "0")
-        e = slots_engine({"slots": 4, "pp_chunk": 64, "pp_delay_s": 0.0, "step_delay_s": 0.002,
-                          "rules": [{"match": "busy", "pp_delay_s": 0.1}]})
+        e = slots_engine({"slots": 1, "repeat": 20, "step_delay_s": 0.01})
         e.record.unlink(missing_ok=True)
-        ts = [threading.Thread(target=run, args=(e, "busy" + "b" * 300))]
+        ts = [threading.Thread(target=run, args=(e, "busy"))]
         ts[0].start()
-        time.sleep(0.15)
+        time.sleep(0.1)
         for word in ("long" + "l" * 1100, "short"):
             ts.append(threading.Thread(target=run, args=(e, word)))
             ts[-1].start()
             time.sleep(0.05)
         for t in ts:
             t.join(20)
-        order = [text_of([int(x) for x in c.split()[-1].split(",")])[:5].decode()
-                 for c in commands(e) if c.startswith(("GEN", "BGEN"))]
-        seen = []
-        for w in order:
-            w = w[:4] if w.startswith("long") or w.startswith("busy") else w
-            if w not in seen:
-                seen.append(w)
-        assert seen == expect, (short_first, order)
+        order = [text_of([int(x) for x in c.split()[-1].split(",")])[:4].decode()
+                 for c in commands(e) if c.startswith("BGEN")]
+        assert [w if w != "shor" else "short" for w in order] == expect, (short_first, order)
         e.close()
 
 
-def test_two_yields_then_the_long_read_finishes(slots_engine):
-    e = slots_engine({"slots": 4, "pp_chunk": 32, "step_delay_s": 0.002,
-                      "rules": [{"match": "LONG", "pp_delay_s": 0.05}]})
-    long_word = "LONG" + "z" * 600
-    res, out, firsts = {}, {}, {}
-    tl = threading.Thread(target=lambda: out.setdefault("L", run(e, long_word, res=res, firsts=firsts,
-                                                                 name="L")))
-    tl.start()
-    shorts = []
-    for i in range(3):
-        time.sleep(0.25)
-        shorts.append(threading.Thread(target=lambda i=i: out.setdefault(i, run(e, f"s{i}", firsts=firsts,
-                                                                                  name=i))))
-        shorts[-1].start()
-    for t in [tl, *shorts]:
-        t.join(20)
-    assert text_of(out["L"]) == answer(long_word)
-    for i in range(3):
-        assert text_of(out[i]) == answer(f"s{i}")
-    assert sum(c.startswith("BYIELD") for c in commands(e)) == 2  # YIELDS_MAX: the third short waits
-    assert firsts[0] < firsts["L"] and firsts[1] < firsts["L"] and firsts[2] > firsts["L"]
-    n = len(q(long_word))
-    assert res["legs"] == 3 and res["reused"] == 0 and res["prompt_read"] == n and res["prompt"] == n
-
-
-@pytest.mark.parametrize("n_yields", [1, 2])
-def test_cancel_after_yields(slots_engine, n_yields):
-    e = slots_engine({"slots": 2, "pp_chunk": 32, "step_delay_s": 0.002,
-                      "rules": [{"match": "LONG", "pp_delay_s": 0.05}, {"match": "s", "repeat": 20,
-                                                                         "step_delay_s": 0.02}]})
+def test_cancel_while_reading_keeps_the_figures_and_frees_the_slot(slots_engine):
+    e = slots_engine({"slots": 2, "step_tokens": 16, "step_delay_s": 0.01})
     flag = threading.Event()
-    res, out = {}, {}
-    tl = threading.Thread(target=lambda: out.setdefault("L", run(e, "LONG" + "z" * 600, res=res,
-                                                                 cancelled=flag.is_set)))
-    tl.start()
-    ts = []
-    for i in range(n_yields):
-        time.sleep(0.25)
-        ts.append(threading.Thread(target=lambda i=i: out.setdefault(i, run(e, f"s{i}"))))
-        ts[-1].start()
+    res = {}
+    t = threading.Thread(target=run, args=(e, "LONG" + "z" * 800), kwargs={"res": res, "cancelled": flag.is_set})
+    t.start()
     deadline = time.monotonic() + 5
-    while sum(c.startswith("BYIELD") for c in commands(e)) < n_yields and time.monotonic() < deadline:
+    while res.get("prompt_reached", 0) < 64 and time.monotonic() < deadline:
         time.sleep(0.01)
-    time.sleep(0.02)
     flag.set()
-    cut = len(commands(e))
-    for t in [tl, *ts]:
-        t.join(20)
-    assert not tl.is_alive() and res["finish"] == "cancel"
-    for i in range(n_yields):
-        assert text_of(out[i]) == answer(f"s{i}", 20)
-    later = commands(e)[cut:]
-    assert not any(c.startswith(("BGEN", "GEN")) and "LONG" in text_of(
-        [int(x) for x in c.split()[-1].split(",")]).decode() for c in later if c.startswith(("BGEN", "GEN")))
-    assert e.batch.stats()["busy"] == 0 and not e.ctl.locked()
-    assert text_of(run(e, "after")) == answer("after")  # every slot is usable again
+    t.join(10)
+    n = len(q("LONG" + "z" * 800))
+    assert res["finish"] == "cancel" and res["generated"] == 0 and 0 < res["prompt_read"] < n
+    assert res["prompt"] == n and res["prompt_ms"] > 0 and res["decode_ms"] == 0.0
+    assert "BSTOP 0" in commands(e) and e.batch.stats()["busy"] == 0 and not e.ctl.locked()
+    assert text_of(run(e, "after")) == answer("after")
 
 
-def test_early_close_quarantines_the_slot_until_bdone(slots_engine):
-    e = slots_engine({"slots": 2, "repeat": 200, "step_delay_s": 0.003, "token_delay_s": 0.002,
-                      "rules": [{"match": "next", "repeat": 3}]})
-    ta = threading.Thread(target=run, args=(e, "b-keeps"))  # keeps a slot busy: no solo leg for the next
-    ta.start()
-    time.sleep(0.05)
+def test_a_cancelled_reply_keeps_its_engine_figures(slots_engine):
+    """Issue 10: a cancelled request's tokens come with their decode time (no tokens without time)."""
+    e = slots_engine({"slots": 2, "repeat": 100, "step_delay_s": 0.005})
+    res, got = {}, []
+    g = e.generate(q("talk"), 1000, result=res)
+    for t in g:
+        if t is not None:
+            got.append(t)
+        if len(got) == 20:
+            break
+    g.close()
+    assert res["finish"] == "cancel" and res["generated"] >= 20 and res["decode_ms"] > 0
+    assert res["prompt_read"] == len(q("talk")) and res["prompt_ms"] > 0
+
+
+def test_early_close_quarantines_the_slot_until_bdone(slots_engine, monkeypatch):
+    monkeypatch.setattr(batch, "LEAVE_WAIT_S", 0.1)
+    e = slots_engine({"slots": 2, "repeat": 200, "step_delay_s": 0.003, "hang_after_bstop": 0.6,
+                      "hang_steps": True, "rules": [{"match": "next", "repeat": 3}]})
     g = e.generate(q("leaver"), 500)
     got = [t for _, t in zip(range(30), g) if t is not None]
     g.close()
-    ta.join(10)
-    assert got and "BSTOP" in " ".join(commands(e))
+    assert got and "BSTOP 0" in commands(e)
+    assert e.batch.stats()["busy"] == 1 and e.batch.stats()["quarantines"] == 1  # claimed until its BDONE
     deadline = time.monotonic() + 3
     while e.batch.stats()["busy"] and time.monotonic() < deadline:
         time.sleep(0.01)
     assert e.batch.stats()["busy"] == 0 and e.alive()
     assert text_of(run(e, "next")) == answer("next", 3)
-
-
-def test_accounting_keeps_unknown_and_sums_legs_once():
-    legs = [{"reused": 5, "prompt_read": 100, "prompt_ms": 10.0, "hits": None, "chunk": 32, "generated": 0,
-             "finish": "cancel", "prompt": 200},
-            {"reused": 105, "prompt_read": 95, "prompt_ms": 12.5, "hits": None, "chunk": 32, "generated": 1,
-             "finish": "length", "prompt": 200}]
-    read = prefill_leg_stats(legs)
-    assert read["reused"] == 5 and read["prompt_read"] == 195 and read["prompt_ms"] == 22.5
-    assert read["hits"] is None and read["generated"] == 1 and read["legs"] == 2
-    seg2 = {"reused": 210, "prompt_read": 1, "prompt_ms": 1.0, "generated": 7, "decode_ms": 30.0,
-            "finish": "stop", "prompt": 211, "chunk": 32}
-    tot = request_stats([{**read, "generated": 10, "decode_ms": 50.0}, seg2])
-    assert tot["reused"] == 5 and tot["prompt_read"] == 195 and tot["prompt"] == 200
-    assert tot["prompt_ms"] == 23.5 and tot["decode_ms"] == 80.0 and tot["generated"] == 17
-    assert tot["finish"] == "stop" and tot["hits"] is None and tot["file_mb"] is None
 
 
 def test_pick_slot_prefix_checkpoint_shared_boundary_and_busy():
@@ -274,22 +225,34 @@ class _HookedCondition(threading.Condition):
         return super().__enter__()
 
 
+class _StubProc:
+    def __init__(self, n):
+        self.slots, self.ended = _Slots(n, 1), False
+
+
 class _StubEngine:
-    def __init__(self):
+    def __init__(self, n_slots=1):
         self.ctl = threading.Lock()
+        self.slot_cv = threading.Condition()
         self.starting = False
         self.info = {}
-        self._cur = None
+        self.proc = _StubProc(n_slots)
+
+    def current(self):
+        return self.proc
 
     def alive(self):
         return True
 
+    def gone(self, proc):
+        return "gone"
 
-def test_take_control_sees_a_turn_that_changed_just_before_its_wait(monkeypatch):
+
+def test_a_claim_sees_a_turn_that_changed_just_before_its_wait(monkeypatch):
     """Lost notification: the turn check must be made under slot_cv's lock, right before waiting."""
-    monkeypatch.setattr(batch, "WAIT_STEP_S", 3.0)
+    monkeypatch.setattr(batch, "SLOT_WAIT_STEP_S", 3.0)
     bp = BatchPath(_StubEngine())
-    first = batch._Waiter(10, 0.0, None)  # a short waiter ahead of ours
+    first = batch._Waiter(10, 0.0)  # a short waiter ahead of ours
 
     def first_takes_its_turn_elsewhere():
         def leave():
@@ -302,31 +265,30 @@ def test_take_control_sees_a_turn_that_changed_just_before_its_wait(monkeypatch)
 
     bp.cv = _HookedCondition("W", 2, first_takes_its_turn_elsewhere)
     bp.waiting[first.seq] = first
-    req = _Request(list(range(2000)), 5, "", None)
+    req = _SlotRequest(list(range(2000)), 5, "", None)
     got = {}
 
     def w():
         t0 = time.monotonic()
-        for _ in bp._take_control(req, 2000):
-            pass
+        got["claimed"] = list(bp._claim(req)) == [] and req.slot is not None
         got["s"] = time.monotonic() - t0
 
     t = threading.Thread(target=w, name="W")
     t.start()
     t.join(10)
-    assert req.has_ctl and got["s"] < 1.0, got
+    assert got["claimed"] and got["s"] < 1.0, got
 
 
 def test_a_waiter_that_leaves_lets_the_next_one_go(monkeypatch):
     """A waiter that gives up its place (its client left) notifies: the next one must not sleep a step."""
-    monkeypatch.setattr(batch, "WAIT_STEP_S", 1.0)
+    monkeypatch.setattr(batch, "SLOT_WAIT_STEP_S", 1.0)
     monkeypatch.setattr(batch, "HEARTBEAT_S", 0.0)
     bp = BatchPath(_StubEngine())
-    ahead = batch._Waiter(5, 0.0, None)     # a short waiter ahead of both (it never proceeds)
+    ahead = batch._Waiter(5, 0.0)     # a short waiter ahead of both (it never proceeds)
     bp.waiting[ahead.seq] = ahead
-    short, long_ = _Request([1] * 10, 5, "", None), _Request([1] * 5000, 5, "", None)
+    short, long_ = _SlotRequest([1] * 10, 5, "", None), _SlotRequest([1] * 5000, 5, "", None)
     long_.arrival = short.arrival + 1
-    g_short = bp._take_control(short, 10)
+    g_short = bp._claim(short)
     assert next(g_short) is None            # registered, not its turn, one step waited, heartbeat
     waiting_now = threading.Event()
 
@@ -340,8 +302,8 @@ def test_a_waiter_that_leaves_lets_the_next_one_go(monkeypatch):
     with bp.cv:
         bp.cv = cond
     got = {}
-    tl = threading.Thread(target=lambda: (list(bp._take_control(long_, 5000)),
-                                          got.setdefault("t", time.monotonic())), name="L")
+    tl = threading.Thread(target=lambda: (list(bp._claim(long_)), got.setdefault("t", time.monotonic())),
+                          name="L")
     tl.start()
     assert waiting_now.wait(3)
     time.sleep(0.05)                         # it now sleeps a fresh 1 s step on the condition
@@ -350,7 +312,7 @@ def test_a_waiter_that_leaves_lets_the_next_one_go(monkeypatch):
     t0 = time.monotonic()
     g_short.close()                          # the short one's client left: it must wake the long one
     tl.join(5)
-    assert long_.has_ctl and got["t"] - t0 < 0.5, got["t"] - t0
+    assert long_.slot is not None and got["t"] - t0 < 0.5, got["t"] - t0
 
 
 def test_conversation_slots_known_before_ready():

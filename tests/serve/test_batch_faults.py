@@ -1,7 +1,8 @@
 """The batch path when things go wrong: a restart while requests are attached, the engine ending while a
-request waits for a free slot (EngineDied at once, never sent to the next process), a stopped slot or a STOP
-that is never answered (the limits count from the engine's last line, another slot's BT lines included; past
-them the engine is ended, so the slot is never given to another request while its lines may still come)."""
+request waits for a free slot (EngineDied at once, never sent to the next process), a BSTOP that is never
+answered, while reading or decoding (the limit counts from the engine's last line, another slot's lines
+included; past it the engine is ended, so the slot is never given to another request while its lines may
+still come)."""
 import threading
 import time
 
@@ -9,7 +10,7 @@ import pytest
 
 from serve import batch
 from serve.engine import EngineDied
-from tests.serve.test_batch import answer, commands, q, run, slots_engine, text_of  # noqa: F401 (fixture)
+from tests.serve.test_batch import answer, commands, long_q, q, run, slots_engine, text_of  # noqa: F401 (fixture)
 
 
 def _pids(e):
@@ -33,15 +34,15 @@ def test_restart_while_requests_are_attached(slots_engine):
         ts[-1].start()
         time.sleep(0.15)
     deadline = time.monotonic() + 3
-    while e.batch.stats()["admitting"] < 1 and time.monotonic() < deadline:
+    while e.batch.stats()["waiting"] < 1 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert e.batch.stats()["admitting"] == 1  # c waits for a slot, bound to this process
-    old_pid = e._cur.popen.pid
+    assert e.batch.stats()["waiting"] == 1  # c waits for a slot, bound to this process
+    old_pid = e.current().popen.pid
     e.restart(tries=1)
     for t in ts:
         t.join(10)
     assert set(errors) == {"a-one", "b-two", "c-waits"}, (errors, list(outs))
-    new_pid = e._cur.popen.pid
+    new_pid = e.current().popen.pid
     assert not [c for pid, c in _pids(e) if int(pid) == new_pid]  # nothing of theirs reached the new one
     assert text_of(run(e, "fresh")) == answer("fresh", 2)
     assert int(_pids(e)[0][0]) == old_pid
@@ -50,6 +51,7 @@ def test_restart_while_requests_are_attached(slots_engine):
 @pytest.mark.parametrize("tick", [False, True])
 def test_stopped_slot_limit_counts_from_the_last_line(slots_engine, monkeypatch, tick):
     monkeypatch.setattr(batch, "QUARANTINE_S", 0.4)
+    monkeypatch.setattr(batch, "LEAVE_WAIT_S", 0.1)
     script = {"slots": 2, "repeat": 60, "step_delay_s": 0.004, "token_delay_s": 0.002, "hang_after_bstop": 1.2,
               "rules": [{"match": "next", "repeat": 3}]}
     if tick:
@@ -61,7 +63,7 @@ def test_stopped_slot_limit_counts_from_the_last_line(slots_engine, monkeypatch,
     time.sleep(0.1)
     g = e.generate(q("leaver"), 2000)
     got = _take(g, 40)
-    assert len(got) == 40 and e._cur.slots.owner.count(None) == 0  # both slots decode
+    assert len(got) == 40 and e.current().slots.owner.count(None) == 0  # both slots decode
     g.close()  # BSTOP; the engine then writes nothing (or only WARN ticks) for 1.2 s
     if not tick:  # past the limit: the engine is ended, the slot is never reused on that process
         deadline = time.monotonic() + 1.0
@@ -78,28 +80,6 @@ def test_stopped_slot_limit_counts_from_the_last_line(slots_engine, monkeypatch,
     if tick:
         tk.join(20)
         assert text_of(keeper["r"]) == answer("keeper", 60)
-
-
-@pytest.mark.parametrize("tick", [False, True])
-def test_stop_drain_limit_counts_from_the_last_line(slots_engine, monkeypatch, tick):
-    monkeypatch.setattr(batch, "DRAIN_TIMEOUT_S", 0.4)
-    script = {"slots": 2, "repeat": 300, "token_delay_s": 0.003, "hang_on_stop": 1.2,
-              "rules": [{"match": "next", "repeat": 3}]}
-    if tick:
-        script["tick_s"] = 0.1
-    e = slots_engine(script)
-    g = e.generate(q("solo-leaver"), 2000)
-    got = _take(g, 20)
-    t0 = time.monotonic()
-    g.close()  # STOP, then drain to DONE while ctl is held
-    took = time.monotonic() - t0
-    if not tick:
-        assert took < 1.0 and not e.alive() and "STOP" in e.death_note()
-        e.restart(tries=1)
-    else:
-        assert took >= 1.1 and e.alive()
-    assert len(got) == 20 and not e.ctl.locked()
-    assert text_of(run(e, "next")) == answer("next", 3)
 
 
 def _catch(fn):
@@ -141,27 +121,23 @@ class _HookedLock:
 
 
 def test_a_request_never_goes_on_on_a_restarted_process(slots_engine):
-    """Going solo again, the request re-takes ctl; the engine restarts just then: EngineDied, nothing sent to
-    the new process."""
-    e = slots_engine({"slots": 2, "repeat": 60, "step_delay_s": 0.004, "token_delay_s": 0.002,
-                      "rules": [{"match": "short", "repeat": 1}, {"match": "fresh", "repeat": 2}]})
-    e.ctl = _HookedLock("L", 2, lambda: e.restart(tries=1))
+    """The engine restarts right after a request claimed its slot and took the control lines: EngineDied,
+    nothing sent to the new process."""
+    e = slots_engine({"slots": 2, "rules": [{"match": "fresh", "repeat": 2}]})
+    e.ctl = _HookedLock("L", 1, lambda: e.restart(tries=1))
     errors = {}
 
-    def long_one():
+    def one():
         try:
-            run(e, "long-one")
+            run(e, "late-one")
         except EngineDied as ex:
             errors["L"] = str(ex)
 
-    tl = threading.Thread(target=long_one, name="L")
+    tl = threading.Thread(target=one, name="L")
     tl.start()
-    time.sleep(0.05)
-    assert text_of(run(e, "short")) == answer("short")   # promotes L into a slot; L then goes solo again
     tl.join(10)
     assert "L" in errors, "the request went on on the new process"
-    new_pid = e._cur.popen.pid
-    assert not [c for pid, c in _pids(e) if int(pid) == new_pid]
+    assert not _sent_for(e, "late-one")
     assert text_of(run(e, "fresh")) == answer("fresh", 2)
 
 
@@ -178,9 +154,9 @@ def _hold_the_only_slot(e, g, tw, deadline_s=5.0):
     for t in g:
         if t is not None:
             got.append(t)
-        if e.batch.stats()["admitting"] == 1 or time.monotonic() > deadline:
+        if e.batch.stats()["waiting"] == 1 or time.monotonic() > deadline:
             break
-    assert e.batch.stats()["admitting"] == 1 and e._cur.slots.owner[0] is not None, "no one waits for a slot"
+    assert e.batch.stats()["waiting"] == 1 and e.current().slots.owner[0] is not None, "no one waits for a slot"
     return got
 
 
@@ -198,7 +174,6 @@ def test_a_request_waiting_for_a_slot_gets_engine_died_when_the_engine_ends(slot
     """The only slot's holder is paused (its client reads slowly), so that slot is never freed; the engine
     then ends. The waiter must get EngineDied at once, not wait for the holder, and never be sent to the
     next process."""
-    monkeypatch.setenv("STRATA_PARALLEL_SOLO", "0")  # the holder stays in its slot
     e = slots_engine({"slots": 1, "repeat": 400, "step_delay_s": 0.005, "token_delay_s": 0.002,
                       "rules": [{"match": "fresh", "repeat": 2}]})
     g = e.generate(q("holder"), 3000)
@@ -213,10 +188,10 @@ def test_a_request_waiting_for_a_slot_gets_engine_died_when_the_engine_ends(slot
     tw = threading.Thread(target=waiter, name="W")
     try:
         _hold_the_only_slot(e, g, tw)
-        old_pid = e._cur.popen.pid
+        old_pid = e.current().popen.pid
         t0 = time.monotonic()
         if how == "killed":
-            e._cur.popen.kill()
+            e.current().popen.kill()
         else:
             e.restart(tries=1)
         tw.join(3)
@@ -229,7 +204,7 @@ def test_a_request_waiting_for_a_slot_gets_engine_died_when_the_engine_ends(slot
             tw.join(10)
     if how == "killed":
         e.restart(tries=1)
-    assert e._cur.popen.pid != old_pid
+    assert e.current().popen.pid != old_pid
     assert text_of(run(e, "fresh")) == answer("fresh", 2)
     assert not _sent_for(e, "waiter")
 
@@ -252,20 +227,19 @@ class _HookedEnter(threading.Condition):
 def test_an_engine_end_just_before_the_slot_wait_is_not_slept_through(slots_engine, monkeypatch):
     """The engine ends (and the pump has notified) between the waiter's look at `ended` and its wait on
     slot_cv: the look must be made under the lock, else the waiter sleeps a whole SLOT_WAIT_STEP_S."""
-    monkeypatch.setenv("STRATA_PARALLEL_SOLO", "0")
     monkeypatch.setattr(batch, "SLOT_WAIT_STEP_S", 3.0)
     e = slots_engine({"slots": 1, "repeat": 400, "step_delay_s": 0.005, "token_delay_s": 0.002})
     fired, paused = {}, threading.Event()
 
     def end_the_engine():
         assert paused.wait(3)  # the holder's client has stopped reading (its slot stays taken)
-        proc = e._cur
+        proc = e.current()
         proc.popen.kill()
         proc.pump.join(3)  # EOF seen: `ended` set and proc_ended's notify_all done (nobody waited yet)
         fired["t"] = time.monotonic()
 
-    # the waiter's enters while it counts as admitting: 1st = _release_ctl's notify, 2nd = the slot wait's
-    e.batch.cv = _HookedEnter("W", 2, lambda: e.batch.admitting == 1, end_the_engine)
+    # the waiter's enters once it is registered as waiting: the 1st is its look before the slot wait
+    e.batch.cv = _HookedEnter("W", 1, lambda: len(e.batch.waiting) == 1, end_the_engine)
     g = e.generate(q("holder"), 3000)
     got = {}
 
@@ -308,59 +282,15 @@ def _check_drained(e, res, firsts, tk, since, old_pid):
     assert text_of(res["keeper"]) == answer("keeper", 100)
 
 
+@pytest.mark.parametrize("phase", ["reading", "decoding"])
 @pytest.mark.parametrize("others", ["silent", "decoding"])
-def test_admission_stop_drain_limit_counts_from_every_line(slots_engine, monkeypatch, others):
-    """A request leaves during its admission: STOP, then the engine writes nothing on the control lines for
-    1.2 s. With no line at all it is ended after DRAIN_TIMEOUT_S; while another slot's BT lines come it is
-    not (each line restarts the limit). Either way ctl and the slot are held until then: a request that came
-    meanwhile is sent only after the drain, or (engine ended) never."""
-    monkeypatch.setattr(batch, "DRAIN_TIMEOUT_S", 0.4)
-    monkeypatch.setenv("STRATA_PARALLEL_SOLO", "0")
-    script = {"slots": 2, "repeat": 100, "step_delay_s": 0.005, "token_delay_s": 0.002, "pp_chunk": 32,
-              "hang_on_stop": 1.2, "rules": [{"match": "LONG", "pp_delay_s": 0.05, "repeat": 1},
-                                             {"match": "next", "repeat": 3}]}
-    if others == "decoding":
-        script["hang_steps"] = True
-    e = slots_engine(script)
-    res, firsts = {}, {}
-    tk = threading.Thread(target=lambda: res.setdefault("keeper", _catch(lambda: run(e, "keeper", 3000,
-                                                                                      firsts=firsts))))
-    tk.start()
-    deadline = time.monotonic() + 3
-    while "keeper" not in firsts and time.monotonic() < deadline:
-        time.sleep(0.01)
-    g = e.generate(q("LONG" + "z" * 600), 100)  # the keeper, solo, is promoted into slot 0 as it arrives
-    for t in g:
-        if t is None and e.progress[0] >= 64:
-            break  # the admission of slot 1 is being read; the keeper decodes in slot 0
-    assert [o is not None for o in e._cur.slots.owner] == [True, True]
-    old_pid = e._cur.popen.pid
-    tn = threading.Thread(target=lambda: res.setdefault("next", _catch(lambda: run(e, "next", firsts=firsts))))
-    tn.start()
-    deadline = time.monotonic() + 2
-    while not e.batch.stats()["waiting"] and time.monotonic() < deadline:
-        time.sleep(0.01)
-    t0 = time.monotonic()
-    g.close()  # STOP; the engine hangs 1.2 s before DONE/BADM
-    took, closed = time.monotonic() - t0, time.monotonic()
-    tn.join(10)
-    if others == "silent":
-        assert took < 1.0 and not e.alive() and "STOP" in e.death_note(), took
-        _check_engine_ended(e, res, tk)
-    else:
-        assert took >= 1.1 and e.alive(), took
-        _check_drained(e, res, firsts, tk, closed, old_pid)
-    assert not e.ctl.locked()
-
-
-@pytest.mark.parametrize("others", ["silent", "decoding"])
-def test_cancelled_slot_bstop_limit_counts_from_every_line(slots_engine, monkeypatch, others):
-    """A decoding request is cancelled: BSTOP, then its slot writes nothing for 1.2 s. With no line at all
-    the engine is ended after QUARANTINE_S and a request waiting for a slot gets EngineDied (never that
-    slot); while the other slot's BT lines come, the limit restarts and the slot is reused after its BDONE."""
+def test_cancelled_slot_bstop_limit_counts_from_every_line(slots_engine, monkeypatch, others, phase):
+    """A request is cancelled while its prompt is read or while it decodes: BSTOP, then its slot writes
+    nothing for 1.2 s. With no line at all the engine is ended after QUARANTINE_S and a request waiting for a
+    slot gets EngineDied (never that slot); while the other slot's lines come, the limit restarts and the slot
+    is reused after its BDONE."""
     monkeypatch.setattr(batch, "QUARANTINE_S", 0.4)
-    monkeypatch.setenv("STRATA_PARALLEL_SOLO", "0")
-    script = {"slots": 2, "repeat": 100, "step_delay_s": 0.005, "token_delay_s": 0.002, "hang_after_bstop": 1.2,
+    script = {"slots": 2, "repeat": 100, "step_delay_s": 0.005, "hang_after_bstop": 1.2, "step_tokens": 16,
               "rules": [{"match": "next", "repeat": 3}, {"match": "leaver", "repeat": 300}]}
     if others == "decoding":
         script["hang_steps"] = True
@@ -370,23 +300,26 @@ def test_cancelled_slot_bstop_limit_counts_from_every_line(slots_engine, monkeyp
     tk.start()
     time.sleep(0.1)
 
+    ids = long_q("leaver", 4000) if phase == "reading" else None
+
     def leaver():
-        res["leaver"] = _catch(lambda: run(e, "leaver", 3000, cancelled=flag.is_set, firsts=firsts))
+        res["leaver"] = _catch(lambda: run(e, "leaver", 3000, cancelled=flag.is_set, firsts=firsts, ids=ids))
         ended["t"] = time.monotonic()
 
     tl = threading.Thread(target=leaver)
     tl.start()
     deadline = time.monotonic() + 3
-    while (e.batch.stats()["busy"] < 2 or "leaver" not in firsts) and time.monotonic() < deadline:
+    while (e.batch.stats()["busy"] < 2 or ("leaver" not in firsts and phase == "decoding")
+           or (e.progress[0] < 64 and phase == "reading")) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert e.batch.stats()["busy"] == 2
-    old_pid = e._cur.popen.pid
+    old_pid = e.current().popen.pid
     tn = threading.Thread(target=lambda: res.setdefault("next", _catch(lambda: run(e, "next", firsts=firsts))))
     tn.start()
     deadline = time.monotonic() + 2
-    while e.batch.stats()["admitting"] < 1 and time.monotonic() < deadline:
+    while e.batch.stats()["waiting"] < 1 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert e.batch.stats()["admitting"] == 1  # "next" waits for a slot
+    assert e.batch.stats()["waiting"] == 1  # "next" waits for a slot
     flag.set()  # the leaver's client went: BSTOP at its next token; the engine then hangs on that slot
     tl.join(5)
     tn.join(10)
