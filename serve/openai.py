@@ -5,10 +5,11 @@ Calling convention (serve/anthropic.py mirrors it; the server routes by path and
     handler(service, body: dict, ctx: RequestContext) -> JsonReply | StreamReply     (serve/replies.py)
 
 - `body` is the parsed JSON object (the server answers 400 itself when the body is not a JSON object).
-- Validate and `service.prepare(req)` *before* returning: every error raised then (`BadRequest`,
-  `EngineDied`, `EngineStarting`, ...) becomes a plain HTTP answer built by this module's
+- Validate and `service.prepare(req)` *before* returning: every error raised then (`BadRequest`, a
+  `ServiceError` from serve/errors.py) becomes a plain HTTP answer built by this module's
   `error_body(status, err_type, message, param=None, code=None)`; the server picks the status
-  (BadRequest.status; 503 for the engine errors; 500 otherwise, with the traceback logged).
+  (BadRequest.status; ServiceError.status: 503 engine down or starting, 502 a broken engine; 500 otherwise,
+  with the traceback logged).
 - A stream is a `StreamReply` whose frames iterate `service.run(prep, ctx.cancelled)` inside
   `contextlib.closing(...)`; a `ping` event becomes a keep-alive comment. An error after the first frame is
   this module's `stream_error(message)` frame, then the end of the stream. When the server is shutting down
@@ -321,14 +322,8 @@ def _chat_stream(service, prep, ctx, meta, include_usage):
 
 
 def _error_text(service, e) -> str:
-    from serve.engine import EngineDied
-    text = str(e) or type(e).__name__
-    if isinstance(e, EngineDied):
-        note = service.engine.death_note()
-        if note and note not in text:
-            text += "; " + note
-        text += "; the next request restarts it"
-    return text
+    """The text of a failure after the headers (Service.run raised a service error, death note included)."""
+    return str(e) or type(e).__name__
 
 
 # ---------------------------------------------------------------- /v1/completions

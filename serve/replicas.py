@@ -9,9 +9,9 @@ per replica in an LRU of `BLOCKS_MAX` entries, give the prefix length it holds; 
 + `LOAD_TOKENS` x requests running there; ties go to fewer running, then fewer routed. A restart (or a
 nonfinite answer) forgets that replica's blocks.
 
-Rules: a replica without slots runs one request at a time under its own lock, and the child generator is
-closed (its STOP + drain done) *before* that lock is released, so the next request there never reads this
-one's lines; every caller gets its own copy of the figures (`result`); a dead replica is restarted in the
+Rules: a replica without slots runs one request at a time (its StrataEngine serialises solo requests
+under its `ctl` and drains a request that leaves before the next one is sent: the one place that does);
+the child generator is closed (its STOP + drain done) before the replica's figures are taken; every caller gets its own copy of the figures (`result`); a dead replica is restarted in the
 background at most every `HEAL_EVERY_S` (`heal()`). Not offered: session files, VRAM resize.
 
 Cores: with N >= 2 replicas and at least N cores (the server's own affinity set), each replica gets its own
@@ -23,7 +23,7 @@ after. With fewer cores than replicas there is no fair share and nothing is pinn
 Public surface: `ReplicaEngine(engines, load_tokens=LOAD_TOKENS, pin=True, cores=None)` (`cores`: the set
 to share, default the server's affinity), `core_shares(n, cores)`, `.pin_note`, `.start()`, `.generate(ids,
 max_new, keys, cancelled, result, replica=None)` (`replica` forces one, for tests and benchmarks), `.pick(ids)`,
-`.heal()`, `.alive()`, `.batched()`, `.batch_size()`, `.max_context`, `.known_ctx`, `.info`, `.live()` (with
+`.heal()`, `.ensure_running()`, `.alive()`, `.batched()`, `.batch_size()`, `.max_context`, `.known_ctx`, `.info`, `.live()` (with
 each replica's `cores`), `.restart(tries)`, `.close()`, `.kill_now()`, `.death_note()`.
 """
 from __future__ import annotations
@@ -36,13 +36,12 @@ import threading
 import time
 from collections import OrderedDict
 
-from serve.engine import EngineDied, EngineNonFinite
+from serve.engine_protocol import EngineDied, EngineNonFinite
 
 BLOCK_TOKENS = 64         # routing granularity: a shared prefix counts in whole blocks
 BLOCKS_MAX = 262144       # block hashes remembered per replica (LRU)
 LOAD_TOKENS = 3000        # one running request costs as much as this many uncached prompt tokens
 HEAL_EVERY_S = 60.0       # a dead replica is restarted at most this often
-POLL_S = 0.5              # each wait for a solo replica's lock (cancel is checked this often)
 
 
 def core_shares(n: int, cores) -> list[list[int]] | None:
@@ -113,7 +112,6 @@ class _Replica:
     def __init__(self, index, engine):
         self.index = index
         self.engine = engine
-        self.lock = threading.Lock()       # one request at a time on a replica without slots
         self.blocks: OrderedDict = OrderedDict()   # guarded by ReplicaEngine._state
         self.running = 0                   # guarded by ReplicaEngine._state
         self.routed = 0                    # guarded by ReplicaEngine._state
@@ -242,6 +240,14 @@ class ReplicaEngine:
                 with _pinned(r.cores):
                     r.engine.restart(tries=tries)
 
+    def ensure_running(self) -> None:
+        """Every replica dead: restart them now (the Service calls this before a request); else heal the
+        dead ones in the background."""
+        if not self.alive() and not self.starting:
+            self.restart(tries=1)
+        else:
+            self.heal()
+
     def heal(self) -> None:
         """Restart dead replicas in the background, each at most every HEAL_EVERY_S."""
         now = time.monotonic()
@@ -302,16 +308,7 @@ class ReplicaEngine:
             r.routed += 1
         figures: dict = {}
         out: list[int] = []
-        solo = not r.engine.info.get("batch_slots")
-        held = False
         try:
-            if solo:
-                while not r.lock.acquire(timeout=POLL_S):
-                    if cancelled is not None and cancelled():
-                        figures["finish"] = "cancel"
-                        return
-                    yield None
-                held = True
             child = r.engine.generate(ids, max_new, keys, cancelled, figures)
             try:
                 for t in child:
@@ -319,14 +316,12 @@ class ReplicaEngine:
                         out.append(t)
                     yield t
             finally:
-                child.close()  # STOP + drain happen here, while the replica's lock is still held
+                child.close()  # STOP + drain happen here (StrataEngine holds its ctl until then)
             self._remember(r, list(ids) + out)
         except EngineNonFinite:
             self._forget(r)
             raise
         finally:
-            if held:
-                r.lock.release()
             with self._state:
                 r.running -= 1
             if result is not None:

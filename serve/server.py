@@ -7,7 +7,9 @@ answers at this one boundary. It knows nothing of pipes: `Service` and `StrataEn
 
 Life cycle (`run_server(opts)`): bind (the port is known before the model loads; `--port 0` picks a free
 one), serve, start the engine in the background (`/health` is 503 until READY), print
-`strata: listening on http://HOST:PORT` once `/health` answers 200. SIGTERM/SIGINT: stop accepting, end the
+`strata: listening on http://HOST:PORT` once `/health` answers 200. A model that cannot be loaded ends the
+server: one line `strata: the engine did not start: ...`, exit 1. After that an engine that dies is restarted
+by the Service's supervisor (`/health` returns to 200 by itself). SIGTERM/SIGINT: stop accepting, end the
 running streams with a final event, QUIT the engine (then terminate, kill), exit 0; a second Ctrl+C kills
 the engine and exits at once. `--parent-pid PID`: the same shutdown when that process is gone.
 
@@ -34,7 +36,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from serve import openai as openai_api
 from serve import llama_views, prometheus, telemetry
-from serve.engine import EngineDied, EngineNonFinite, EngineStuck
+from serve.errors import ServiceError
 from serve.config import save_shared_settings
 from serve.events import BadRequest
 from serve.replies import JsonReply, RequestContext, StreamReply
@@ -317,8 +319,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._error(path, e.status, e.err_type, e.message, e.param, e.code)
         except BadRequest as e:
             return self._error(path, e.status, "invalid_request_error", e.message, e.param, e.code)
-        except (EngineDied, EngineNonFinite, EngineStuck) as e:
-            return self._error(path, 503, "unavailable_error", openai_api._error_text(svc, e))
+        except ServiceError as e:  # the Service turned every engine failure into one (503 / 502)
+            return self._error(path, e.status, e.err_type, e.message)
         except ValueError as e:  # an engine ERR, or a value the translator refused
             return self._error(path, 400, "invalid_request_error", str(e))
         except (TypeError, KeyError, AttributeError) as e:
@@ -377,7 +379,7 @@ def _health(svc, body, ctx):
     if status != 200:
         return JsonReply(503, {**out, "error": {"code": 503, "type": "unavailable_error",
                                                 "message": "Loading model" if out["status"] == "loading"
-                                                else svc.engine.death_note()}})
+                                                else svc.death_note()}})
     return JsonReply(200, out)
 
 
@@ -502,12 +504,16 @@ def run_server(svc, opts: Options, start_engine=True) -> int:
     server_thread.start()
     shown = f"[{host}]" if ":" in host else host
 
+    failed = []
+
     def boot():
-        if start_engine and not svc.engine.alive():
+        if start_engine:
             try:
-                svc.engine.start()
-            except EngineDied as e:
+                svc.start_engine()  # then its supervisor restarts an engine that dies while idle
+            except ServiceError as e:  # the model cannot be loaded: one clear line, exit 1, no server left
                 print(f"strata: the engine did not start: {e}", file=sys.stderr, flush=True)
+                failed.append(e)
+                stop.set()
                 return
         for _ in range(50):
             if stop.is_set() or _health_ok(host, port):
@@ -522,7 +528,7 @@ def run_server(svc, opts: Options, start_engine=True) -> int:
     def on_signal(signum, frame):
         presses.append(signum)
         if len(presses) > 1 and signum == signal.SIGINT:
-            svc.engine.kill_now()  # a second Ctrl+C forces it
+            svc.kill_engine()  # a second Ctrl+C forces it
             os._exit(130)
         stop.set()
 
@@ -537,7 +543,7 @@ def run_server(svc, opts: Options, start_engine=True) -> int:
         shutdown(httpd, svc)
         for s, h in old.items():
             signal.signal(s, h)
-    return 0
+    return 1 if failed else 0
 
 
 def _watch_parent(pid, stop):
@@ -566,11 +572,6 @@ def shutdown(httpd, svc):
     with contextlib.suppress(Exception):
         httpd.server_close()
     try:
-        svc.engine.close()
-    except EngineStuck as e:
+        svc.stop_engine()
+    except ServiceError as e:
         print(f"strata: {e}", file=sys.stderr, flush=True)
-
-
-if __name__ == "__main__":  # `python -m serve.server [serve flags]`
-    from strata_cli import main as _cli_main
-    sys.exit(_cli_main(["serve", *sys.argv[1:]]))

@@ -1,8 +1,8 @@
 """Service: from one internal request (`serve/events.py`) to an event stream, over one StrataEngine.
 
 Role: render the chat template, encode with `PromptEncoder`, apply the context rule (requests are never
-truncated), merge sampling, hold the turn (`fifo`: one generation at a time on the solo engine), run the
-engine, decode tokens incrementally (UTF-8 split across tokens is held; invalid bytes become U+FFFD), end on
+truncated), merge sampling, run the engine (a solo engine serialises its requests itself, under its
+`ctl`; one with slots runs them concurrently), decode tokens incrementally (UTF-8 split across tokens is held; invalid bytes become U+FFFD), end on
 stop tokens, stop strings (text that may still become one is held back until decided) and the repeat guard,
 feed the text through `OutputParser`, and keep the figures: per-request history, totals, live status.
 A reply may take several engine passes (thinking budget and answer room, a forced call after the thinking,
@@ -14,11 +14,16 @@ It knows no HTTP: the translators call it and turn its events into their wire fo
 Public surface (the calling convention of `serve/openai.py` and `serve/anthropic.py`):
 - `prep = service.prepare(req)` with a `ChatRequest` or `CompletionRequest`: validates, renders, encodes and
   checks the context *before* anything is sent, so errors are plain 4xx/503 answers. Raises `BadRequest`,
-  `EngineDied` (and subclasses). `prep.prompt_tokens` is known from here on.
+  `ServiceError` (serve/errors.py). `prep.prompt_tokens` is known from here on.
 - `for item in service.run(prep, cancelled)`: yields `Event`s (kind `ping` = nothing to say, send a
   keep-alive; `content`, `reasoning`, tool events) and last a `Done`. `cancelled()` is polled about every
   0.5 s and after each token; closing the generator early also stops the engine (STOP + drain).
 - `count_tokens(req)`, `health()`, `status_view()`, `metrics_view()`, `totals`, `close()`.
+- `start_engine()` (first start, then the Supervisor restarts an engine that dies while idle),
+  `stop_engine()` (shutdown), `kill_engine()`, `death_note()`.
+- Errors at this boundary, once: every engine exception becomes a `ServiceError` (`service_error(e)`:
+  503 down/starting/stuck with the death note, 502 a broken engine line) or a `BadRequest` (an engine ERR);
+  the HTTP layer never sees an engine exception.
 - `settings_view()` / `set_settings(defaults)`: the shared Chat settings (GET / POST `/settings`).
 """
 from __future__ import annotations
@@ -28,7 +33,10 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from serve.engine import CTX_SLACK, EngineDied, EngineNonFinite, EngineStarting
+from serve.engine_protocol import (CTX_SLACK, EngineBadLine, EngineClient, EngineDied, EngineNonFinite,
+                                   EngineRefused, EngineStarting, EngineStuck)
+from serve.errors import EngineFault, ServiceError, ServiceUnavailable
+from serve.supervisor import Supervisor
 from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Event, KIND_CONTENT, KIND_PING)
 from serve.template import ChatTemplate
 from serve.thinking_pass import ReplyPasses, encode_written, merge_figures, reply_timings
@@ -42,8 +50,6 @@ LOOP_PERIOD_MAX = 16       # a loop of up to this many tokens repeating exactly 
 LOOP_SPAN_TOKENS = 128     # ... over the last this many tokens also ends the reply as `length` (small models
                            # fall into 5-10 token cycles; without this a reply with no max_tokens would run to
                            # the end of the context, minutes on a CPU)
-QUEUE_BEAT_S = 10.0        # a request waiting for the turn yields a keep-alive this often
-TURN_POLL_S = 0.5          # and checks whether its client left this often
 HISTORY_KEEP = 500         # finished requests kept for /metrics
 STOP_STRINGS_MAX = 4       # OpenAI allows at most 4 stop strings
 TAIL_CHARS = 600           # live status keeps this much of the newest output
@@ -152,10 +158,11 @@ def check_stop(value) -> list[str]:
 
 
 class Service:
-    def __init__(self, engine, tokenizer, model_name: str, template: ChatTemplate | None = None,
+    def __init__(self, engine: EngineClient, tokenizer, model_name: str, template: ChatTemplate | None = None,
                  config: dict | None = None, arch: str | None = None):
         from tools.strata_prompt_encoder import PromptEncoder
         self.engine = engine
+        self.supervisor: Supervisor | None = None
         self.tok = tokenizer
         self.model_name = model_name
         self.template = template or ChatTemplate.from_text(getattr(tokenizer, "chat_template", None))
@@ -165,11 +172,9 @@ class Service:
         sid = tokenizer.special_ids
         self.stop_ids = {sid[k] for k in ("im_end", "endoftext", "eos", "eot") if k in sid}
         self.repeat_stop = int(self.config.get("repeat_stop_tokens", REPEAT_STOP_TOKENS))
-        self.fifo = threading.Lock()        # the turn: one generation at a time on the solo engine
-        self._lock = threading.Lock()       # guards status, history, totals, queued, last_timings, settings
+        self._lock = threading.Lock()       # guards status, history, totals, last_timings, settings
         self.settings: dict = {}            # the shared Chat settings' defaults (POST /settings), checked
         self.settings_path: str | None = None  # where POST /settings saves them (bootstrap: beside the config)
-        self.queued = 0
         self.status: dict = {"busy": False}
         self.history: deque = deque(maxlen=HISTORY_KEEP)
         self.totals = {"since": time.time(), "requests": 0, "prompt_tokens": 0, "reused": 0,
@@ -211,8 +216,64 @@ class Service:
     def _context(self) -> int:
         ctx = self.engine.max_context or self.engine.known_ctx
         if not ctx:
-            raise EngineStarting("the engine is starting (a minute or two); try again shortly")
+            raise ServiceUnavailable("the engine is starting (a minute or two); try again shortly")
         return ctx
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting for the engine (a solo engine's turn, or a free slot)."""
+        e = self.engine
+        waiting = getattr(getattr(e, "batch", None), "waiting", None)
+        return int(getattr(e, "queued", 0) or 0) + (len(waiting) if waiting else 0)
+
+    # ---------------------------------------------------------------- the engine, at this boundary
+    def death_note(self) -> str:
+        return self.engine.death_note()
+
+    def service_error(self, e: BaseException) -> Exception:
+        """An engine exception as the HTTP layer may see it (the one conversion); others unchanged."""
+        if isinstance(e, (ServiceError, BadRequest)):
+            return e
+        if isinstance(e, EngineBadLine):
+            return EngineFault(f"{e}; the engine was restarted for the next request")
+        if isinstance(e, EngineStarting):
+            return ServiceUnavailable(str(e) or "the engine is starting; try again shortly")
+        if isinstance(e, EngineDied):
+            text = str(e) or type(e).__name__
+            note = self.engine.death_note()
+            if note and note not in text and note != "the engine is running":
+                text += "; " + note
+            return ServiceUnavailable(text + "; the next request restarts it")
+        if isinstance(e, EngineStuck):
+            return ServiceUnavailable(str(e))
+        if isinstance(e, EngineNonFinite):
+            return ServiceUnavailable(f"{e}; the request was not answered")
+        if isinstance(e, EngineRefused):
+            return BadRequest(f"the engine refused the request: {e}")
+        return e
+
+    def start_engine(self) -> None:
+        """The first start (ServiceUnavailable when the model cannot be loaded); then a Supervisor restarts
+        the engine whenever it dies while idle."""
+        try:
+            if not self.engine.alive():
+                self.engine.start()
+        except (EngineDied, EngineStuck) as e:
+            raise self.service_error(e) from None
+        if self.supervisor is None and not self.shutting_down.is_set():
+            self.supervisor = Supervisor(self.engine)
+            self.supervisor.start()
+
+    def stop_engine(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.stop()
+        try:
+            self.engine.close()
+        except EngineStuck as e:
+            raise self.service_error(e) from None
+
+    def kill_engine(self) -> None:
+        self.engine.kill_now()
 
     def encode_chat(self, req: ChatRequest, store: bool = True) -> tuple[list[int], bool]:
         effort = self.effort(req)
@@ -234,8 +295,14 @@ class Service:
         return len(self.encode_chat(req, store=False)[0])
 
     def prepare(self, req) -> Prepared:
+        try:
+            return self._prepare(req)
+        except Exception as e:
+            raise self.service_error(e) from None
+
+    def _prepare(self, req) -> Prepared:
         if self.shutting_down.is_set():
-            raise EngineDied("the server is shutting down")
+            raise ServiceUnavailable("the server is shutting down")
         if isinstance(req, CompletionRequest):
             if not isinstance(req.prompt, str) or not req.prompt:
                 raise BadRequest("prompt: a non-empty string", param="prompt")
@@ -276,48 +343,25 @@ class Service:
 
     def ensure_engine(self) -> None:
         """A dead engine is restarted by the next request (before its answer starts)."""
-        if self.engine.alive() or self.engine.starting:
-            return
-        if not self.fifo.acquire(timeout=TURN_POLL_S):
-            return  # a running request holds the turn; the run restarts it when its turn comes
-        try:
-            if not self.engine.alive():
-                self.engine.restart(tries=1)
-        finally:
-            self.fifo.release()
+        self.engine.ensure_running()
 
     # ---------------------------------------------------------------- running
-    def _take_turn(self, cancelled):
-        """Wait for the fifo, yielding pings; returns True when held, False when the client left."""
-        with self._lock:
-            self.queued += 1
-        try:
-            last = time.monotonic()
-            while not self.fifo.acquire(timeout=TURN_POLL_S):
-                if (cancelled is not None and cancelled()) or self.shutting_down.is_set():
-                    return False
-                if time.monotonic() - last >= QUEUE_BEAT_S:
-                    last = time.monotonic()
-                    yield Event(KIND_PING)
-            return True
-        finally:
-            with self._lock:
-                self.queued -= 1
-
     def run(self, prep: Prepared, cancelled=None):
+        """The events of one reply; engine failures come out as service errors (see service_error)."""
+        try:
+            yield from self._run(prep, cancelled)
+        except GeneratorExit:
+            raise
+        except Exception as e:
+            raise self.service_error(e) from None
+
+    def _run(self, prep: Prepared, cancelled=None):
         t0 = time.monotonic()
-        # with decode slots requests run concurrently; their order is the engine's (serve/batch.py)
-        batched = bool(getattr(self.engine, "batched", lambda: False)())
-        held = True if batched else (yield from self._take_turn(cancelled))
-        if not held:
-            yield Done("cancel", prep.prompt_tokens, 0)
-            return
         record = {"time": time.time(), "prompt_tokens": prep.prompt_tokens, "api": getattr(prep.req, "api", "")}
         if getattr(prep.req, "notes", None):
             record["notes"] = list(prep.req.notes)  # e.g. an unknown tool_choice taken as auto
         try:
-            if not self.engine.alive() and not batched:
-                self.engine.restart(tries=1)
+            self.engine.ensure_running()
             with self._lock:
                 self.status = {"busy": True, "phase": "reading the prompt", "prompt_tokens": prep.prompt_tokens,
                                "generated": 0, "started": time.time(), "first_token": None, "tail": "",
@@ -332,9 +376,7 @@ class Service:
             raise
         finally:
             self._finish(record, t0)
-            if not batched:
-                self.fifo.release()
-        yield done  # after the turn is given back: a consumer that stops at Done holds nothing
+        yield done
 
     def _generate(self, prep: Prepared, cancelled, record, t0):
         parser = None
@@ -354,6 +396,9 @@ class Service:
             result: dict = {}
             try:
                 finish, write = yield from self._pass(run, prep.keys, result, record)
+            except GeneratorExit:  # the client left: the pass was stopped and drained; its figures stay
+                record.update(figures=merge_figures(figures, result), output_tokens=passes.n_out)
+                raise
             except EngineNonFinite:
                 if run.pass_out == 0 and not retried:
                     retried = True  # nothing came yet: the pass is sent once more, silently

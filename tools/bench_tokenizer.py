@@ -24,7 +24,8 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from tools.strata_tokenizer import PromptEncoder, Tokenizer  # noqa: E402
+from tools.strata_prompt_encoder import PromptEncoder  # noqa: E402
+from tools.strata_tokenizer import Tokenizer  # noqa: E402
 
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 COLD_MB_S_BAR = 1.0

@@ -10,8 +10,7 @@ encode_marked(), special_pattern() and max_special_chars.
 Public surface:
     PromptEncoder(tok, keep=4).encode(text, plain=None, store=True) -> ids, .forget(ids), .reused_ids
     common_prefix_len(a, b) -> int
-(tools.strata_tokenizer re-exports PromptEncoder, so `from tools.strata_tokenizer import PromptEncoder`
-keeps working.)
+(Import it from here: tools.strata_tokenizer, which this module imports, does not re-export it.)
 
 Thread safety: one lock guards the kept prompts; any number of threads may encode concurrently.
 reused_ids is per thread.

@@ -17,7 +17,7 @@ Public surface:
     tok.token_to_id(text), tok.id_to_token(id); attributes n_vocab, pre, chat_template, special_ids
     (keys among bos, eos, eot, eom, im_start, im_end, endoftext), token_types, add_bos, missing_bytes,
     special_overlaps
-    PromptEncoder                             re-exported from tools/strata_prompt_encoder.py
+    (PromptEncoder lives in tools/strata_prompt_encoder.py, which imports this module)
     TOKEN_TYPE_*                              re-exported from tools/strata_vocab.py
     PRE_NAMES: the supported tokenizer.ggml.pre names (smollm, gpt-2, llama-bpe, qwen2, qwen35 and the
     names llama.cpp treats alike); any other name is a ValueError naming it.
@@ -549,12 +549,3 @@ def extract(gguf_path, out_dir):
     meta = strata_vocab.read_metadata(gguf_path)
     tok = Tokenizer.from_metadata(meta)  # validates (pre name, model) before anything is written
     return strata_vocab.write_dir(out_dir, gguf_path, meta, tok)
-
-
-def __getattr__(name):
-    """Re-export PromptEncoder (now in tools/strata_prompt_encoder.py, which imports this module) on first
-    use, so `from tools.strata_tokenizer import PromptEncoder` keeps working without an import cycle."""
-    if name == "PromptEncoder":
-        from tools.strata_prompt_encoder import PromptEncoder
-        return PromptEncoder
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

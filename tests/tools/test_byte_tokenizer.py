@@ -7,7 +7,8 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-from tools.strata_tokenizer import ByteTokenizer, PromptEncoder  # noqa: E402
+from tools.strata_prompt_encoder import PromptEncoder  # noqa: E402
+from tools.strata_tokenizer import ByteTokenizer  # noqa: E402
 
 
 def test_bytes_and_specials():

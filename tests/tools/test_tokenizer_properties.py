@@ -20,8 +20,9 @@ sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
 import tokenizer_reference as ref  # noqa: E402
+from tools.strata_prompt_encoder import PromptEncoder  # noqa: E402
 from tools.strata_tokenizer import (PRE_TOKENIZERS, TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED,  # noqa: E402
-                                    ByteTokenizer, PromptEncoder, Tokenizer)
+                                    ByteTokenizer, Tokenizer)
 
 MODEL = ref.model_path()
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
