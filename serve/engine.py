@@ -9,7 +9,7 @@ requests concurrently through serve/batch.py. It knows nothing of HTTP, template
 Public surface (implements serve.engine_protocol.EngineClient):
 - `StrataEngine(argv, args, log_path=None, env=None, cwd=None, silence_s=..., on_line=None)`; `start()` (spawn
   + READY handshake), `restart(tries)`, `ensure_running()` (restart a dead engine once, not while one starts),
-  `close()` (QUIT -> terminate -> kill), `kill_now()`, `alive()`, `death_note()`, `current()` (the process),
+  `close()` (QUIT -> terminate -> kill; `closed` until the next start), `kill_now()`, `alive()`, `death_note()`, `current()` (the process),
   `info`, `max_context`, `known_ctx`, `can_stop`, `progress`, `prefill_tok_s`, `gen`, `queued`, `batch`.
 - `generate(ids, max_new, keys, cancelled, result)`: yields token ids, and `None` as a heartbeat; `result` (a
   dict the caller owns) gets the figures. Closing it early stops the request (STOP / BSTOP) and drains it, so
@@ -79,6 +79,7 @@ class StrataEngine:
         self.progress = (0, 0)          # (reached, total) of the last PP/BPP line (for /metrics)
         self.prefill_tok_s = None
         self.queued = 0                 # solo requests waiting for ctl
+        self.closed = False             # close() was called (no supervisor restarts it); a start clears it
         self._log_start = 0
         self._log = None
         self.batch = BatchPath(self)
@@ -122,6 +123,7 @@ class StrataEngine:
         return log
 
     def _start_once(self) -> None:
+        self.closed = False
         log = self._open_log()
         cmd = [*self.argv, "--serve", *self.args]
         try:
@@ -261,8 +263,10 @@ class StrataEngine:
             p.stdout.close()
 
     def close(self) -> None:
-        """End the current process (QUIT -> terminate -> kill); safe to call twice."""
+        """End the current process (QUIT -> terminate -> kill); safe to call twice. A closed engine stays
+        down until start()/restart() (the supervisor leaves it alone)."""
         with self._life:
+            self.closed = True
             self._close()
 
     def _close(self) -> None:

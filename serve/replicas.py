@@ -269,6 +269,11 @@ class ReplicaEngine:
             with self._state:
                 r.healing = False
 
+    @property
+    def closed(self) -> bool:
+        """Every replica was closed on purpose (the supervisor leaves them alone)."""
+        return all(getattr(r.engine, "closed", False) for r in self.replicas)
+
     def close(self) -> None:
         for r in self.replicas:
             r.engine.close()

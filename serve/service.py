@@ -578,3 +578,5 @@ class Service:
 
     def close(self) -> None:
         self.shutting_down.set()
+        if self.supervisor is not None:
+            self.supervisor.stop()

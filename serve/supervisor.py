@@ -1,8 +1,8 @@
 """Supervisor: restarts an engine that died while nobody used it (issue 10, "self-heal").
 
 Role: one daemon thread per server. Every `POLL_S` it looks at the engine (anything with `alive()`,
-`starting` and `restart(tries)`: serve.engine_protocol.EngineClient); a dead one that is not (re)starting is
-restarted after a backoff that doubles from `BACKOFF_FIRST_S` to `BACKOFF_MAX_S`, at most `RESTARTS_MAX`
+`starting` and `restart(tries)`: serve.engine_protocol.EngineClient); a dead one that is not (re)starting,
+and was not closed on purpose (`closed`: shutdown, an unload), is restarted after a backoff that doubles from `BACKOFF_FIRST_S` to `BACKOFF_MAX_S`, at most `RESTARTS_MAX`
 times in a row (a success resets the count). Past the limit it gives up and says so once on stderr: /health
 stays 503 with the death note, and the next request still tries once (Service.ensure_engine). It never
 raises; it stops with `stop()` (server shutdown).
@@ -26,12 +26,11 @@ def _stderr(text: str) -> None:
 
 
 class Supervisor:
-    def __init__(self, engine, log=_stderr, poll_s: float = POLL_S, backoff_first_s: float = BACKOFF_FIRST_S,
-                 backoff_max_s: float = BACKOFF_MAX_S, restarts_max: int = RESTARTS_MAX):
+    def __init__(self, engine, log=_stderr):
         self.engine = engine
         self.log = log
-        self.poll_s, self.backoff_first_s, self.backoff_max_s = poll_s, backoff_first_s, backoff_max_s
-        self.restarts_max = restarts_max
+        self.poll_s, self.backoff_first_s, self.backoff_max_s = POLL_S, BACKOFF_FIRST_S, BACKOFF_MAX_S
+        self.restarts_max = RESTARTS_MAX
         self.restarts = 0        # restarts made (all of them)
         self.failures = 0        # failed restarts in a row
         self.gave_up = False
@@ -49,15 +48,15 @@ class Supervisor:
         backoff = self.backoff_first_s
         while not self._stop.wait(self.poll_s):
             e = self.engine
-            if e.alive() or e.starting or self.gave_up:
+            if e.alive() or e.starting or self.gave_up or getattr(e, "closed", False):
                 if e.alive():
                     backoff, self.failures = self.backoff_first_s, 0
                 continue
             self.log(f"the engine is down ({e.death_note()}); restarting it in {backoff:g} s")
             if self._stop.wait(backoff):
                 return
-            if e.alive() or e.starting:
-                continue  # a request restarted it meanwhile
+            if e.alive() or e.starting or getattr(e, "closed", False):
+                continue  # a request restarted it meanwhile, or it was closed on purpose
             try:
                 e.restart(tries=1)
                 self.restarts += 1

@@ -236,3 +236,102 @@ def test_console_that_never_reads_does_not_block_the_server(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+# ------------------------------------------------------------------ issue 10: self-heal, load failure, bad lines
+def _health(s):
+    try:
+        return s.request("GET", "/health", timeout=2)[0]
+    except OSError:
+        return None
+
+
+def test_an_engine_that_dies_while_idle_is_restarted_and_health_returns_by_itself(server, monkeypatch):
+    from serve import supervisor
+    monkeypatch.setattr(supervisor, "POLL_S", 0.05)
+    monkeypatch.setattr(supervisor, "BACKOFF_FIRST_S", 0.05)
+    s = server()
+    s.svc.start_engine()  # running already: this starts its supervisor
+    try:
+        pid = s.svc.engine.current().popen.pid
+        os.kill(pid, signal.SIGKILL)
+        end, seen = time.monotonic() + 15, []
+        while time.monotonic() < end and not (seen and seen[-1] == 200 and s.svc.engine.current().popen.pid != pid):
+            seen.append(_health(s))
+            time.sleep(0.05)
+        assert seen[-1] == 200 and s.svc.engine.current().popen.pid != pid, seen[-5:]
+        assert s.svc.supervisor.restarts == 1  # no request was sent: the supervisor did it
+        s.svc.engine.close()  # closed on purpose (shutdown, unload): not brought back
+        time.sleep(0.3)
+        assert not s.svc.engine.alive() and s.svc.supervisor.restarts == 1
+    finally:
+        s.svc.stop_engine()
+
+
+def test_the_supervisor_gives_up_after_its_limit(server, monkeypatch, tmp_path):
+    from serve import supervisor
+    monkeypatch.setattr(supervisor, "POLL_S", 0.02)
+    monkeypatch.setattr(supervisor, "BACKOFF_FIRST_S", 0.02)
+    monkeypatch.setattr(supervisor, "RESTARTS_MAX", 2)
+    s = server({"state": str(tmp_path / "st"), "starts": [{}, {"exit_before_ready": 3}]})
+    lines = []
+    s.svc.start_engine()
+    s.svc.supervisor.log = lines.append
+    try:
+        s.svc.engine.current().popen.kill()
+        end = time.monotonic() + 15
+        while time.monotonic() < end and not s.svc.supervisor.gave_up:
+            time.sleep(0.02)
+        assert s.svc.supervisor.gave_up and s.svc.supervisor.failures == 2
+        assert "giving up" in lines[-1] and _health(s) == 503
+    finally:
+        s.svc.stop_engine()
+
+
+def test_a_model_that_cannot_load_ends_the_server_with_one_line(tmp_path):
+    proc = _spawn(tmp_path, {"exit_before_ready": 3}, ["--port", "0"])
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = out.decode().strip().splitlines()
+    assert proc.returncode == 1, lines
+    said = [ln for ln in lines if ln.startswith("strata: the engine did not start:")]
+    assert len(said) == 1 and "exit code 3" in said[0], lines
+    assert not any("listening on" in ln for ln in lines)
+
+
+@pytest.mark.parametrize("bad", ["T notanumber", "T 99999", "T -1"])
+def test_a_malformed_engine_line_is_a_502_engine_error(server, bad, tmp_path):
+    s = server({"state": str(tmp_path / "st"), "starts": [{"turns": [{"raw": [bad]}]}, {"turns": [HELLO]}]})
+    status, body, _ = s.post("/v1/chat/completions", chat(), timeout=10)
+    assert status == 502 and body["error"]["type"] == "engine_error", body
+    assert "malformed" in body["error"]["message"]
+    status, body, _ = s.post("/v1/chat/completions", chat(), timeout=10)  # a new process answers
+    assert status == 200 and body["choices"][0]["message"]["content"] == HELLO["text"]
+
+
+def test_a_malformed_engine_line_mid_stream_ends_it_with_an_error_event(server):
+    s = server({"turns": [{"ids": [97, 98], "raw": ["T 98", "T x"]}, HELLO]})
+    status, events, text = s.stream(chat())
+    assert status == 200 and "malformed" in text and text.endswith("data: [DONE]\n\n")
+
+
+def test_a_cancelled_request_keeps_its_engine_figures(server):
+    """A client that hangs up mid-stream: its tokens come with their time (the figures of the STOP's DONE),
+    so the decode rate is not tokens over nothing."""
+    s = server({"turns": [{"ids": _random_letters(3000), "token_delay_s": 0.002}]})
+    sock = _raw_request(s.port, chat(stream=True))
+    got = b""
+    while got.count(b"data: ") < 20:
+        got += sock.recv(4096)
+    sock.close()
+    end = time.monotonic() + 10
+    while time.monotonic() < end and not s.svc.history:
+        time.sleep(0.02)
+    rec = s.svc.history[-1]
+    assert rec["finish"] == "cancel", rec
+    fig = rec["figures"]
+    assert fig["decode_ms"] > 0 and fig["generated"] >= 19 and fig["prompt_ms"] is not None, fig
+    assert s.svc.totals["decode_ms"] > 0
