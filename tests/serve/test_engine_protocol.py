@@ -1,0 +1,59 @@
+"""serve/engine_protocol.py alone: the pump's routing (a slot line reaches its owner only after the owner's
+BACC, in the order the engine wrote; otherwise it is dropped and counted), and the parsers (a broken line
+is EngineBadLine, an engine fault; unknown figures stay None)."""
+import queue
+import threading
+
+import pytest
+
+from serve.engine_protocol import (EngineBadLine, EngineProcess, parse_bdone, parse_done, parse_progress,
+                                   parse_token, slot_of)
+from serve.slot_table import _Slots
+
+
+def _proc(n=2):
+    p = EngineProcess(popen=None, gen=1, cv=threading.Condition(), n_vocab=100)
+    p.slots = _Slots(n, 1)
+    return p
+
+
+def test_a_slot_line_reaches_its_owner_only_after_the_owners_bacc():
+    p = _proc()
+    p.slots.owner[1] = "req"
+    p.route("BDONE 1 3 stop 1.0 5 1.0 0 5")   # stale: written before this owner's admission was answered
+    p.route("BT 1 7")
+    assert p.slots.q[1].empty() and p.slots.stale_frames == 2
+    p.route("BACC 1 0")
+    p.route("BT 1 8")
+    p.route("BT 0 9")                          # nobody owns slot 0
+    p.route("BT 5 9")                          # no such slot
+    assert p.lines.get_nowait() == "BACC 1 0"  # the acceptance itself goes to the control queue
+    assert p.slots.q[1].get_nowait() == "BT 1 8" and p.slots.stale_frames == 4
+    p.route("WARN x")
+    assert p.lines.get_nowait() == "WARN x"
+
+
+def test_the_end_of_a_process_reaches_every_queue():
+    p = _proc()
+    p.ended_now()
+    assert p.lines.get_nowait() is None and all(q.get_nowait() is None for q in p.slots.q)
+    assert p.ended
+
+
+def test_parsers():
+    assert slot_of("BT 3 5") == 3 and slot_of("BPP 1 2 3 4 5") == 1 and slot_of("T 5") is None
+    assert slot_of("BT x 5") == -1
+    d = parse_bdone("BDONE 0 4 length 12.5 30 8.0 10 20")
+    assert d == {"generated": 4, "finish": "length", "decode_ms": 12.5, "prompt": 30, "prompt_ms": 8.0,
+                 "reused": 10, "prompt_read": 20}
+    assert parse_done("DONE 1 5 2.0 - stop - - 0 - - - - - 5 - chunk=4")["decode_ms"] is None
+    assert parse_progress(["5", "9", "1.0", "300.5"], "") == (5, 9, 300.5)
+    assert parse_token("42", 100, "") == 42
+    for word in ("x", "100", "-1", ""):
+        with pytest.raises(EngineBadLine):
+            parse_token(word, 100, f"T {word}")
+    for bad in ("BDONE 0 x stop 1.0", "BDONE 0"):
+        with pytest.raises(EngineBadLine):
+            parse_bdone(bad)
+    with pytest.raises(EngineBadLine):
+        parse_progress(["a"], "BPP 0 a")
