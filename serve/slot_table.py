@@ -24,7 +24,7 @@ class _Slots:
         self.held = [[] for _ in range(n)]           # the token stream the slot's session holds
         self.used = [0.0] * n                        # when it was last freed (least recently used first)
         self.live = [None] * n                       # /metrics view while busy
-        self.stale_frames = 0                        # BT/BDONE lines for unclaimed slots, dropped
+        self.stale_frames = 0                        # slot lines nobody owns (or before the BACC), dropped
         g = groups if groups > 0 and n % groups == 0 else 1
         gs = n // g
         self.order = [grp * gs + k for k in range(gs) for grp in range(g)]  # spread over groups first

@@ -96,3 +96,77 @@ def test_short_question_goes_first_while_a_long_prompt_is_read():
         assert short and firsts["short"] < firsts["long"]
     finally:
         e.close()
+
+
+def test_soak_no_crossed_replies_with_hang_ups_and_engine_kills():
+    """STRATA_SOAK_N requests (skipped unless set; the closing figures of issue 17 come from N=1000) from 8
+    threads on the real model, greedy: each reply must be a start of its prompt's solo answer (a crossed
+    reply would not be), with random hang-ups (the generator closed mid-reply) and the engine killed at
+    random moments (those requests fail with EngineDied and the next ones restart it)."""
+    import random
+
+    from serve.engine import EngineDied
+    n = int(os.environ.get("STRATA_SOAK_N", "0") or 0)
+    if n <= 0:
+        pytest.skip("set STRATA_SOAK_N to run the soak")
+    prompts = [_prompt(i) for i in range(16)]
+    solo = _engine(0)
+    try:
+        ref = [_ids(solo, p, 12) for p in prompts]
+    finally:
+        solo.close()
+    e = _engine(8)
+    counts = {"ok": 0, "hung_up": 0, "died": 0, "crossed": 0, "kills": 0}
+    lock = threading.Lock()  # guards counts and `left`
+    left = [n]
+
+    def client(seed):
+        rnd = random.Random(seed)
+        while True:
+            with lock:
+                if left[0] <= 0:
+                    return
+                left[0] -= 1
+            i = rnd.randrange(len(prompts))
+            stop_at = rnd.choice([None, None, 1, 3, 6])
+            got, kind = [], "ok"
+            try:
+                e.ensure_running()
+                g = e.generate(prompts[i], 12)
+                for t in g:
+                    if t is not None:
+                        got.append(t)
+                    if stop_at is not None and len(got) >= stop_at:
+                        g.close()
+                        kind = "hung_up"
+                        break
+            except EngineDied:
+                kind = "died"
+            with lock:
+                counts[kind] += 1
+                if got != ref[i][:len(got)] or (kind == "ok" and got != ref[i]):
+                    counts["crossed"] += 1
+
+    def killer(stop):
+        rnd = random.Random(99)
+        while not stop.wait(rnd.uniform(2.0, 6.0)):
+            proc = e.current()
+            if proc is not None and proc.popen.poll() is None:
+                proc.popen.kill()
+                with lock:
+                    counts["kills"] += 1
+
+    stop = threading.Event()
+    tk = threading.Thread(target=killer, args=(stop,), daemon=True)
+    ts = [threading.Thread(target=client, args=(s,)) for s in range(8)]
+    try:
+        tk.start()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(3600)
+    finally:
+        stop.set()
+        e.close()
+    print(f"soak: {n} requests: {counts}")
+    assert counts["crossed"] == 0 and sum(counts[k] for k in ("ok", "hung_up", "died")) == n, counts
