@@ -447,7 +447,8 @@ class _SoloRequest:
                     self._progress(rest, line, now)
                     yield None
                 elif kind == "RESUME":
-                    self.result["reused"] = int(rest.split()[0]) if rest.split()[0].isdigit() else None
+                    word = (rest.split() or ["-"])[0]
+                    self.result["reused"] = int(word) if word.isdigit() else None
                     self.clock.chunk(now, self.result["reused"] or 0, 0.0)
                 elif kind == "DONE":
                     self.done = True

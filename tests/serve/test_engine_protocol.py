@@ -57,3 +57,14 @@ def test_parsers():
             parse_bdone(bad)
     with pytest.raises(EngineBadLine):
         parse_progress(["a"], "BPP 0 a")
+
+
+def test_both_engines_offer_what_service_needs():
+    from serve.engine import StrataEngine
+    from serve.engine_protocol import EngineClient
+    from serve.replicas import ReplicaEngine
+    needed = [n for n in dir(EngineClient) if not n.startswith("_")] + list(EngineClient.__annotations__)
+    one = StrataEngine(["x"], [])
+    for engine in (one, ReplicaEngine([one], pin=False)):
+        missing = [n for n in needed if not hasattr(engine, n)]
+        assert not missing, (type(engine).__name__, missing)
