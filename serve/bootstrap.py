@@ -6,10 +6,12 @@ flags (`--model`, `--max-context`, `--threads`, `--batch`, then the config's `"a
 GGUF, or the byte tokenizer for the fake engine), the model name, and the security options. Flags win over
 the config, the config over defaults. Nothing here serves or spawns: `serve.server.run_server` does.
 
-Public surface: `build(ns) -> (Service, Options)`, `default_model_path()`, `ENGINE_EXE`, `SetupError`.
+Public surface: `build(ns) -> (Service, Options)`, `default_model_path()`, `default_log_path(port)`,
+`private_dir(path)`, `private_file(path)`, `ENGINE_EXE`, `SetupError`.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shlex
@@ -43,6 +45,45 @@ def default_model_path() -> str | None:
     return path if os.path.exists(path) else None
 
 
+def private_dir(path: str) -> None:
+    """Create `path` (and missing parents) 0700; Strata's own cache folder is made 0700 even if it exists."""
+    missing = []
+    d = os.path.abspath(path)
+    while not os.path.isdir(d):
+        missing.append(d)
+        d = os.path.dirname(d)
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(d, 0o700)
+    if os.path.abspath(path) == os.path.abspath(CACHE_DIR):
+        os.chmod(path, 0o700)
+
+
+def private_file(path: str) -> None:
+    """Create `path` 0600 (an existing one of ours is made 0600), its folder 0700 when Strata creates it.
+    The engine appends to it: engine logs quote paths and prompts, so only this user may read them."""
+    private_dir(os.path.dirname(os.path.abspath(path)))
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    if os.stat(path).st_uid == os.getuid():
+        os.chmod(path, 0o600)
+
+
+def default_log_path(port: int) -> str:
+    """One engine log per server, so two servers never quote each other's engine lines: engine-PORT.log,
+    and for --port 0 (the port is known only after binding) engine-pPID.log; those of ended processes are
+    removed here."""
+    if port:
+        return os.path.join(CACHE_DIR, f"engine-{port}.log")
+    import glob
+    import psutil
+    for old in glob.glob(os.path.join(CACHE_DIR, "engine-p*.log*")):
+        pid = os.path.basename(old)[len("engine-p"):].split(".")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not psutil.pid_exists(int(pid)):
+            with contextlib.suppress(OSError):
+                os.remove(old)
+    return os.path.join(CACHE_DIR, f"engine-p{os.getpid()}.log")
+
+
 def _config(ns) -> dict:
     if not getattr(ns, "config", None):
         return {}
@@ -64,6 +105,15 @@ def _keys(ns, cfg) -> list[str]:
     if raw and (not keys or any(not k for k in keys)):
         raise SetupError("an API key is empty; give --api-key a non-empty value (or drop the flag)")
     return keys
+
+
+def _names(cfg, key) -> list[str]:
+    """A config list of names (`cors_origins`, `allowed_hosts`); one string is a list of one."""
+    value = cfg.get(key) or []
+    value = [value] if isinstance(value, str) else value
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise SetupError(f'config: "{key}" must be a list of non-empty strings, e.g. ["https://app.example"]')
+    return [v.strip() for v in value]
 
 
 def build(ns):
@@ -100,8 +150,8 @@ def build(ns):
         args += ["--batch", str(int(parallel))]  # decode slots: requests run concurrently (serve/batch.py)
     args += [str(a) for a in cfg.get("args") or []]
     port = int(pick("port", default=8080))
-    # one log per port: two servers on one machine must not quote each other's engine lines in errors
-    log = getattr(ns, "log", None) or cfg.get("log") or os.path.join(CACHE_DIR, f"engine-{port}.log")
+    log = getattr(ns, "log", None) or cfg.get("log") or default_log_path(port)
+    private_file(log)
     echo = (lambda line: print(f"engine> {line}", file=sys.stderr)) if os.environ.get("STRATA_DEBUG") == "1" \
         else None  # STRATA_DEBUG=1: every protocol line the engine writes, on the console
     engine = StrataEngine(argv, args, log_path=log, cwd=cfg.get("cwd"),
@@ -111,6 +161,8 @@ def build(ns):
         from serve.replicas import ReplicaEngine
         if not threads:  # the cores are shared out, so replicas do not oversubscribe them
             args += ["--threads", str(max(1, (os.cpu_count() or 2) // n_replicas))]
+        for i in range(n_replicas):
+            private_file(f"{log}.r{i}")
         engine = ReplicaEngine([StrataEngine(argv, args, log_path=f"{log}.r{i}", cwd=cfg.get("cwd"),
                                              silence_s=engine.silence_s, on_line=echo)
                                 for i in range(n_replicas)])
@@ -122,6 +174,7 @@ def build(ns):
     else:
         from tools.strata_tokenizer import Tokenizer
         from tools.gguf_meta import read_metadata
+        private_dir(CACHE_DIR)  # the tokenizer cache below it holds the model's vocabulary and template
         tok = Tokenizer.from_gguf(model, cache_dir=os.path.join(CACHE_DIR, "tokenizer",
                                                                  os.path.basename(model)))
         meta = read_metadata(model, keys=("general.architecture", "general.name"))
@@ -153,7 +206,7 @@ def build(ns):
             print(f"strata: shared settings {svc.settings_path}: {e.message}; starting without them",
                   file=sys.stderr)
     opts = Options(host=pick("host", default="127.0.0.1"), port=port,
-                   api_keys=_keys(ns, cfg), cors_origins=list(cfg.get("cors_origins") or []),
-                   allowed_hosts=list(cfg.get("allowed_hosts") or []),
+                   api_keys=_keys(ns, cfg), cors_origins=_names(cfg, "cors_origins"),
+                   allowed_hosts=_names(cfg, "allowed_hosts"),
                    parent_pid=getattr(ns, "parent_pid", None), quiet=bool(getattr(ns, "quiet", False)))
     return svc, opts

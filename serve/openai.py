@@ -28,6 +28,7 @@ import time
 from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Message, ToolCall, ToolSpec,
                           KIND_CONTENT, KIND_PING, KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL,
                           KIND_TOOL_START)
+from serve.access import public_text
 from serve.replies import JsonReply, StreamReply
 from serve.service import check_stop
 
@@ -322,8 +323,9 @@ def _chat_stream(service, prep, ctx, meta, include_usage):
 
 
 def _error_text(service, e) -> str:
-    """The text of a failure after the headers (Service.run raised a service error, death note included)."""
-    return str(e) or type(e).__name__
+    """The text of a failure after the headers (Service.run raised a service error, death note included),
+    as a client may see it: the engine log's tail and local paths go to the server log (serve/access.py)."""
+    return public_text(str(e) or type(e).__name__)
 
 
 # ---------------------------------------------------------------- /v1/completions

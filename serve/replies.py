@@ -1,7 +1,8 @@
 """What an API handler gets from the HTTP layer and what it gives back (see serve/openai.py's docstring).
 
 `RequestContext`: `cancelled()` (the client closed its connection, or the server is shutting down),
-`shutting_down()`, `headers` (the request's headers, case-insensitive), `path`, `query` (dict of str).
+`shutting_down()`, `headers` (the request's headers, case-insensitive), `path`, `query` (dict of str),
+`trusted` (may see local detail such as engine log lines: serve/access.py).
 `JsonReply(status, body, headers)`: one JSON answer. `StreamReply(frames, content_type)`: `frames` is an
 iterator of already-framed text (SSE events, keep-alive comments); the server writes each as it comes, with
 the stream write timeout, and closes the iterator when the client is gone (which stops the engine).
@@ -20,6 +21,7 @@ class RequestContext:
     headers: Any = field(default_factory=dict)
     path: str = ""
     query: dict = field(default_factory=dict)
+    trusted: bool = False   # may see local detail: gave the API key, or keyless server and a loopback client
 
 
 @dataclass

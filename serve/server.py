@@ -1,9 +1,10 @@
 """The HTTP server: a threaded standard-library server, its routes, security checks and life cycle.
 
-Role: accept connections (one thread each), check Host / API key / Origin, read and parse bodies, route to
-the API translators (`serve/openai.py`, `serve/anthropic.py`) and to the plain views (health, models,
-status, metrics, tokenize, web app), write JSON answers and SSE streams, and turn exceptions into error
-answers at this one boundary. It knows nothing of pipes: `Service` and `StrataEngine` own those.
+Role: accept connections (one thread each, at most `max_connections`; read deadlines, bodies and the raw
+socket rules are `serve/http_guard.py`'s), check Host / API key / Origin (`serve/access.py`), route to the
+API translators (`serve/openai.py`, `serve/anthropic.py`) and to the plain views (health, models, status,
+metrics, tokenize, web app), write JSON answers and SSE streams, and turn exceptions into error answers at
+this one boundary. It knows nothing of pipes: `Service` and `StrataEngine` own those.
 
 Life cycle (`run_server(opts)`): bind (the port is known before the model loads; `--port 0` picks a free
 one), serve, start the engine in the background (`/health` is 503 until READY), print
@@ -18,14 +19,11 @@ Public surface: `run_server(opts)`, `StrataHTTPServer`, `make_server(service, op
 from __future__ import annotations
 
 import contextlib
-import hmac
 import http.client
-import ipaddress
+import io
 import json
 import os
-import select
 import signal
-import socket
 import sys
 import threading
 import time
@@ -35,10 +33,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from serve import openai as openai_api
-from serve import llama_views, prometheus, telemetry
+from serve import access, http_guard, llama_views, prometheus, telemetry
 from serve.errors import ServiceError
 from serve.config import save_shared_settings
 from serve.events import BadRequest
+from serve.http_guard import HttpError
 from serve.replies import JsonReply, RequestContext, StreamReply
 
 try:
@@ -46,10 +45,7 @@ try:
 except ImportError:
     anthropic_api = None
 
-STREAM_WRITE_TIMEOUT_S = 60.0   # a client that reads nothing for this long is gone (env, 0 = off)
-MAX_BODY_MIB = 256              # bodies over this are 413 (env STRATA_MAX_BODY_MIB)
 HTTP_BACKLOG = 256              # listen queue (env STRATA_HTTP_BACKLOG)
-DRAIN_BODY_S = 5.0              # an unread body is drained this long after an early answer
 SHUTDOWN_STREAMS_S = 10.0       # running streams get this long to send their final event
 CANCEL_CHECK_S = 0.05           # the socket is probed for a hang-up at most this often
 PARENT_POLL_S = 1.0             # --parent-pid is checked this often
@@ -58,13 +54,6 @@ STATIC_TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css; charset=
                 ".js": "text/javascript; charset=utf-8", ".svg": "image/svg+xml"}
 PAGES = {"/": "index.html", "/chat": "index.html", "/monitor": "monitor.html", "/about": "about.html"}
 PUBLIC_PATHS = ("/health", "/api/health")
-
-
-def _env_float(name, default):
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        return default
 
 
 @dataclass
@@ -78,10 +67,10 @@ class Options:
     quiet: bool = False
 
 
-class StrataHTTPServer(ThreadingHTTPServer):
+class StrataHTTPServer(http_guard.GuardedServer, ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
-    request_queue_size = int(_env_float("STRATA_HTTP_BACKLOG", HTTP_BACKLOG))
+    request_queue_size = int(http_guard.env_float("STRATA_HTTP_BACKLOG", HTTP_BACKLOG))
 
     def __init__(self, addr, service, opts: Options):
         self.service = service
@@ -89,19 +78,12 @@ class StrataHTTPServer(ThreadingHTTPServer):
         self.streams = 0                     # streams being written (guarded by streams_lock)
         self.streams_lock = threading.Lock()
         self.stopping = threading.Event()
-        self.write_timeout_s = _env_float("STRATA_STREAM_WRITE_TIMEOUT_S", STREAM_WRITE_TIMEOUT_S)
-        self.max_body = int(_env_float("STRATA_MAX_BODY_MIB", MAX_BODY_MIB) * (1 << 20))
+        self.guard_init(http_guard.Limits.from_env())  # timeouts, body limit, connection cap (serve/http_guard.py)
         super().__init__(addr, Handler)
 
 
 def make_server(service, opts: Options) -> StrataHTTPServer:
     return StrataHTTPServer((opts.host, opts.port), service, opts)
-
-
-class HttpError(Exception):
-    def __init__(self, status, err_type, message, param=None, code=None):
-        super().__init__(message)
-        self.status, self.err_type, self.message, self.param, self.code = status, err_type, message, param, code
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -111,6 +93,51 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):  # one line per request, on our own (non-blocking) stderr
         if not self.server.opts.quiet:
             sys.stderr.write(f"strata: {self.address_string()} {fmt % args}\n")
+
+    # ---------------------------------------------------------------- the connection (serve/http_guard.py)
+    def setup(self):
+        super().setup()
+        self.rfile.close()  # replaced by a reader with a deadline per phase (idle, headers, body)
+        self._reader = http_guard.DeadlineReader(self.connection, self.server.limits)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def handle_one_request(self):
+        try:
+            super().handle_one_request()
+        except http_guard.ReadDeadline as e:  # idle: nothing was asked, so nothing is answered
+            self.close_connection = True
+            if e.phase != "idle":
+                self.send_error(408, e.message)
+
+    def parse_request(self):
+        line = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        if len(line.split()) == 2:  # HTTP/0.9 ("GET /path"): no headers follow, and its answer has no status
+            self.requestline, self.command, self.request_version = line, None, "HTTP/1.0"
+            self.send_error(505, "HTTP/0.9 requests are not served; send HTTP/1.0 or HTTP/1.1")
+            return False
+        if not super().parse_request():
+            return False
+        self._reader.start_body()
+        return True
+
+    def send_error(self, code, message=None, explain=None):
+        """http.server's own refusals (bad request line 400, 414, 431, 501, 505) and 408, as OpenAI JSON
+        with a status line (an HTTP/0.9-looking request line would get neither)."""
+        self.close_connection = True
+        if self.request_version in ("HTTP/0.9", ""):
+            self.request_version = "HTTP/1.0"
+        text = message or http_guard.HTTPStatus(code).phrase
+        if explain and explain not in text:
+            text += f" ({explain})"
+        data = json.dumps(http_guard.error_json(code, text)).encode()
+        with contextlib.suppress(OSError):
+            self.send_response(code, message)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
 
     # ---------------------------------------------------------------- plumbing
     def _api(self, path):
@@ -146,115 +173,23 @@ class Handler(BaseHTTPRequestHandler):
         if now - getattr(self, "_probe_at", 0.0) < CANCEL_CHECK_S:
             return getattr(self, "_gone", False)
         self._probe_at = now
-        try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            if readable:
-                self._gone = self.connection.recv(1, socket.MSG_PEEK) == b""
-        except (OSError, ValueError):
-            self._gone = True
-        return getattr(self, "_gone", False)
-
-    def _read_body(self) -> bytes:
-        te = (self.headers.get("Transfer-Encoding") or "").lower()
-        limit = self.server.max_body
-        if "chunked" in te:
-            parts, total = [], 0
-            while True:
-                line = self.rfile.readline(65537)
-                try:
-                    size = int(line.split(b";")[0].strip(), 16)
-                except ValueError:
-                    raise HttpError(400, "invalid_request_error", "malformed chunked body") from None
-                if size == 0:
-                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
-                        pass
-                    return b"".join(parts)
-                total += size
-                if total > limit:
-                    raise HttpError(413, "invalid_request_error", f"the body is over {limit >> 20} MiB")
-                parts.append(self.rfile.read(size))
-                self.rfile.readline(3)
-        try:
-            n = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            raise HttpError(400, "invalid_request_error", "malformed Content-Length") from None
-        if n > limit:
-            self._drain_unread(n)
-            raise HttpError(413, "invalid_request_error",
-                            f"the body ({n} bytes) is over the limit of {limit >> 20} MiB")
-        return self.rfile.read(n) if n > 0 else b""
-
-    def _drain_unread(self, n):
-        end = time.monotonic() + DRAIN_BODY_S
-        self.connection.settimeout(DRAIN_BODY_S)
-        with contextlib.suppress(OSError):
-            while n > 0 and time.monotonic() < end:
-                got = self.rfile.read(min(n, 1 << 20))
-                if not got:
-                    break
-                n -= len(got)
+        self._gone = getattr(self, "_gone", False) or http_guard.peer_gone(self.connection)
+        return self._gone
 
     def _json_body(self):
-        raw = self._read_body()
-        if not raw.strip():
-            raise HttpError(400, "invalid_request_error", "the request body is empty; send a JSON object")
-        try:
-            body = json.loads(raw.decode("utf-8-sig"))
-        except (UnicodeDecodeError, ValueError) as e:
-            raise HttpError(400, "invalid_request_error", f"the body is not valid JSON ({e})") from None
-        if not isinstance(body, dict):
-            raise HttpError(400, "invalid_request_error", "the body must be a JSON object")
-        return body
+        raw = http_guard.read_body(self.rfile, self.headers, self._reader, self.server.limits.max_body_bytes)
+        return http_guard.parse_json(raw)
 
-    # ---------------------------------------------------------------- security
-    def _check_host(self):
-        if self.server.opts.api_keys:
-            return
-        host = self.headers.get("Host")
-        if not host:
-            return
-        name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:host.find("]")]
-        name = name.lower().rstrip(".")
-        allowed = list(self.server.opts.allowed_hosts) + [
-            h.strip() for h in os.environ.get("STRATA_ALLOWED_HOSTS", "").split(",") if h.strip()]
-        if "*" in allowed or name in ("localhost", self.server.opts.host.lower()) or name.endswith(".localhost"):
-            return
-        with contextlib.suppress(ValueError):
-            ipaddress.ip_address(name)
-            return
-        for a in allowed:
-            a = a.lower()
-            if name == a or (a.startswith(".") and (name.endswith(a) or name == a[1:])):
-                return
-        raise HttpError(403, "forbidden", f"the Host {host!r} is not one this server answers to "
-                        "(DNS-rebinding protection); add it to allowed_hosts or STRATA_ALLOWED_HOSTS")
-
-    def _check_key(self, path):
-        keys = self.server.opts.api_keys
-        if not keys or path in PUBLIC_PATHS or path in PAGES or path.startswith("/static/"):
-            return
-        got = self.headers.get("X-Api-Key") or ""
-        auth = self.headers.get("Authorization") or ""
-        if auth.lower().startswith("bearer "):
-            got = auth[7:].strip()
-        ok = False
-        for k in keys:  # constant-time compare against every key
-            ok |= hmac.compare_digest(got.encode("utf-8", "surrogateescape"), k.encode("utf-8"))
-        if not ok:
-            raise HttpError(401, "authentication_error", "missing or wrong API key")
-
-    def _check_origin(self):
-        origin = self.headers.get("Origin")
-        if not origin or self.command != "POST" or self.server.opts.api_keys:
-            return
-        cors = self.server.opts.cors_origins
-        parts = urlsplit(origin)
-        if parts.scheme not in ("http", "https") or "*" in cors or origin in cors:
-            return
-        if parts.netloc == (self.headers.get("Host") or ""):
-            return
-        raise HttpError(403, "forbidden", f"requests from the page {origin!r} are not allowed; add it to "
-                        "cors_origins")
+    # ---------------------------------------------------------------- security (serve/access.py)
+    def _check_access(self, method, path):
+        """Host, key and Origin; True when the request gave a valid API key."""
+        opts = self.server.opts
+        access.check_host(self.headers, opts.host, opts.allowed_hosts, bool(opts.api_keys))
+        if path in PUBLIC_PATHS or path in PAGES or path.startswith("/static/"):
+            return False
+        key_checked = access.check_key(self.headers, opts.api_keys)
+        access.check_origin(self.headers, method, opts.cors_origins, bool(opts.api_keys))
+        return key_checked
 
     def _check_own_page(self):
         ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
@@ -299,9 +234,7 @@ class Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         svc = self.server.service
         try:
-            self._check_host()
-            self._check_key(path)
-            self._check_origin()
+            key_checked = self._check_access(method, path)
             route = (GET_ROUTES if method in ("GET", "HEAD") else POST_ROUTES).get(path)
             if route is None:
                 if method == "GET" and (path in PAGES or path.startswith("/static/")):
@@ -309,26 +242,32 @@ class Handler(BaseHTTPRequestHandler):
                 if path.startswith("/v1/messages") and anthropic_api is None and method == "POST":
                     raise HttpError(404, "not_found_error", "the Anthropic API is not available in this build")
                 raise HttpError(404, "not_found_error", f"not found: {method} {path}")
+            if method == "POST":
+                access.check_browser_json(self.headers)
             if method == "POST" and path in OWN_PAGE_ROUTES:
                 self._check_own_page()
             body = self._json_body() if method == "POST" else {}
             ctx = RequestContext(cancelled=self._cancelled, shutting_down=self.server.stopping.is_set,
-                                 headers=self.headers, path=path, query=query)
+                                 headers=self.headers, path=path, query=query, trusted=access.trusted(
+                                     self.server.opts.api_keys, key_checked, self.client_address[0]))
             reply = route(svc, body, ctx)
         except HttpError as e:
             return self._error(path, e.status, e.err_type, e.message, e.param, e.code)
         except BadRequest as e:
             return self._error(path, e.status, "invalid_request_error", e.message, e.param, e.code)
         except ServiceError as e:  # the Service turned every engine failure into one (503 / 502)
-            return self._error(path, e.status, e.err_type, e.message)
+            return self._error(path, e.status, e.err_type, access.public_text(e.message))
         except ValueError as e:  # an engine ERR, or a value the translator refused
-            return self._error(path, 400, "invalid_request_error", str(e))
+            return self._error(path, 400, "invalid_request_error", access.public_text(str(e)))
+        except RecursionError:  # a body nested deeper than a walk over it can go
+            return self._error(path, 400, "invalid_request_error", "the request is nested too deeply")
         except (TypeError, KeyError, AttributeError) as e:
             traceback.print_exc()
             return self._error(path, 400, "invalid_request_error", f"the request is malformed ({e})")
-        except Exception as e:  # the one place an unexpected failure becomes a 500
+        except Exception as e:  # the one place an unexpected failure becomes a 500 (its detail: the log)
             traceback.print_exc()
-            return self._error(path, 500, "server_error", f"internal error: {type(e).__name__}: {e}")
+            return self._error(path, 500, "server_error", f"internal error ({type(e).__name__}); see the "
+                               "server log")
         if isinstance(reply, StreamReply):
             return self._stream(reply)
         if isinstance(reply, JsonReply):
@@ -361,8 +300,11 @@ class Handler(BaseHTTPRequestHandler):
             for k, v in self._cors_headers().items():
                 self.send_header(k, v)
             self.end_headers()
-            timeout = srv.write_timeout_s
-            self.connection.settimeout(timeout if timeout > 0 else None)  # sendall's total limit
+            # a moderate send buffer, so a client that stops reading blocks the write within a few hundred
+            # tokens and the write timeout (sendall's total limit) ends the stream and the engine request
+            http_guard.limit_send_buffer(self.connection, srv.limits)
+            timeout = srv.limits.write_s
+            self.connection.settimeout(timeout if timeout > 0 else None)
             for frame in frames:
                 self.wfile.write(frame.encode("utf-8"))
         except (OSError, ValueError):  # the client hung up or stopped reading past the limit
@@ -379,7 +321,7 @@ def _health(svc, body, ctx):
     if status != 200:
         return JsonReply(503, {**out, "error": {"code": 503, "type": "unavailable_error",
                                                 "message": "Loading model" if out["status"] == "loading"
-                                                else svc.death_note()}})
+                                                else access.public_text(svc.death_note())}})
     return JsonReply(200, out)
 
 
@@ -389,8 +331,12 @@ def _props(svc, body, ctx):
 
 
 def _status(svc, body, ctx):
+    """The service's state; a trusted client (access.trusted) also gets the engine's whole death note
+    (its log's last lines, paths) and the engine log's path."""
     e = svc.engine
-    return JsonReply(200, {"service": "strata", "model": svc.model_name, "loaded": e.alive(),
+    detail = {"engine_note": None if e.alive() else svc.death_note(),
+              "engine_log": getattr(e, "log_path", None)} if ctx.trusted else {}
+    return JsonReply(200, {**detail, "service": "strata", "model": svc.model_name, "loaded": e.alive(),
                            "engine": e.info.get("engine"), "started": svc.started,
                            "uptime_s": round(time.time() - svc.started, 1),
                            "context": {"max_positions": e.max_context or e.known_ctx,

@@ -12,6 +12,7 @@ Script (JSON object, every key optional):
   ready_delay_s  sleep before READY;  exit_before_ready: exit code to die with before READY
   no_stop        READY without `stop` (the engine then ignores STOP)
   info           extra INFO k=v text;  raw_start: lines (latin-1 escapes allowed) written before READY
+  stderr_start   lines written to stderr at start (the engine log: what a death note quotes)
   record         file to append every received command to ("<pid> <line>", cut at 200 characters)
   record_gen     file to append every GEN line to, whole (a test reads each pass's prompt ids back)
   state          directory that counts starts, so `starts` can script each (re)start differently
@@ -99,6 +100,9 @@ class Engine:
         s = self.s
         for line in s.get("raw_start", []):
             emit(line)
+        for line in s.get("stderr_start", []):
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
         if s.get("ready_delay_s"):
             time.sleep(s["ready_delay_s"])
         if "exit_before_ready" in s:

@@ -102,7 +102,9 @@ def write_dir(out_dir, gguf_path, meta, tok):
     from it (its pre, pre_family, pre_pattern, n_vocab, special_ids, add_bos, token_types and
     chat_template are recorded); returns that directory."""
     d = pathlib.Path(out_dir) / "tokenizer"
-    d.mkdir(parents=True, exist_ok=True)
+    for folder in reversed([d, *d.parents]):  # a cache: folders 0700 where they are made here, files 0600
+        if not folder.is_dir():
+            folder.mkdir(mode=0o700, exist_ok=True)
     tokens = meta["tokenizer.ggml.tokens"]
     vocab, duplicates = {}, {}
     for tid, text in enumerate(tokens):
@@ -146,6 +148,7 @@ def _source_stamp(path):
 
 def _write_atomic(path, text):
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as f:
         f.write(text)
     os.replace(tmp, path)

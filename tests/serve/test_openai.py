@@ -142,7 +142,8 @@ def test_host_check_and_cors(server):
     _, _, r = s.request("OPTIONS", "/v1/chat/completions", headers={"Origin": "https://other.example"})
     assert r.getheader("Access-Control-Allow-Origin") is None
     assert s.post("/v1/chat/completions", chat(), headers={"Origin": "https://other.example"})[0] == 403
-    assert s.post("/v1/chat/completions", chat(), headers={"Origin": "https://app.example"})[0] == 200
+    page = {"Origin": "https://app.example", "Content-Type": "application/json"}  # what a browser SDK sends
+    assert s.post("/v1/chat/completions", chat(), headers=page)[0] == 200
 
 
 def test_views(server):
