@@ -346,7 +346,7 @@ class GuardedServer:
         busy = raw_error(503, f"the server is at its limit of {limits.max_connections} connections "
                          "(STRATA_MAX_CONNECTIONS); retry shortly")
         self._refuser = _Refuser(busy)
-        self._busy = busy
+        self._no_fds = raw_error(503, "the server is out of file descriptors (ulimit -n); retry shortly")
         self._spare = _open_spare()
 
     def get_request(self):
@@ -368,7 +368,7 @@ class GuardedServer:
             sock, _ = self.socket.accept()
             with contextlib.suppress(OSError):
                 sock.setblocking(False)
-                sock.send(self._busy)
+                sock.send(self._no_fds)
             _close(sock)
         except OSError:
             pass

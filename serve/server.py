@@ -69,6 +69,7 @@ class Options:
 
 class StrataHTTPServer(http_guard.GuardedServer, ThreadingHTTPServer):
     daemon_threads = True
+    block_on_close = False  # server_close() must not join handler threads: shutdown() bounds its own waits
     allow_reuse_address = True
     request_queue_size = int(http_guard.env_float("STRATA_HTTP_BACKLOG", HTTP_BACKLOG))
 

@@ -166,6 +166,37 @@ def test_accept_loop_backs_off_on_emfile(server):
     assert 1 <= n <= 50, f"{n} accept calls in 1 s: the accept loop spins"
 
 
+def test_out_of_descriptors_the_waiting_client_gets_503_and_the_server_stays_idle(tmp_path):
+    """A real server process limited to 64 descriptors, flooded by idle connections: the accept loop sheds
+    the waiting connections with a 503 (a spare descriptor) instead of spinning while they wait."""
+    import resource
+    import subprocess
+    import sys
+    psutil = pytest.importorskip("psutil")
+    from tests.conftest import ROOT, fake_argv
+    cmd = [sys.executable, "-m", "strata_cli", "serve", "--tokenizer", "bytes", "--quiet", "--port", "0",
+           "--engine", " ".join(fake_argv(tmp_path)), "--log", str(tmp_path / "engine.log")]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)))
+    held = []
+    try:
+        line = proc.stdout.readline().decode()
+        assert line.startswith("strata: listening on http://"), line
+        port = int(line.rsplit(":", 1)[1])
+        held = [_connect(port) for _ in range(80)]  # more than the process can hold: some wait in the queue
+        status, _, body = _exchange(port, b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert status == 503 and "file descriptors" in body["error"]["message"]
+        server = psutil.Process(proc.pid)
+        before = sum(server.cpu_times()[:2])
+        time.sleep(2.0)
+        assert sum(server.cpu_times()[:2]) - before < 0.5, "the accept loop spins while out of descriptors"
+    finally:
+        for sock in held:
+            sock.close()
+        proc.terminate()
+        proc.wait(30)
+
+
 # ---------------------------------------------------------------- bodies
 def _chunked(*chunks, tail=b"0\r\n\r\n"):
     return _post_raw(b"".join(chunks) + tail, "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n")
