@@ -31,7 +31,8 @@ from serve.http_guard import HttpError
 # serve/engine.py's death notes end with "; log: line | line | ..."; the Service may join several notes and
 # add "; the next request restarts it": a tail runs to the next clause about the engine, a replica, or the end
 _LOG_TAIL = re.compile(r"; log: .*?(?=; (?:the |replica \d+: )|$)", re.S)
-_PATH = re.compile(r"(?<![\w:/.~-])(?:~|\.{1,2})?/(?:[^\s/;:,()'\"]+/)+([^\s/;:,()'\"]*)")
+# an absolute, home or relative file path (two parts or more; the server's own routes /v1/..., /api/... are not)
+_PATH = re.compile(r"(?<![\w:/.~-])(?:~|\.{1,2})?/(?!v1/|api/)(?:[^\s/;:,()'\"]+/)+([^\s/;:,()'\"]*)")
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 _logged_lock = threading.Lock()   # guards _logged
 _logged: list[str] = []           # the last few full texts printed (so a dead engine is not printed per request)

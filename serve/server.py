@@ -132,7 +132,7 @@ class Handler(BaseHTTPRequestHandler):
             text += f" ({explain})"
         data = json.dumps(http_guard.error_json(code, text)).encode()
         with contextlib.suppress(OSError):
-            self.send_response(code, message)
+            self.send_response(code)  # the standard reason phrase; the detail is in the body
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.send_header("Connection", "close")

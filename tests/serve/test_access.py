@@ -134,6 +134,16 @@ def test_error_bodies_carry_no_log_tail_or_paths(server, tmp_path, monkeypatch):
     assert status == 500 and "RuntimeError" in out["error"]["message"] and "alice" not in out["error"]["message"]
 
 
+def test_public_text_cuts_log_tails_and_paths_but_not_routes_or_urls():
+    from serve.access import public_text
+    text = ("the engine could not be started (/opt/x/build/strata-engine: [Errno 2] No such file: "
+            "'/opt/x/build/strata-engine'); see ~/.cache/strata/engine-8080.log; log: loading /m/a.gguf | boom")
+    assert public_text(text) == ("the engine could not be started (strata-engine: [Errno 2] No such file: "
+                                 "'strata-engine'); see engine-8080.log")
+    plain = "POST /v1/chat/completions at http://127.0.0.1:8080/v1 said 7/8"
+    assert public_text(plain) == plain
+
+
 # ---------------------------------------------------------------- logs and files
 def _build_in_child(tmp_path, *flags):
     """serve.bootstrap.build in a fresh process (its own pid, a private cache): (engine log path, modes)."""
