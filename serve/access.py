@@ -33,7 +33,6 @@ from serve.http_guard import HttpError
 _LOG_TAIL = re.compile(r"; log: .*?(?=; (?:the |replica \d+: )|$)", re.S)
 # an absolute, home or relative file path (two parts or more; the server's own routes /v1/..., /api/... are not)
 _PATH = re.compile(r"(?<![\w:/.~-])(?:~|\.{1,2})?/(?!v1/|api/)(?:[^\s/;:,()'\"]+/)+([^\s/;:,()'\"]*)")
-_LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 _logged_lock = threading.Lock()   # guards _logged
 _logged: list[str] = []           # the last few full texts printed (so a dead engine is not printed per request)
 
@@ -70,13 +69,22 @@ def check_host(headers, bound_host: str, allowed_hosts, has_keys: bool) -> None:
         return
     except ValueError:
         pass
-    if bound not in _LOOPBACK_NAMES and name in _own_names():
+    if not _loopback(bound) and name in _own_names():
         return
     for a in allowed:
         if name == a or (a.startswith(".") and (name.endswith(a) or name == a[1:])):
             return
     raise HttpError(403, "forbidden", f"the Host {host!r} is not one this server answers to "
                     "(DNS-rebinding protection); add it to allowed_hosts or STRATA_ALLOWED_HOSTS")
+
+
+def _loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.split("%")[0]).is_loopback
+    except ValueError:
+        return False
 
 
 def check_key(headers, keys) -> bool:
@@ -122,12 +130,7 @@ def check_browser_json(headers) -> None:
 def trusted(keys, key_checked: bool, peer_ip: str) -> bool:
     """Whether a client may see local detail (engine log lines, paths): it gave a key, or the server has
     none and the client is on this machine."""
-    if keys:
-        return key_checked
-    try:
-        return ipaddress.ip_address(peer_ip.split("%")[0]).is_loopback
-    except ValueError:
-        return False
+    return key_checked if keys else _loopback(peer_ip)
 
 
 def public_text(text: str) -> str:

@@ -29,6 +29,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -127,7 +128,7 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         if self.request_version in ("HTTP/0.9", ""):
             self.request_version = "HTTP/1.0"
-        text = message or http_guard.HTTPStatus(code).phrase
+        text = message or HTTPStatus(code).phrase
         if explain and explain not in text:
             text += f" ({explain})"
         data = json.dumps(http_guard.error_json(code, text)).encode()
