@@ -140,6 +140,10 @@ def test_public_text_cuts_log_tails_and_paths_but_not_routes_or_urls():
             "'/opt/x/build/strata-engine'); see ~/.cache/strata/engine-8080.log; log: loading /m/a.gguf | boom")
     assert public_text(text) == ("the engine could not be started (strata-engine: [Errno 2] No such file: "
                                  "'strata-engine'); see engine-8080.log")
+    joined = ("the engine stopped (exit code 3); log: a /x/y | b; the engine exited before READY (exit code 9); "
+              "log: c; d; the next request restarts it")  # two notes joined by the Service
+    assert public_text(joined) == ("the engine stopped (exit code 3); the engine exited before READY (exit code 9)"
+                                   "; the next request restarts it")
     plain = "POST /v1/chat/completions at http://127.0.0.1:8080/v1 said 7/8"
     assert public_text(plain) == plain
 
