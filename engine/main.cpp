@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "gguf.h"
+#include "grammar.h"
 #include "model.h"
 #include "protocol.h"
 #include "serve_loop.h"
@@ -222,6 +224,16 @@ int main(int argc, char** argv) {
     cfg.prompt_cache_every = static_cast<int32_t>(f.prompt_cache_every);
     cfg.has_seed = f.has_seed;
     cfg.seed = static_cast<uint64_t>(f.seed);
+    // the vocabulary as bytes for grammar= (read from the file again: the model keeps no token texts)
+    std::unique_ptr<grammar_vocab> vocab;
+    {
+        std::string verr;
+        gguf_file* gf = gguf_open(f.model, &verr);
+        if (gf) vocab = grammar_vocab_from_gguf(gf, info.n_vocab, cfg.eos_ids, &verr);
+        if (gf) gguf_close(gf);
+        if (!vocab) std::fprintf(stderr, "strata: grammars are off: %s\n", verr.c_str());
+        cfg.vocab = vocab.get();
+    }
 
     protocol_write_line(std::string("INFO engine=") + ENGINE_VERSION + " arch=" + info.arch +
                         " n_vocab=" + std::to_string(info.n_vocab) + " n_ctx_train=" + std::to_string(info.n_ctx_train) +
@@ -233,7 +245,8 @@ int main(int argc, char** argv) {
                         " threads=" + std::to_string(info.n_threads > 0 ? info.n_threads : mp.n_threads) +
                         " backend=cpu kernels=" + model_kernel_name() + " kv=" + (cfg.kv == KV_TYPE_F16 ? "f16" : "q8_0") +
                         " chunk=" + std::to_string(cfg.chunk) +
-                        " step_tokens=" + std::to_string(cfg.step_tokens) + " logit_bias=1");
+                        " step_tokens=" + std::to_string(cfg.step_tokens) + " logit_bias=1 grammar=" +
+                        (vocab ? "1" : "0"));
     protocol_write_line("INFO model_name=" + protocol_message(info.name.empty() ? "-" : info.name) +
                         " n_layer=" + std::to_string(info.n_layer) + " n_embd=" + std::to_string(info.n_embd) +
                         " weights_mib=" + std::to_string(info.weights_bytes >> 20) +

@@ -106,6 +106,30 @@ bool parse_bias(const std::string& text, int32_t n_vocab, std::vector<std::pair<
     return true;
 }
 
+// "%XX" escapes -> bytes (the grammar travels in one word: spaces, '%', '=' and non-ASCII bytes are escaped).
+bool percent_decode(const std::string& text, std::string* out) {
+    out->clear();
+    out->reserve(text.size());
+    for (size_t i = 0; i < text.size(); ++i) {
+        if (text[i] != '%') {
+            out->push_back(text[i]);
+            continue;
+        }
+        if (i + 2 >= text.size()) return false;
+        int v = 0;
+        for (size_t k = i + 1; k <= i + 2; ++k) {
+            const char h = text[k];
+            const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                        : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
+            if (d < 0) return false;
+            v = v * 16 + d;
+        }
+        out->push_back(static_cast<char>(v));
+        i += 2;
+    }
+    return true;
+}
+
 // One request key. Returns false with *why on a malformed value; unknown keys are accepted and skipped.
 bool parse_key(const std::string& key, const std::string& value, int32_t n_vocab, command* out, std::string* why) {
     sampler_params& p = out->sampling;
@@ -146,6 +170,11 @@ bool parse_key(const std::string& key, const std::string& value, int32_t n_vocab
         p.seed = static_cast<uint64_t>(i);
     } else if (key == "logit_bias") {
         if (!parse_bias(value, n_vocab, &p.logit_bias, why)) return false;
+    } else if (key == "grammar") {
+        if (value.empty() || !percent_decode(value, &out->grammar)) {
+            *why = "malformed value for grammar (GBNF, %XX-escaped)";
+            return false;
+        }
     } else if (key == "ckpt") {
         if (value != "0" && value != "1") return bad();
         out->ckpt = value == "1";

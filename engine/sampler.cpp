@@ -48,11 +48,25 @@ double sampler_uniform(uint64_t seed, int64_t pos) {
 sample_status sampler_sample(const sampler_params& p, const float* logits, int32_t n_vocab,
                              const int32_t* history, int32_t n_history, int64_t pos, uint64_t seed,
                              sampler_scratch* s, int32_t* token_out) {
+    return sampler_sample_masked(p, logits, n_vocab, history, n_history, pos, seed, nullptr, s, token_out);
+}
+
+sample_status sampler_sample_masked(const sampler_params& p, const float* logits, int32_t n_vocab,
+                                    const int32_t* history, int32_t n_history, int64_t pos, uint64_t seed,
+                                    const uint32_t* allow, sampler_scratch* s, int32_t* token_out) {
     for (int32_t i = 0; i < n_vocab; ++i) {
         if (!std::isfinite(logits[i])) return SAMPLE_NONFINITE;
     }
     s->work.assign(logits, logits + n_vocab);
     float* work = s->work.data();
+    if (allow != nullptr) {
+        bool any = false;
+        for (int32_t i = 0; i < n_vocab; ++i) {
+            if ((allow[i >> 5] >> (i & 31)) & 1u) any = true;
+            else work[i] = -INFINITY;
+        }
+        if (!any) return SAMPLE_NO_TOKEN;
+    }
     for (const auto& [id, bias] : p.logit_bias) {
         if (id >= 0 && id < n_vocab) work[id] += bias;
     }
@@ -65,6 +79,7 @@ sample_status sampler_sample(const sampler_params& p, const float* logits, int32
             if (best < 0 || work[i] > work[best]) best = i;
         }
         if (best < 0) return SAMPLE_NONFINITE;
+        if (allow != nullptr && work[best] == -INFINITY) return SAMPLE_NO_TOKEN;
         *token_out = best;
         return SAMPLE_OK;
     }
@@ -74,7 +89,7 @@ sample_status sampler_sample(const sampler_params& p, const float* logits, int32
     for (int32_t i = 0; i < n_vocab; ++i) {
         if (std::isfinite(work[i])) s->cand.emplace_back(work[i], i);
     }
-    if (s->cand.empty()) return SAMPLE_NONFINITE;
+    if (s->cand.empty()) return allow != nullptr ? SAMPLE_NO_TOKEN : SAMPLE_NONFINITE;
     size_t n_keep = s->cand.size();
     if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n_keep) {
         n_keep = static_cast<size_t>(p.top_k);

@@ -6,7 +6,7 @@
 //  - The random draw is counter based: one uniform number per (seed, pos), pos being the position the new
 //    token will take. A request that is moved (promoted to a slot, yielded, sent back solo) draws the same
 //    numbers it would have drawn without moving.
-//  - Order of the stages: logit_bias, penalties over the last penalty_last_n tokens of the sequence, then
+//  - Order of the stages: the grammar's allow mask (sampler_sample_masked), logit_bias, penalties over the last penalty_last_n tokens of the sequence, then
 //    greedy (temperature <= 0) or top_k -> temperature softmax -> min_p -> top_p -> draw.
 //  - Knows nothing of the protocol text (engine/protocol.cpp parses the keys into sampler_params).
 #pragma once
@@ -39,6 +39,7 @@ struct sampler_scratch {
 enum sample_status : int32_t {
     SAMPLE_OK = 0,
     SAMPLE_NONFINITE = 1,   // the logits held a NaN or an infinity: no token
+    SAMPLE_NO_TOKEN = 2,    // the allow mask left no token
 };
 
 // Picks a token. history/n_history: the sequence so far (prompt + generated), for the penalties.
@@ -46,6 +47,12 @@ enum sample_status : int32_t {
 sample_status sampler_sample(const sampler_params& params, const float* logits, int32_t n_vocab,
                              const int32_t* history, int32_t n_history, int64_t pos, uint64_t seed,
                              sampler_scratch* scratch, int32_t* token_out);
+
+// The same with an allow mask (bit i of allow[i / 32] set = token i may be picked; nullptr = all): a
+// disallowed token is as if its logit_bias were -inf, applied first.
+sample_status sampler_sample_masked(const sampler_params& params, const float* logits, int32_t n_vocab,
+                                    const int32_t* history, int32_t n_history, int64_t pos, uint64_t seed,
+                                    const uint32_t* allow, sampler_scratch* scratch, int32_t* token_out);
 
 // The uniform number in [0, 1) that sampling at (seed, pos) draws.
 double sampler_uniform(uint64_t seed, int64_t pos);

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "prefill/chunking.hpp"
+#include "grammar.h"
 #include "prefill/pf_timer.h"
 #include "protocol.h"
 #include "sampler.h"
@@ -42,7 +43,12 @@ enum read_end : int32_t {
     READ_CANCEL,     // STOP
     READ_NONFINITE,  // the last logits were not finite
     READ_FAILED,     // the model refused (ERR written)
+    READ_NO_TOKEN,   // the request's grammar allows no token (DONE ... stop)
 };
+
+const char* read_finish(read_end end) {
+    return end == READ_NONFINITE ? "nonfinite" : end == READ_NO_TOKEN ? "stop" : "cancel";
+}
 
 struct read_result {
     read_end end = READ_DONE;
@@ -77,7 +83,8 @@ private:
     void run_vram();
     bool check_request(const command& cmd);
     uint64_t request_seed(const sampler_params& sp);
-    read_result read_prompt(const command& cmd, int64_t seq, clock_type::time_point t0);
+    read_result read_prompt(const command& cmd, int64_t seq, clock_type::time_point t0, grammar_matcher* gm);
+    bool start_grammar(const command& cmd, std::shared_ptr<grammar_matcher>* out);
     void slot_steps();
     int eval_with_slots(kv_cache* kv, const int32_t* toks, int32_t len, int32_t pos, std::string* err);
     void drop_poisoned(seq_state* st);
@@ -94,6 +101,7 @@ private:
     std::vector<float> logits_;    // (n_vocab) the last prompt token's logits, or the last decode step's
     sampler_scratch scratch_;
     pf_timer timer_;
+    grammar_cache grammars_;       // recent requests' grammars (grammar= key)
     std::mt19937_64 rng_;          // seeds of requests that bring none (when --seed is absent)
     // eval_with_slots' batch (reused: no allocation per step once warm)
     std::vector<int32_t> mix_rows_, mix_token_, mix_pos_, mix_seq_;
@@ -232,7 +240,18 @@ void serve_loop::drop_poisoned(seq_state* st) {
 
 // Reads cmd.ids into the solo session (reusing what it can), chunk by chunk, and samples the first token.
 // Decoding slots ride in the chunks' batches; reading slots wait (the server sends GEN only to a solo engine).
-read_result serve_loop::read_prompt(const command& cmd, int64_t seq, clock_type::time_point t0) {
+// The request's grammar matcher (nullptr without grammar=). False (ERR written) when the grammar is refused.
+bool serve_loop::start_grammar(const command& cmd, std::shared_ptr<grammar_matcher>* out) {
+    out->reset();
+    if (cmd.grammar.empty()) return true;
+    std::string err;
+    *out = grammars_.start(cmd.grammar, cfg_.vocab, &err);
+    if (!*out) err_line(err);
+    return *out != nullptr;
+}
+
+read_result serve_loop::read_prompt(const command& cmd, int64_t seq, clock_type::time_point t0,
+                                    grammar_matcher* gm) {
     read_result r;
     seq_state* target = &live_;
     const std::vector<int32_t>& prompt = cmd.ids;
@@ -277,10 +296,9 @@ read_result serve_loop::read_prompt(const command& cmd, int64_t seq, clock_type:
     if (r.end == READ_DONE) {
         timer_.mark(PF_PHASE_SAMPLE);
         const uint64_t seed = request_seed(cmd.sampling);
-        r.end = sampler_sample(cmd.sampling, logits_.data(), info_.n_vocab, prompt.data(), n, n, seed, &scratch_,
-                               &r.first) == SAMPLE_OK
-                    ? READ_DONE
-                    : READ_NONFINITE;
+        const sample_status st =
+            grammar_sample(gm, cmd.sampling, logits_.data(), info_.n_vocab, prompt.data(), n, n, seed, &scratch_, &r.first);
+        r.end = st == SAMPLE_OK ? READ_DONE : st == SAMPLE_NO_TOKEN ? READ_NO_TOKEN : READ_NONFINITE;
     }
     r.prompt_ms = ms_between(t0, clock_type::now());
     timer_.finish(r.read);
@@ -289,17 +307,18 @@ read_result serve_loop::read_prompt(const command& cmd, int64_t seq, clock_type:
 
 void serve_loop::run_gen(const command& cmd_in, int64_t seq) {
     if (!check_request(cmd_in)) return;
+    std::shared_ptr<grammar_matcher> gm;
+    if (!start_grammar(cmd_in, &gm)) return;
     const clock_type::time_point t0 = clock_type::now();
     command cmd = cmd_in;
     cmd.sampling.has_seed = true;
     cmd.sampling.seed = request_seed(cmd_in.sampling);  // one seed for the whole request
     const int32_t n = static_cast<int32_t>(cmd.ids.size());
-    read_result r = read_prompt(cmd, seq, t0);
+    read_result r = read_prompt(cmd, seq, t0, gm.get());
     if (r.end == READ_FAILED) return;
     if (r.end != READ_DONE) {
         if (r.end == READ_NONFINITE) drop_poisoned(&live_);
-        protocol_write_line(done_line(0, n, r.prompt_ms, 0.0, r.end == READ_NONFINITE ? "nonfinite" : "cancel",
-                                      r.reused, r.read));
+        protocol_write_line(done_line(0, n, r.prompt_ms, 0.0, read_finish(r.end), r.reused, r.read));
         return;
     }
     const clock_type::time_point t_dec = clock_type::now();
@@ -327,8 +346,13 @@ void serve_loop::run_gen(const command& cmd_in, int64_t seq) {
             break;
         }
         live_.tokens.push_back(tok);
-        if (sampler_sample(cmd.sampling, logits_.data(), info_.n_vocab, live_.tokens.data(), p + 1, p + 1,
-                           cmd.sampling.seed, &scratch_, &tok) != SAMPLE_OK) {
+        const sample_status st = grammar_sample(gm.get(), cmd.sampling, logits_.data(), info_.n_vocab,
+                                                live_.tokens.data(), p + 1, p + 1, cmd.sampling.seed, &scratch_, &tok);
+        if (st == SAMPLE_NO_TOKEN) {
+            finish = "stop";  // the grammar allows nothing more
+            break;
+        }
+        if (st != SAMPLE_OK) {
             drop_poisoned(&live_);
             finish = "nonfinite";
             break;
@@ -358,6 +382,8 @@ void serve_loop::run_bgen(const command& cmd, int64_t seq) {
         return;
     }
     if (!check_request(cmd)) return;
+    std::shared_ptr<grammar_matcher> gm;
+    if (!start_grammar(cmd, &gm)) return;
     if (!slots_.ensure_kv(s)) {
         err_line("BGEN: cannot allocate the KV cache of slot " + std::to_string(s));
         return;
@@ -368,7 +394,7 @@ void serve_loop::run_bgen(const command& cmd, int64_t seq) {
     const reuse_source src = session_find_reuse(*target, cmd.ids, &cache_, others);
     const int32_t reused = session_apply_reuse(target, cmd.ids, src, &cache_);
     const int32_t ckpt = cmd.ckpt ? session_turn_checkpoint(cmd.ids, cfg_.turn_token) : 0;
-    slots_.accept(s, seq, cmd.ids, reused, ckpt, cmd.max_new, cmd.sampling, request_seed(cmd.sampling));
+    slots_.accept(s, seq, cmd.ids, reused, ckpt, cmd.max_new, cmd.sampling, request_seed(cmd.sampling), std::move(gm));
     protocol_write_line("BACC " + std::to_string(s) + " " + std::to_string(reused));
 }
 

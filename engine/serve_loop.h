@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "grammar.h"
 #include "model.h"
 
 // --step-tokens default: measured (tools/bench_serving.py), see docs/PROTOCOL.md.
@@ -34,6 +35,7 @@ struct engine_config {
     int32_t prompt_cache_every = 16384;  // --prompt-cache-every (accepted; the KV prefix makes it moot here)
     bool has_seed = false;           // --seed: the seed of requests that bring none
     uint64_t seed = 0;
+    const grammar_vocab* vocab = nullptr;  // token bytes for grammar= (nullptr: grammars are refused)
 };
 
 // Runs until QUIT/EOF. stdin_fd is read on a thread of its own.

@@ -47,7 +47,8 @@ void slot_table::idle_states(int32_t except, std::vector<const seq_state*>* out)
 }
 
 void slot_table::accept(int32_t i, int64_t seq, const std::vector<int32_t>& prompt, int32_t reused,
-                        int32_t ckpt, int32_t max_new, const sampler_params& sp, uint64_t seed) {
+                        int32_t ckpt, int32_t max_new, const sampler_params& sp, uint64_t seed,
+                        std::shared_ptr<grammar_matcher> gm) {
     slot& s = at(i);
     s.phase = SLOT_READING;
     s.seq = seq;
@@ -62,6 +63,7 @@ void slot_table::accept(int32_t i, int64_t seq, const std::vector<int32_t>& prom
     s.max_new = max_new;
     s.sampling = sp;
     s.seed = seed;
+    s.gm = std::move(gm);
 }
 
 void slot_table::finish(int32_t i, const char* why) {
@@ -76,6 +78,7 @@ void slot_table::finish(int32_t i, const char* why) {
                         std::to_string(s.n_read));
     s.phase = SLOT_IDLE;
     s.pending = -1;
+    s.gm.reset();
     s.prompt.clear();
     s.prompt.shrink_to_fit();
 }
@@ -208,8 +211,13 @@ void slot_table::first_token(int32_t i, const float* logits, const std::vector<i
     slot& s = at(i);
     const int32_t n = static_cast<int32_t>(s.st.tokens.size());
     int32_t tok = -1;
-    if (sampler_sample(s.sampling, logits, n_vocab_, s.st.tokens.data(), n, n, s.seed, &scratch_, &tok) !=
-        SAMPLE_OK) {
+    const sample_status st =
+        grammar_sample(s.gm.get(), s.sampling, logits, n_vocab_, s.st.tokens.data(), n, n, s.seed, &scratch_, &tok);
+    if (st == SAMPLE_NO_TOKEN) {
+        finish(i, "stop");  // the grammar allows no token at all
+        return;
+    }
+    if (st != SAMPLE_OK) {
         s.st.tokens.clear();  // what this slot's cache holds may be poisoned
         s.ckpt = 0;
         finish(i, "nonfinite");
@@ -235,9 +243,13 @@ void slot_table::after_eval(const std::vector<int32_t>& rows, const float* logit
         slot& s = at(i);
         s.st.tokens.push_back(s.pending);
         int32_t tok = -1;
-        const sample_status st = sampler_sample(s.sampling, logits + k * static_cast<size_t>(n_vocab_), n_vocab_,
-                                                s.st.tokens.data(), static_cast<int32_t>(s.st.tokens.size()),
+        const sample_status st = grammar_sample(s.gm.get(), s.sampling, logits + k * static_cast<size_t>(n_vocab_),
+                                                n_vocab_, s.st.tokens.data(), static_cast<int32_t>(s.st.tokens.size()),
                                                 static_cast<int64_t>(s.st.tokens.size()), s.seed, &scratch_, &tok);
+        if (st == SAMPLE_NO_TOKEN) {
+            finish(i, "stop");  // the grammar allows nothing more
+            continue;
+        }
         if (st != SAMPLE_OK) {
             s.st.tokens.clear();  // what this slot's cache holds may be poisoned
             s.ckpt = 0;

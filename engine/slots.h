@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "grammar.h"
 #include "model.h"
 #include "sampler.h"
 #include "session.h"
@@ -52,6 +53,7 @@ struct slot {
     int32_t max_new = 0;
     sampler_params sampling;
     uint64_t seed = 0;
+    std::shared_ptr<grammar_matcher> gm;  // the request's grammar (grammar=), or nullptr
     std::chrono::steady_clock::time_point t0;  // first token (decoding started)
 };
 
@@ -73,7 +75,8 @@ public:
     void idle_states(int32_t except, std::vector<const seq_state*>* out) const;
     // Slot i (its state already holding the reused prefix) starts reading `prompt` from position `reused`.
     void accept(int32_t i, int64_t seq, const std::vector<int32_t>& prompt, int32_t reused, int32_t ckpt,
-                int32_t max_new, const sampler_params& sp, uint64_t seed);
+                int32_t max_new, const sampler_params& sp, uint64_t seed,
+                std::shared_ptr<grammar_matcher> gm = nullptr);
     // One step (see the contract). Writes BPP/BT/BDONE lines. Returns false (with *err) only when the model
     // refused the batch, in which case every slot in it was ended with BDONE ... nonfinite.
     bool step(const stdin_reader& reader, const std::vector<int32_t>& eos_ids, int32_t step_tokens,
