@@ -92,6 +92,9 @@ class ChatRequest:
     api: str = "openai"                # "openai" | "anthropic": for logs and history only
     extra: dict[str, Any] = field(default_factory=dict)  # strata_* extensions, passed through
     notes: list[str] = field(default_factory=list)       # what the translator let pass (kept in the history)
+    grammar: str | None = None         # GBNF the reply must follow (serve/constrain.py): response_format, ...
+    constrained_call: tuple[str, str] | None = None  # a forced call's (opening, grammar of the rest), set by
+                                                     # Service.encode_chat when the call can be constrained
 
 
 @dataclass
@@ -104,6 +107,7 @@ class CompletionRequest:
     stream: bool = False
     echo: bool = False
     model: str | None = None
+    grammar: str | None = None         # GBNF the completion must follow (serve/constrain.py)
 
 
 KIND_PING = "ping"            # nothing to say yet (a long prompt is being read): send a keep-alive

@@ -25,6 +25,7 @@ import json
 import secrets
 import time
 
+from serve.constrain import openai_grammar, refuse_unsupported
 from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Message, ToolCall, ToolSpec,
                           KIND_CONTENT, KIND_PING, KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL,
                           KIND_TOOL_START)
@@ -209,6 +210,8 @@ def parse_chat(body: dict) -> ChatRequest:
         raise BadRequest("model: a string", param="model")
     req.model = model
     req.extra = {k: v for k, v in body.items() if k.startswith("strata_")}
+    refuse_unsupported(body, ("logprobs", "top_logprobs", "n", "n_probs"))
+    req.grammar = openai_grammar(body)  # response_format, llama.cpp json_schema / grammar (serve/constrain.py)
     return req
 
 
@@ -338,6 +341,8 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     req = CompletionRequest(prompt=prompt, max_new=_int_field(body, "max_tokens"), sampling=_sampling(body),
                             stop=check_stop(body.get("stop")), stream=_bool_field(body, "stream"),
                             echo=_bool_field(body, "echo"), model=body.get("model"))
+    refuse_unsupported(body, ("logprobs", "n", "best_of", "n_probs"))
+    req.grammar = openai_grammar(body)
     include_usage = _include_usage(body)
     prep = service.prepare(req)
     meta = {"id": "cmpl-" + secrets.token_hex(12), "created": int(time.time()),

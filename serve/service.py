@@ -43,6 +43,7 @@ from serve.thinking_pass import ReplyPasses, encode_written, merge_figures, repl
 
 from serve.reasoning import OutputParser, resolve_effort
 from serve import sampling as sampling_mod
+from serve.constrain import GRAMMAR_INFO_KEY, forced_call, grammar_key
 from serve.toolcalls import forced_opening
 
 REPEAT_STOP_TOKENS = 256   # the same token this many times in a row is a loop: end the reply as `length`
@@ -278,9 +279,14 @@ class Service:
     def encode_chat(self, req: ChatRequest, store: bool = True) -> tuple[list[int], bool]:
         effort = self.effort(req)
         thinking = None if effort is None else effort != "none"
+        if req.grammar is not None:
+            thinking = False  # the grammar starts at the reply's first token
         rendered = self.template.render(req.messages, req.tools if req.tool_choice != "none" else [],
                                         thinking=thinking)
         ids = self.encoder.encode(rendered.text, plain=rendered.plain, store=store)
+        # a forced call with thinking off follows its tool's schema (serve/constrain.py)
+        req.constrained_call = None if rendered.thinking or req.tool_choice == "none" else forced_call(
+            req.tool_choice, req.tools, getattr(self.template, "tool_format", "xml"))
         opening = None if rendered.thinking else self.forced_opening(req)
         if opening:  # a forced call with thinking off: the opening ends the prompt (UPSTREAM §5.3)
             ids = ids + encode_written(self.tok, opening)
@@ -289,6 +295,8 @@ class Service:
     def forced_opening(self, req: ChatRequest) -> str | None:
         """The forced call opening for `tool_choice` required/named, else None. With thinking on the run
         writes it once the model has left its thinking (serve/thinking_pass.py)."""
+        if getattr(req, "constrained_call", None):
+            return req.constrained_call[0]
         return forced_opening(req.tool_choice, req.tools, getattr(self.template, "tool_format", "xml"))
 
     def count_tokens(self, req: ChatRequest) -> int:
@@ -339,7 +347,16 @@ class Service:
         """Sampling merged model card -> config `sampling` -> shared settings -> request (0 stays greedy)."""
         card = sampling_mod.card_sampling(self.arch, thinking)
         merged = sampling_mod.merge_sampling(card, self.config.get("sampling"), self._settings(), req.sampling)
-        return " ".join(sampling_mod.engine_keys(merged))
+        keys = sampling_mod.engine_keys(merged)
+        call = getattr(req, "constrained_call", None)
+        grammar = req.grammar if req.grammar is not None else (call[1] if call else None)
+        if grammar is not None:
+            info = getattr(self.engine, "info", None) or {}
+            if info and str(info.get(GRAMMAR_INFO_KEY)) != "1":
+                raise BadRequest("structured output: this engine cannot apply grammars (INFO grammar=1 missing)",
+                                 param="response_format")
+            keys.append(grammar_key(grammar))
+        return " ".join(keys)
 
     def ensure_engine(self) -> None:
         """A dead engine is restarted by the next request (before its answer starts)."""

@@ -23,13 +23,19 @@ eos (default true: end with 258); token_delay_s; first_delay_s (after the prompt
 512) and pp_delay_s (per prompt chunk); die_after (exit 3 after that many tokens); silent_after (then write
 nothing and ignore STOP); raw (lines written verbatim, latin-1, before the tokens); err (answer ERR with it);
 nonfinite (finish nonfinite, no tokens).
+`grammar=` on GEN/BGEN (docs/PROTOCOL.md) is decoded as the real engine does: a malformed escape or a text
+with no `root ::=` is refused with the real engine's ERR; `record_grammar` (script key) names a file each
+request's decoded grammar is appended to (one JSON string per line). The scripted answer is not checked
+against it.
 """
 import json
 import os
 import queue
+import re
 import sys
 import threading
 import time
+import urllib.parse
 
 EOS_IDS = (256, 258)
 IM_START = 257
@@ -46,6 +52,27 @@ def emit(line):
     with out_lock:
         sys.stdout.buffer.write(data + b"\n")
         sys.stdout.buffer.flush()
+
+
+def request_grammar(words, script):
+    """The decoded grammar= of a GEN/BGEN line's words, or None; the real engine's ERR text as ValueError."""
+    for w in words[1:-1]:
+        if not w.startswith("grammar="):
+            continue
+        raw = w[len("grammar="):]
+        try:
+            if not raw or re.search(r"%(?![0-9A-Fa-f]{2})", raw):
+                raise ValueError
+            text = urllib.parse.unquote_to_bytes(raw).decode("utf-8")
+        except ValueError:
+            raise ValueError("malformed value for grammar (GBNF, %XX-escaped)") from None
+        if not re.search(r"(^|\n)\s*root\s*::=", text):
+            raise ValueError("grammar: no 'root' rule")
+        if script.get("record_grammar"):
+            with open(script["record_grammar"], "a", encoding="utf-8") as f:
+                f.write(json.dumps(text) + "\n")
+        return text
+    return None
 
 
 def load_script(argv):
@@ -110,7 +137,7 @@ class Engine:
             sys.exit(int(s["exit_before_ready"]))
         emit(f"INFO engine=fake-1 arch=fake n_vocab={N_VOCAB} n_ctx_train=8192 context={s['ctx']} "
              f"batch_slots=0 batch_groups=1 slot_cache=0 conversation_cache_slots=0 im_start={IM_START} "
-             f"eos=256,258 threads=1 backend=cpu {s.get('info', '')}".rstrip())
+             f"eos=256,258 threads=1 backend=cpu grammar=1 {s.get('info', '')}".rstrip())
         emit(f"READY {s['ctx']}" + ("" if s.get("no_stop") else " stop"))
         threading.Thread(target=self.reader, daemon=True).start()
         while True:
@@ -145,6 +172,11 @@ class Engine:
             ids = [int(x) for x in words[-1].split(",")] if len(words) > 2 else []
         except ValueError:
             emit("ERR malformed GEN line")
+            return
+        try:
+            request_grammar(words, self.s)
+        except ValueError as e:
+            emit(f"ERR {e}")
             return
         t = self.turn()
         if not ids or any(i < 0 or i >= N_VOCAB for i in ids):

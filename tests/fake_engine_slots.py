@@ -35,7 +35,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tests.fake_engine import CTX_SLACK, EOS_IDS, IM_START, N_VOCAB, emit, load_script  # noqa: E402
+from tests.fake_engine import (CTX_SLACK, EOS_IDS, IM_START, N_VOCAB, emit, load_script,  # noqa: E402
+                               request_grammar)
 
 NEWLINE = 10
 COMMANDS_PER_STEP = 16   # as the real engine: queued commands taken between two steps
@@ -139,7 +140,7 @@ class Engine:
         emit(f"INFO engine=fake-slots-2 arch=fake n_vocab={N_VOCAB} n_ctx_train=8192 context={s['ctx']} "
              f"batch_slots={self.n} batch_groups={s.get('groups', 1)} "
              f"slot_cache={0 if s.get('no_slot_cache') else 1} conversation_cache_slots=0 im_start={IM_START} "
-             f"eos={','.join(map(str, self.eos))} threads=1 backend=cpu step_tokens={self.step_tokens}")
+             f"eos={','.join(map(str, self.eos))} threads=1 backend=cpu step_tokens={self.step_tokens} grammar=1")
         if s.get("report_affinity"):
             emit(f"INFO affinity={','.join(map(str, sorted(os.sched_getaffinity(0))))} "
                  f"threads_arg={s.get('threads_arg', '-')}")
@@ -184,6 +185,10 @@ class Engine:
             ids = [int(x) for x in w[-1].split(",")]
         except (ValueError, IndexError):
             return "malformed request"
+        try:
+            request_grammar(w, self.s)  # as tests/fake_engine.py: decoded, recorded, not applied
+        except ValueError as e:
+            return str(e)
         if bgen and not 0 <= slot < self.n:
             return f"BGEN: no slot {slot}"
         if bgen and self.slots[slot]["phase"]:

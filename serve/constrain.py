@@ -1,0 +1,161 @@
+"""Constrained output: which grammar (docs/PROTOCOL.md `grammar=`) a request's reply must follow.
+
+Role: read the wire fields that ask for structured output and the forced tool calls whose arguments must
+follow their schema, and turn them into one GBNF grammar (serve/json_schema.py compiles schemas), plus the
+`grammar=` engine key. Also refuses, with a 400 that says so, the output fields Strata does not implement
+(logprobs, n > 1, ...): accepted-and-ignored is never an answer.
+
+- OpenAI chat and completions: `response_format` {type: text | json_object | json_schema {json_schema:
+  {schema, strict, name}}}; llama.cpp's extensions on the same routes: `json_schema` (a schema) and
+  `grammar` (GBNF text, sent as written; the engine refuses a malformed one, which the service maps to a 400).
+- Forced tool calls (OpenAI tool_choice required/named, Anthropic any/tool) in the JSON call form: the call's
+  opening stops after `"arguments": ` (or after `"name": "` when the tool is not named) and the grammar is
+  the arguments per the tool's schema, then `}` and `</tool_call>`; a schema outside the subset is a 400.
+  Calls in the XML form (`<function=...>`) are not constrained (their opening stays as it was).
+
+Public surface: `openai_grammar(body)`, `refuse_unsupported(body, api)`, `forced_call(tool_choice, tools,
+fmt)`, `grammar_key(text)`, `GRAMMAR_INFO_KEY`. Knows no HTTP beyond BadRequest and no engine.
+"""
+from __future__ import annotations
+
+import json
+import urllib.parse
+
+from serve.events import BadRequest
+from serve.json_schema import ANY_OBJECT_GRAMMAR, SchemaError, gbnf_literal, schema_grammar
+from serve.toolcalls import CALL_CLOSE, CALL_OPEN, forced_opening
+
+GRAMMAR_INFO_KEY = "grammar"  # INFO grammar=1: the engine applies grammar= (docs/PROTOCOL.md)
+GRAMMAR_TEXT_MAX_BYTES = 1 << 20
+
+# Output fields Strata does not implement; each is a 400 naming it unless it asks for the default.
+# name -> (the values that ask for nothing, what to say)
+_UNSUPPORTED = {
+    "logprobs": ((None, False, 0), "log-probabilities are not supported yet"),
+    "top_logprobs": ((None, 0), "log-probabilities are not supported yet"),
+    "n": ((None, 1), "only n=1 is supported (one choice per request)"),
+    "best_of": ((None, 1), "best_of is not supported"),
+    "n_probs": ((None, 0), "n_probs (log-probabilities) is not supported yet"),
+    "suffix": ((None, ""), "suffix (insertion) is not supported"),
+}
+
+
+def refuse_unsupported(body: dict, fields: tuple[str, ...]) -> None:
+    """A 400 for each of `fields` the body sets to something other than its default."""
+    for name in fields:
+        if name not in body:
+            continue
+        quiet, why = _UNSUPPORTED[name]
+        value = body[name]
+        if not any(value == q and type(value) is type(q) or (value is None and q is None) for q in quiet):
+            raise BadRequest(f"{name}: {why} (got {json.dumps(value)[:60]})", param=name)
+
+
+def _schema_grammar(schema, field: str) -> str:
+    try:
+        return schema_grammar(schema)
+    except SchemaError as e:
+        raise BadRequest(f"{field}: {e}", param=field) from None
+
+
+def openai_grammar(body: dict) -> str | None:
+    """The grammar asked by response_format / json_schema / grammar, or None; a 400 for a bad or double ask."""
+    asks = []
+    rf = body.get("response_format")
+    if rf is not None:
+        if not isinstance(rf, dict) or rf.get("type") not in ("text", "json_object", "json_schema"):
+            raise BadRequest('response_format: {"type": "text" | "json_object" | "json_schema", ...}',
+                             param="response_format")
+        if rf["type"] == "json_object":
+            asks.append(ANY_OBJECT_GRAMMAR)
+        elif rf["type"] == "json_schema":
+            js = rf.get("json_schema")
+            if not isinstance(js, dict) or "schema" not in js:
+                raise BadRequest('response_format.json_schema: {"name": ..., "schema": {...}, "strict": ...}',
+                                 param="response_format")
+            asks.append(_schema_grammar(js["schema"], "response_format.json_schema.schema"))
+    if body.get("json_schema") is not None:
+        asks.append(_schema_grammar(body["json_schema"], "json_schema"))
+    if body.get("grammar") is not None:
+        g = body["grammar"]
+        if not isinstance(g, str) or not g.strip():
+            raise BadRequest("grammar: GBNF text with a root rule", param="grammar")
+        if len(g.encode()) > GRAMMAR_TEXT_MAX_BYTES:
+            raise BadRequest(f"grammar: over {GRAMMAR_TEXT_MAX_BYTES >> 20} MiB", param="grammar")
+        asks.append(g)
+    if len(asks) > 1:
+        raise BadRequest("response_format, json_schema and grammar: give one of them", param="response_format")
+    return asks[0] if asks else None
+
+
+def forced_call(tool_choice, tools, fmt: str) -> tuple[str, str] | None:
+    """(opening, grammar of the rest of the reply) for a forced call in the JSON form, else None."""
+    if fmt != "json" or forced_opening(tool_choice, tools, fmt) is None:
+        return None
+    opening = forced_opening(tool_choice, tools, fmt)
+    tail = f'"}}" "\\n" {gbnf_literal(CALL_CLOSE)}'
+
+    name = None
+    if isinstance(tool_choice, dict):
+        name = tool_choice.get("name")
+    elif len(tools) == 1:
+        name = tools[0].name
+    if name is not None:
+        tool = next(t for t in tools if t.name == name)
+        head = f'{CALL_OPEN}\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": '
+        return head, "\n".join([f"root ::= t0-root {tail}"] + _prefixed(_tool_args(tool), "t0-")) + "\n"
+    head = f'{CALL_OPEN}\n{{"name": "'
+    lines, alts = [], []
+    for i, tool in enumerate(tools):
+        name_lit = gbnf_literal(json.dumps(tool.name, ensure_ascii=False)[1:] + ', "arguments": ')
+        alts.append(f"{name_lit} t{i}-root")
+        lines += _prefixed(_tool_args(tool), f"t{i}-")
+    return head, "\n".join([f"root ::= ( {' | '.join(alts)} ) {tail}"] + lines) + "\n"
+
+
+def _tool_args(tool) -> str:
+    params = tool.parameters if isinstance(tool.parameters, dict) and tool.parameters else {"type": "object"}
+    return _schema_grammar(params, f"tools[{tool.name}].parameters")
+
+
+def _prefixed(grammar: str, prefix: str) -> list[str]:
+    """The grammar's rules with every rule name prefixed (so several grammars share one text)."""
+    names = [line.split(" ::= ", 1)[0] for line in grammar.splitlines() if " ::= " in line]
+    out = []
+    for line in grammar.splitlines():
+        if " ::= " not in line:
+            continue
+        head, body = line.split(" ::= ", 1)
+        out.append(f"{prefix}{head} ::= {_rename(body, set(names), prefix)}")
+    return out
+
+
+def _rename(body: str, names: set[str], prefix: str) -> str:
+    """Prefixes the rule references in a GBNF body (outside literals and classes)."""
+    out, i, n = [], 0, len(body)
+    while i < n:
+        c = body[i]
+        if c in "\"[":
+            close = '"' if c == '"' else "]"
+            j = i + 1
+            while j < n and body[j] != close:
+                j += 2 if body[j] == "\\" else 1
+            out.append(body[i:j + 1])
+            i = j + 1
+        elif c.isalnum() or c in "-_":
+            j = i
+            while j < n and (body[j].isalnum() or body[j] in "-_"):
+                j += 1
+            word = body[i:j]
+            out.append(prefix + word if word in names else word)
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def grammar_key(text: str) -> str:
+    """The engine key for a grammar: `grammar=` + the text with every byte outside `!`..`~`, `%` and `=`
+    written %XX (docs/PROTOCOL.md)."""
+    return "grammar=" + urllib.parse.quote(text, safe="!\"#$&'()*+,-./:;<>?@[\\]^_`{|}~")
