@@ -92,6 +92,8 @@ def _digits_range(lo: str, hi: str) -> str:
     """GBNF for decimal strings of equal length between lo and hi (inclusive, lo <= hi)."""
     if len(lo) == 1:
         return f"[{lo}-{hi}]"
+    if lo == "0" * len(lo) and hi == "9" * len(hi):  # (keeps the recursion linear in the digits)
+        return f"[0-9]{{{len(lo)}}}"
     if lo[0] == hi[0]:
         return f'"{lo[0]}" ( {_digits_range(lo[1:], hi[1:])} )'
     n = len(lo) - 1

@@ -1,0 +1,159 @@
+"""Structured output over the fake engines: which grammar reaches the engine (`grammar=`, recorded by the fake
+as it decodes it) for response_format, llama.cpp's json_schema / grammar, forced tool calls on both APIs, on
+the solo path and in slots; the 400s for schemas outside the subset, engine-refused grammars and the output
+fields Strata does not implement."""
+import json
+import sys
+import threading
+
+import pytest
+
+from serve.constrain import forced_call
+from serve.engine import StrataEngine
+from serve.events import ToolSpec
+from serve.json_schema import ANY_OBJECT_GRAMMAR, schema_grammar
+from serve.server import Options, make_server
+from serve.service import Service
+from serve.template import ChatTemplate
+from tests.conftest import FAKE_ENGINE
+from tests.serve.conftest import Running, chat
+from tests.serve.test_batch import FAKE_SLOTS
+from tools.strata_tokenizer import ByteTokenizer
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name"]}
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+@pytest.fixture
+def cserver(tmp_path):
+    """cserver(script, slots=False) -> (Running, recorded grammars()); JSON-form tool calls."""
+    started = []
+
+    def start(script=None, slots=False):
+        record = tmp_path / f"grammars-{len(started)}.txt"
+        path = tmp_path / f"script-{len(started)}.json"
+        path.write_text(json.dumps({**(script or {}), "record_grammar": str(record)}))
+        engine = StrataEngine([sys.executable, FAKE_SLOTS if slots else FAKE_ENGINE, "--script", str(path)],
+                              ["--max-context", "4096"], log_path=str(tmp_path / "engine.log"))
+        engine.start()
+        svc = Service(engine, ByteTokenizer(), "fake-model", ChatTemplate(tool_format="json"))
+        httpd = make_server(svc, Options(host="127.0.0.1", port=0, quiet=True))
+        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        run = Running(httpd, svc)
+        started.append(run)
+
+        def grammars():
+            return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+        return run, grammars
+
+    yield start
+    for run in started:
+        run.httpd.stopping.set()
+        run.httpd.shutdown()
+        run.httpd.server_close()
+        run.svc.engine.close()
+
+
+def test_response_format_json_schema_and_json_object_send_their_grammars(cserver):
+    s, grammars = cserver({"turns": [{"text": '{"name": "Ann"}'}]})
+    rf = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    status, body, _ = s.post("/v1/chat/completions", chat("who?", response_format=rf))
+    assert status == 200 and body["choices"][0]["message"]["content"] == '{"name": "Ann"}'
+    status, _, _ = s.post("/v1/chat/completions", chat("who?", response_format={"type": "json_object"}))
+    assert status == 200
+    status, _, _ = s.post("/v1/chat/completions", chat("who?", response_format={"type": "text"}))
+    assert status == 200
+    assert grammars() == [schema_grammar(PERSON), ANY_OBJECT_GRAMMAR]  # "text" asks for nothing
+
+
+def test_completions_and_llama_fields_and_streaming(cserver):
+    s, grammars = cserver({"turns": [{"text": "yes"}]})
+    gbnf = 'root ::= "yes" | "no"\n'
+    status, _, _ = s.post("/v1/completions", {"prompt": "ok?", "grammar": gbnf})
+    assert status == 200
+    status, _, _ = s.post("/v1/completions", {"prompt": "ok?", "response_format": {"type": "json_object"}})
+    assert status == 200
+    status, events, raw = s.stream(chat("who?", json_schema=PERSON))
+    assert status == 200 and raw.endswith("data: [DONE]\n\n")
+    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"]) == "yes"
+    assert grammars() == [gbnf, ANY_OBJECT_GRAMMAR, schema_grammar(PERSON)]
+
+
+def test_slots_carry_the_grammar(cserver):
+    s, grammars = cserver({"slots": 2}, slots=True)
+    status, _, _ = s.post("/v1/chat/completions", chat("q1", response_format={"type": "json_object"}))
+    assert status == 200 and grammars() == [ANY_OBJECT_GRAMMAR]
+
+
+@pytest.mark.parametrize("body, param, words", [
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a"}}}},
+     "response_format.json_schema.schema", "'pattern' is not supported"),
+    ({"json_schema": {"type": "object", "properties": {"a": {"not": {}}}}}, "json_schema", "'not'"),
+    ({"response_format": {"type": "yaml"}}, "response_format", "json_schema"),
+    ({"response_format": {"type": "json_object"}, "grammar": 'root ::= "a"'}, "response_format", "one of them"),
+    ({"logprobs": True}, "logprobs", "not supported"),
+    ({"top_logprobs": 3}, "top_logprobs", "not supported"),
+    ({"n": 2}, "n", "n=1"),
+    ({"n_probs": 5}, "n_probs", "not supported"),
+])
+def test_what_cannot_be_honoured_is_a_400_naming_the_field(cserver, body, param, words):
+    s, grammars = cserver()
+    status, reply, _ = s.post("/v1/chat/completions", chat("hi", **body))
+    assert status == 400 and reply["error"]["param"] == param and words in reply["error"]["message"], reply
+    assert grammars() == []
+
+
+def test_completions_refuse_logprobs_n_best_of_but_take_their_defaults(cserver):
+    s, _ = cserver()
+    for field, value in (("logprobs", 2), ("n", 3), ("best_of", 2)):
+        status, reply, _ = s.post("/v1/completions", {"prompt": "hi", field: value})
+        assert status == 400 and reply["error"]["param"] == field
+    status, _, _ = s.post("/v1/completions", {"prompt": "hi", "logprobs": None, "n": 1, "best_of": 1})
+    assert status == 200
+    status, _, _ = s.post("/v1/chat/completions", chat("hi", logprobs=False, n=1))
+    assert status == 200
+
+
+def test_a_grammar_the_engine_refuses_is_a_400(cserver):
+    s, _ = cserver()
+    status, reply, _ = s.post("/v1/completions", {"prompt": "hi", "grammar": 'start ::= "a"'})
+    assert status == 400 and "root" in reply["error"]["message"]
+
+
+def test_forced_call_follows_the_tool_schema_on_both_apis(cserver):
+    # the opening ends after "arguments": ; the engine (here scripted) writes the arguments and the close
+    s, grammars = cserver({"turns": [{"text": '{"city": "Paris"}}\n</tool_call>'}]})
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": WEATHER}}]
+    status, body, _ = s.post("/v1/chat/completions", chat("weather?", tools=tools, tool_choice="required"))
+    assert status == 200, body
+    call = body["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert call["name"] == "weather" and json.loads(call["arguments"]) == {"city": "Paris"}
+    anthropic = {"model": "m", "max_tokens": 50, "messages": [{"role": "user", "content": "weather?"}],
+                 "tools": [{"name": "weather", "input_schema": WEATHER}],
+                 "tool_choice": {"type": "tool", "name": "weather"}}
+    status, body, _ = s.post("/v1/messages", anthropic)
+    assert status == 200, body
+    use = [b for b in body["content"] if b["type"] == "tool_use"]
+    assert use and use[0]["name"] == "weather" and use[0]["input"] == {"city": "Paris"}
+    expected = forced_call({"name": "weather"}, [ToolSpec("weather", "", WEATHER)], "json")[1]
+    assert grammars() == [expected, expected]
+    assert expected.startswith('root ::= t0-root "}" "\\n" "</tool_call>"')
+
+
+def test_forced_call_schema_outside_the_subset_is_a_400(cserver):
+    s, _ = cserver()
+    anthropic = {"model": "m", "max_tokens": 50, "messages": [{"role": "user", "content": "x"}],
+                 "tools": [{"name": "t", "input_schema": {"type": "object", "properties": {
+                     "a": {"type": "string", "pattern": "^a"}}}}], "tool_choice": {"type": "any"}}
+    status, body, _ = s.post("/v1/messages", anthropic)
+    assert status == 400 and "'pattern'" in body["error"]["message"], body
+
+
+def test_required_choice_over_several_tools_lets_the_grammar_pick_the_name():
+    tools = [ToolSpec("a", "", {}), ToolSpec("b", "", WEATHER)]
+    opening, grammar = forced_call("required", tools, "json")
+    assert opening.endswith('{"name": "')
+    assert grammar.splitlines()[0] == ('root ::= ( "a\\", \\"arguments\\": " t0-root | "b\\", \\"arguments\\": " '
+                                       't1-root ) "}" "\\n" "</tool_call>"')
+    assert forced_call("required", tools, "xml") is None  # the XML call form is not constrained
