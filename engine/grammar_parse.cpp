@@ -291,7 +291,11 @@ struct parser {
             if (!parse_alternatives(&alts, name, 0)) return false;
             rules[static_cast<size_t>(r)] = std::move(alts);
             skip_space(false);
-            if (!at_end() && s[i] != '\n') return fail("unexpected '" + std::string(1, s[i]) + "'");
+            // the rule ends at a newline, or where the next `name ::=` begins (after an empty last alternative)
+            const size_t save = i;
+            const bool next_rule = !parse_name().empty() && (skip_space(false), s.compare(i, 3, "::=") == 0);
+            i = save;
+            if (!at_end() && s[i] != '\n' && !next_rule) return fail("unexpected '" + std::string(1, s[i]) + "'");
         }
     }
 };

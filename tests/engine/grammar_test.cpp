@@ -74,6 +74,9 @@ void test_parse_refusals() {
     CHECK(!grammar_parse("root ::= \"a\"\nroot ::= \"b\"", &err), "rule defined twice accepted");
     CHECK(grammar_parse("# a comment\nroot ::= ( \"a\" |\n  \"b\" )* tail # trailing\ntail ::= [^\\x00-\\x1f]?\n", &err) != nullptr,
           "valid grammar refused: %s", err.c_str());
+    CHECK(grammar_parse("root ::= a \"x\"\na ::= \"y\" | \nb ::= \"z\"\n", &err) != nullptr,
+          "an empty last alternative before the next rule refused: %s", err.c_str());
+    CHECK(!grammar_parse("root ::= \"a\" )", &err), "a stray ')' accepted");
 }
 
 void test_tokens_span_elements() {
