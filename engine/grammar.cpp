@@ -104,13 +104,23 @@ bool step_byte(grammar* g, const walk_state& in, uint8_t b, std::vector<int32_t>
             else if ((b & 0xF0) == 0xE0) need = 2, bits = b & 0x0Fu;
             else if (b >= 0xF0 && b <= 0xF4) need = 3, bits = b & 0x07u;
             else return false;
-            const uint32_t lo = bits << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
+            uint32_t lo = bits << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
+            // only shortest forms of scalar values: no overlong 3/4-byte forms, no surrogates, <= U+10FFFF
+            if (need == 2) lo = std::max(lo, 0x800u), hi = b == 0xED ? 0xD7FFu : hi;
+            if (need == 3) lo = std::max(lo, 0x10000u), hi = std::min(hi, 0x10FFFFu);
             if (!any_overlaps(g, in.set, in.n, lo, hi)) return false;
             *out = {in.set, in.n, bits, need};
             return true;
         }
     } else {
         if ((b & 0xC0) != 0x80) return false;
+        // the first continuation byte decides the forms the lead byte alone cannot (Unicode table 3-7)
+        if (in.need == 2 && in.partial < 16 && ((in.partial == 0 && b < 0xA0) || (in.partial == 0xD && b >= 0xA0))) {
+            return false;  // E0 80..9F (overlong), ED A0..BF (surrogates)
+        }
+        if (in.need == 3 && ((in.partial == 0 && b < 0x90) || (in.partial == 4 && b >= 0x90))) {
+            return false;  // F0 80..8F (overlong), F4 90..BF (beyond U+10FFFF)
+        }
         const uint32_t bits = (in.partial << 6) | (b & 0x3Fu);
         const int32_t need = in.need - 1;
         if (need > 0) {

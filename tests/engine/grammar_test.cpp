@@ -17,6 +17,7 @@ const std::vector<std::string> TOKENS = {
     "{", "<|ctl|>", "\"", "\":", "\",\"", "a", "ab", "b", "\xC3\xA9", "\xC3", "\xA9",   // 0..10
     "\xE6\x97\xA5", "\xE6\x97", "\xA5", ", ", " ", "1", "12", "12}", "}", "[", "]",    // 11..21
     ",", "x", "xx", "\xCE", "\xCF", "\xD0", "\xB1", "\x89", "{\"", "\xA9\xC3", "",      // 22..32
+    "\xE0", "\x81", "\xE0\x81\xB8", "\xC1\xB8", "\xF0\x80\x81\xB8", "\xED", "\xED\xA0\x80",  // 33..39
 };
 const int32_t EOS = static_cast<int32_t>(TOKENS.size());
 
@@ -132,6 +133,24 @@ void test_multibyte() {
     check_mask_consistent(&n, EOS + 1, "negated class");
 }
 
+void test_overlong_and_surrogate_forms() {
+    // 'x' is U+0078; E0 81 B8, C1 B8 and F0 80 81 B8 are overlong spellings of it that decode to the same
+    // value: none may pass, and neither may a lead byte whose every completion is out of the grammar
+    auto v = make_vocab();
+    auto g = parse("root ::= \"x\" | [\\u00E9-\\u00E9]");
+    grammar_matcher m(g, v.get());
+    CHECK(allowed(&m, 23) && !allowed(&m, 33) && !allowed(&m, 35) && !allowed(&m, 36) && !allowed(&m, 37),
+          "overlong forms of x: %s", ids_text(allowed_ids(&m, EOS + 1)).c_str());
+    check_mask_consistent(&m, EOS + 1, "overlong");
+    // any character: E0 may start one (E0 A0..BF), but E0 81 may not; ED A0 80 is a surrogate
+    auto any = parse("root ::= [^\"]");
+    grammar_matcher a(any, v.get());
+    CHECK(allowed(&a, 33) && !allowed(&a, 35) && allowed(&a, 38) && !allowed(&a, 39), "E0 / ED forms: %s",
+          ids_text(allowed_ids(&a, EOS + 1)).c_str());
+    CHECK(a.accept(33) && !allowed(&a, 34), "E0 then 81 (overlong) refused");
+    check_mask_consistent(&a, EOS + 1, "after E0");
+}
+
 void test_end_of_turn() {
     auto v = make_vocab();
     auto g = parse("root ::= \"x\"{2,3}");
@@ -177,6 +196,7 @@ int main() {
     test_parse_refusals();
     test_tokens_span_elements();
     test_multibyte();
+    test_overlong_and_surrogate_forms();
     test_end_of_turn();
     test_nesting();
     test_string_loop_state_repeats();
