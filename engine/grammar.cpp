@@ -10,6 +10,8 @@ namespace {
 
 // Grammars kept by grammar_cache (a request with one of them skips the parse and the masks already made).
 constexpr size_t GRAMMAR_CACHE_MAX = 8;
+// Walk states kept per grammar before the tables start over (each costs a 1 KiB transition row).
+constexpr size_t WALK_STATES_MAX = 1u << 16;
 // Masks kept per grammar before the cache starts over (a mask is n_vocab / 8 bytes: 6 KiB for 49152 tokens).
 constexpr size_t MASK_CACHE_BYTES = 16u << 20;
 // GGUF token types (llama.cpp's enum): control and unused tokens never reach the trie.
@@ -137,21 +139,58 @@ bool step_byte(grammar* g, const walk_state& in, uint8_t b, std::vector<int32_t>
     return true;
 }
 
-// Marks every token below trie node t whose bytes keep some stack alive.
-void walk(grammar* g, const grammar_vocab& v, int32_t t, const walk_state& st, int32_t depth,
-          std::vector<std::vector<int32_t>>* bufs, uint32_t* mask) {
-    std::vector<int32_t>* buf = &(*bufs)[static_cast<size_t>(depth)];
+int32_t intern_set(grammar* g, const int32_t* set, size_t n) {
+    std::string key(reinterpret_cast<const char*>(set), 4 * n);
+    auto it = g->set_ids.find(key);
+    if (it != g->set_ids.end()) return it->second;
+    const int32_t id = static_cast<int32_t>(g->sets.size());
+    g->sets.emplace_back(set, set + n);
+    g->set_ids.emplace(std::move(key), id);
+    return id;
+}
+
+int32_t intern_state(grammar* g, int32_t set_id, uint32_t partial, int32_t need) {
+    const uint64_t key = (static_cast<uint64_t>(set_id) << 32) | (static_cast<uint64_t>(partial) << 2) |
+                         static_cast<uint64_t>(need);
+    auto it = g->state_ids.find(key);
+    if (it != g->state_ids.end()) return it->second;
+    const int32_t id = static_cast<int32_t>(g->st_set.size());
+    g->st_set.push_back(set_id);
+    g->st_partial.push_back(partial);
+    g->st_need.push_back(need);
+    g->trans.resize(g->trans.size() + 256, -2);
+    g->state_ids.emplace(key, id);
+    return id;
+}
+
+// The state after byte b from state sid (-1: dead), computed once and then read from the table.
+int32_t next_state(grammar* g, int32_t sid, uint8_t b) {
+    const size_t at = static_cast<size_t>(sid) * 256 + b;
+    if (g->trans[at] != -2) return g->trans[at];
+    const std::vector<int32_t> from = g->sets[static_cast<size_t>(g->st_set[static_cast<size_t>(sid)])];
+    const walk_state in{from.data(), from.size(), g->st_partial[static_cast<size_t>(sid)],
+                        g->st_need[static_cast<size_t>(sid)]};
+    walk_state out;
+    int32_t next = -1;
+    if (step_byte(g, in, b, &g->scratch, &out)) {
+        next = intern_state(g, out.set == from.data() ? g->st_set[static_cast<size_t>(sid)] : intern_set(g, out.set, out.n),
+                            out.partial, out.need);
+    }
+    g->trans[at] = next;
+    return next;
+}
+
+// Marks every token below trie node t whose bytes keep some stack alive from state sid.
+void walk(grammar* g, const grammar_vocab& v, int32_t t, int32_t sid, uint32_t* mask) {
     for (int32_t e = v.child_begin[static_cast<size_t>(t)]; e < v.child_begin[static_cast<size_t>(t) + 1]; ++e) {
-        walk_state next;
-        if (!step_byte(g, st, v.child_byte[static_cast<size_t>(e)], buf, &next)) continue;
+        const int32_t next = next_state(g, sid, v.child_byte[static_cast<size_t>(e)]);
+        if (next < 0) continue;
         const int32_t c = v.child_node[static_cast<size_t>(e)];
         for (int32_t k = v.tok_begin[static_cast<size_t>(c)]; k < v.tok_begin[static_cast<size_t>(c) + 1]; ++k) {
             const int32_t id = v.tok_list[static_cast<size_t>(k)];
             mask[id >> 5] |= 1u << (id & 31);
         }
-        if (v.child_begin[static_cast<size_t>(c)] < v.child_begin[static_cast<size_t>(c) + 1]) {
-            walk(g, v, c, next, depth + 1, bufs, mask);
-        }
+        if (v.child_begin[static_cast<size_t>(c)] < v.child_begin[static_cast<size_t>(c) + 1]) walk(g, v, c, next, mask);
     }
 }
 
@@ -236,18 +275,31 @@ std::unique_ptr<grammar_vocab> grammar_vocab_init(const std::vector<std::string>
         }
         toks[static_cast<size_t>(node)].push_back(static_cast<int32_t>(id));
     }
+    // CSR in depth-first order (a walk then reads the arrays front to back), children sorted by byte
     const size_t n_nodes = kids.size();
+    std::vector<int32_t> order, renum(n_nodes, -1), stack{0};
+    order.reserve(n_nodes);
+    while (!stack.empty()) {
+        const int32_t n = stack.back();
+        stack.pop_back();
+        renum[static_cast<size_t>(n)] = static_cast<int32_t>(order.size());
+        order.push_back(n);
+        std::sort(kids[static_cast<size_t>(n)].begin(), kids[static_cast<size_t>(n)].end());
+        for (auto it = kids[static_cast<size_t>(n)].rbegin(); it != kids[static_cast<size_t>(n)].rend(); ++it) {
+            stack.push_back(it->second);
+        }
+    }
     v->child_begin.assign(n_nodes + 1, 0);
     v->tok_begin.assign(n_nodes + 1, 0);
     for (size_t i = 0; i < n_nodes; ++i) {
-        std::sort(kids[i].begin(), kids[i].end());
-        v->child_begin[i + 1] = v->child_begin[i] + static_cast<int32_t>(kids[i].size());
-        v->tok_begin[i + 1] = v->tok_begin[i] + static_cast<int32_t>(toks[i].size());
-        for (const auto& [b, n] : kids[i]) {
+        const size_t old = static_cast<size_t>(order[i]);
+        v->child_begin[i + 1] = v->child_begin[i] + static_cast<int32_t>(kids[old].size());
+        v->tok_begin[i + 1] = v->tok_begin[i] + static_cast<int32_t>(toks[old].size());
+        for (const auto& [b, n] : kids[old]) {
             v->child_byte.push_back(b);
-            v->child_node.push_back(n);
+            v->child_node.push_back(renum[static_cast<size_t>(n)]);
         }
-        v->tok_list.insert(v->tok_list.end(), toks[i].begin(), toks[i].end());
+        v->tok_list.insert(v->tok_list.end(), toks[old].begin(), toks[old].end());
     }
     return v;
 }
@@ -286,6 +338,16 @@ grammar_matcher::grammar_matcher(std::shared_ptr<grammar> g, const grammar_vocab
 
 bool grammar_matcher::can_end() const { return need_ == 0 && !set_.empty() && set_[0] == 0; }
 
+// The matcher's walk state; the state tables start over when they grew past WALK_STATES_MAX (ids are
+// only held during one call).
+int32_t grammar_matcher::state_id() {
+    if (g_->st_set.size() > WALK_STATES_MAX) {
+        g_->sets.clear(), g_->set_ids.clear(), g_->st_set.clear(), g_->st_partial.clear(), g_->st_need.clear();
+        g_->state_ids.clear(), g_->trans.clear();
+    }
+    return intern_state(g_.get(), intern_set(g_.get(), set_.data(), set_.size()), partial_, need_);
+}
+
 const uint32_t* grammar_matcher::mask() {
     std::string key(8 + 4 * set_.size(), '\0');
     std::memcpy(key.data(), &partial_, 4);
@@ -299,8 +361,7 @@ const uint32_t* grammar_matcher::mask() {
         g_->mask_bytes = 0;
     }
     std::vector<uint32_t> m(words, 0);
-    std::vector<std::vector<int32_t>> bufs(static_cast<size_t>(vocab_->max_len) + 1);
-    walk(g_.get(), *vocab_, 0, walk_state{set_.data(), set_.size(), partial_, need_}, 0, &bufs, m.data());
+    walk(g_.get(), *vocab_, 0, state_id(), m.data());
     if (can_end()) {
         for (int32_t id : vocab_->eos_ids) {
             if (id >= 0 && id < vocab_->n_vocab) m[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
@@ -311,20 +372,14 @@ const uint32_t* grammar_matcher::mask() {
 }
 
 bool grammar_matcher::accept_bytes(const std::string& text) {
-    std::vector<int32_t> cur = set_, buf;
-    walk_state st{cur.data(), cur.size(), partial_, need_};
+    int32_t sid = state_id();
     for (char ch : text) {
-        walk_state next;
-        if (!step_byte(g_.get(), st, static_cast<uint8_t>(ch), &buf, &next)) return false;
-        if (next.set == buf.data()) {  // the stacks changed: keep them in cur
-            cur.swap(buf);
-            next.set = cur.data();
-        }
-        st = next;
+        sid = next_state(g_.get(), sid, static_cast<uint8_t>(ch));
+        if (sid < 0) return false;
     }
-    set_.assign(st.set, st.set + st.n);
-    partial_ = st.partial;
-    need_ = st.need;
+    set_ = g_->sets[static_cast<size_t>(g_->st_set[static_cast<size_t>(sid)])];
+    partial_ = g_->st_partial[static_cast<size_t>(sid)];
+    need_ = g_->st_need[static_cast<size_t>(sid)];
     return true;
 }
 

@@ -72,6 +72,8 @@ public:
     bool accept_bytes(const std::string& text);
 
 private:
+    int32_t state_id();
+
     std::shared_ptr<grammar> g_;
     const grammar_vocab* vocab_;
     std::vector<int32_t> set_;   // sorted ids of the live stacks (0 = the empty stack: the grammar may end)

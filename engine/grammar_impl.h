@@ -43,6 +43,16 @@ struct grammar {
     // interned stacks: grows as the matchers meet new ones (shared by every request of this grammar)
     std::vector<gram_node> nodes{gram_node{}};
     std::unordered_map<uint64_t, int32_t> node_ids;
+    // walk states: the live stacks (interned as a set id) plus a partial UTF-8 character, and their byte
+    // transitions, so a trie walk costs one table read per edge once a state has been met
+    std::vector<std::vector<int32_t>> sets;                 // set id -> sorted stack ids
+    std::unordered_map<std::string, int32_t> set_ids;
+    std::vector<int32_t> st_set;                            // state id -> set id
+    std::vector<uint32_t> st_partial;                       // state id -> partial character bits
+    std::vector<int32_t> st_need;                           // state id -> continuation bytes still to come
+    std::unordered_map<uint64_t, int32_t> state_ids;
+    std::vector<int32_t> trans;                             // (n_states, 256): -2 not yet known, -1 dead
+    std::vector<int32_t> scratch;                           // step_byte's output buffer
     // masks already computed: key = (partial char state, live stack ids) -> (n_vocab + 31) / 32 words
     std::unordered_map<std::string, std::vector<uint32_t>> masks;
     size_t mask_bytes = 0;
