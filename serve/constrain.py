@@ -155,6 +155,44 @@ def _rename(body: str, names: set[str], prefix: str) -> str:
     return "".join(out)
 
 
+def strict_requested(raw_tools) -> bool:
+    """OpenAI tools with `"strict": true` (on the function or the tool object)."""
+    return isinstance(raw_tools, list) and any(
+        isinstance(t, dict) and (t.get("strict") is True or (isinstance(t.get("function"), dict)
+                                                             and t["function"].get("strict") is True))
+        for t in raw_tools)
+
+
+def _text_without(literal: str, prefix: str) -> list[str]:
+    """Rules `{prefix}0` .. : any text in which `literal` never occurs (its first character occurs only at its
+    start): state k has matched literal[:k]; each state may end the text."""
+    def cls(*chars):
+        return "[^" + "".join("\\" + c if c in "]^-\\" else c for c in dict.fromkeys(chars)) + "]"
+    first, n = literal[0], len(literal)
+    rules = [f'{prefix}0 ::= {cls(first)} {prefix}0 | {gbnf_literal(first)} {prefix}1 | ']
+    for k in range(1, n):
+        nxt = f"{gbnf_literal(literal[k])} {prefix}{k + 1} | " if k + 1 < n else ""
+        rules.append(f"{prefix}{k} ::= {nxt}{gbnf_literal(first)} {prefix}1 | {cls(first, literal[k])} {prefix}0 | ")
+    return rules
+
+
+def auto_tools_grammar(tools, fmt: str, parallel: bool) -> str:
+    """tool_choice auto with strict tools: free text that never opens a call, then (optionally) calls whose
+    arguments follow their tool's schema. A 400 for the XML call form (not constrained)."""
+    if fmt != "json":
+        raise BadRequest("tools: strict tools are supported with the JSON call form only; this model writes "
+                         "calls in the XML form", param="tools")
+    lines, alts = [], []
+    for i, tool in enumerate(tools):
+        alts.append(gbnf_literal(json.dumps(tool.name, ensure_ascii=False) + ', "arguments": ') + f" t{i}-root")
+        lines += _prefixed(_tool_args(tool), f"t{i}-")
+    call = (f'call ::= {gbnf_literal(CALL_OPEN + chr(10) + "{" + chr(34) + "name" + chr(34) + ": ")} '
+            f'( {" | ".join(alts)} ) "}}" "\\n" {gbnf_literal(CALL_CLOSE)}')
+    more = ' ( "\\n" call ){0,7}' if parallel else ""
+    root = f"root ::= text0 ( call{more} )?"
+    return "\n".join([root, call] + _text_without(CALL_OPEN, "text") + lines) + "\n"
+
+
 def grammar_key(text: str) -> str:
     """The engine key for a grammar: `grammar=` + the text with every byte outside `!`..`~`, `%` and `=`
     written %XX (docs/PROTOCOL.md)."""

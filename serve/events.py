@@ -93,6 +93,7 @@ class ChatRequest:
     extra: dict[str, Any] = field(default_factory=dict)  # strata_* extensions, passed through
     notes: list[str] = field(default_factory=list)       # what the translator let pass (kept in the history)
     grammar: str | None = None         # GBNF the reply must follow (serve/constrain.py): response_format, ...
+    strict_tools: bool = False         # OpenAI tools with strict: true (their calls follow their schemas)
     constrained_call: tuple[str, str] | None = None  # a forced call's (opening, grammar of the rest), set by
                                                      # Service.encode_chat when the call can be constrained
 

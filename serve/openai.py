@@ -25,7 +25,7 @@ import json
 import secrets
 import time
 
-from serve.constrain import openai_grammar, refuse_unsupported
+from serve.constrain import openai_grammar, refuse_unsupported, strict_requested
 from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Message, ToolCall, ToolSpec,
                           KIND_CONTENT, KIND_PING, KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL,
                           KIND_TOOL_START)
@@ -212,6 +212,7 @@ def parse_chat(body: dict) -> ChatRequest:
     req.extra = {k: v for k, v in body.items() if k.startswith("strata_")}
     refuse_unsupported(body, ("logprobs", "top_logprobs", "n", "n_probs"))
     req.grammar = openai_grammar(body)  # response_format, llama.cpp json_schema / grammar (serve/constrain.py)
+    req.strict_tools = strict_requested(body.get("tools"))
     return req
 
 

@@ -43,7 +43,7 @@ from serve.thinking_pass import ReplyPasses, encode_written, merge_figures, repl
 
 from serve.reasoning import OutputParser, resolve_effort
 from serve import sampling as sampling_mod
-from serve.constrain import GRAMMAR_INFO_KEY, forced_call, grammar_key
+from serve.constrain import GRAMMAR_INFO_KEY, auto_tools_grammar, forced_call, grammar_key
 from serve.toolcalls import forced_opening
 
 REPEAT_STOP_TOKENS = 256   # the same token this many times in a row is a loop: end the reply as `length`
@@ -279,6 +279,9 @@ class Service:
     def encode_chat(self, req: ChatRequest, store: bool = True) -> tuple[list[int], bool]:
         effort = self.effort(req)
         thinking = None if effort is None else effort != "none"
+        if req.strict_tools and req.tools and req.tool_choice == "auto" and req.grammar is None:
+            req.grammar = auto_tools_grammar(req.tools, getattr(self.template, "tool_format", "xml"),
+                                             req.parallel_tool_calls)
         if req.grammar is not None:
             thinking = False  # the grammar starts at the reply's first token
         rendered = self.template.render(req.messages, req.tools if req.tool_choice != "none" else [],

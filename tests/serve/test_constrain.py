@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
-from serve.constrain import forced_call
+from serve.constrain import auto_tools_grammar, forced_call
 from serve.engine import StrataEngine
-from serve.events import ToolSpec
+from serve.events import BadRequest, ToolSpec
 from serve.json_schema import ANY_OBJECT_GRAMMAR, schema_grammar
 from serve.server import Options, make_server
 from serve.service import Service
@@ -157,3 +157,26 @@ def test_required_choice_over_several_tools_lets_the_grammar_pick_the_name():
     assert grammar.splitlines()[0] == ('root ::= ( "a\\", \\"arguments\\": " t0-root | "b\\", \\"arguments\\": " '
                                        't1-root ) "}" "\\n" "</tool_call>"')
     assert forced_call("required", tools, "xml") is None  # the XML call form is not constrained
+
+
+def test_strict_tools_in_auto_mode_send_the_text_or_calls_grammar(cserver):
+    s, grammars = cserver({"turns": [{"text": "No call needed."}]})
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": WEATHER, "strict": True}}]
+    status, body, _ = s.post("/v1/chat/completions", chat("hi", tools=tools))
+    assert status == 200 and body["choices"][0]["message"]["content"] == "No call needed."
+    status, _, _ = s.post("/v1/chat/completions", chat("hi", tools=tools, parallel_tool_calls=False))
+    assert status == 200
+    spec = [ToolSpec("weather", "", WEATHER)]
+    assert grammars() == [auto_tools_grammar(spec, "json", True), auto_tools_grammar(spec, "json", False)]
+    tools[0]["function"]["strict"] = False
+    s.post("/v1/chat/completions", chat("hi", tools=tools))
+    assert len(grammars()) == 2  # not strict: unconstrained, as before
+
+
+def test_strict_tools_grammar_shape_and_the_xml_form_is_a_400():
+    g = auto_tools_grammar([ToolSpec("weather", "", WEATHER)], "json", False)
+    assert g.splitlines()[0] == "root ::= text0 ( call )?"
+    assert 'text10 ::= "<" text1 | [^<>] text0 | ' in g.splitlines()  # "<tool_call" cannot go on as text
+    with pytest.raises(BadRequest) as e:
+        auto_tools_grammar([ToolSpec("weather", "", WEATHER)], "xml", True)
+    assert e.value.param == "tools"

@@ -129,6 +129,23 @@ def test_forced_tool_calls_validate_20_of_20_on_both_apis(real):
         _validate(WEATHER, uses[0]["input"])
 
 
+def test_strict_tools_in_auto_mode_give_text_or_valid_calls(real):
+    # the default model seldom calls a tool unforced (it answers in prose, constrained or not): this checks
+    # that the text-or-calls grammar leaves prose whole and never lets a call opening through as text; calls
+    # under a schema are the forced tests' and test_constrain.py's
+    tools = [{"type": "function", "function": {"name": "forecast", "parameters": WEATHER, "strict": True}}]
+    for seed in range(3):
+        body = {"messages": [{"role": "user", "content": "What will the weather be in Lyon this week?"}],
+                "max_tokens": 150, "temperature": 1, "seed": seed, "tools": tools}
+        status, reply, _ = real.post("/v1/chat/completions", body, timeout=600)
+        assert status == 200, reply
+        msg = reply["choices"][0]["message"]
+        assert "<tool_call>" not in (msg.get("content") or "")
+        assert msg.get("content") or msg.get("tool_calls")
+        for call in msg.get("tool_calls") or []:
+            _validate(WEATHER, json.loads(call["function"]["arguments"]))
+
+
 def test_a_keyword_outside_the_subset_is_a_400(real):
     body = {"messages": [{"role": "user", "content": "hi"}],
             "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
