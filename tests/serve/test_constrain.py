@@ -3,22 +3,15 @@ as it decodes it) for response_format, llama.cpp's json_schema / grammar, forced
 the solo path and in slots; the 400s for schemas outside the subset, engine-refused grammars and the output
 fields Strata does not implement."""
 import json
-import sys
-import threading
 
 import pytest
 
 from serve.constrain import auto_tools_grammar, forced_call
-from serve.engine import StrataEngine
 from serve.events import BadRequest, ToolSpec
 from serve.json_schema import ANY_OBJECT_GRAMMAR, schema_grammar
-from serve.server import Options, make_server
-from serve.service import Service
 from serve.template import ChatTemplate
-from tests.conftest import FAKE_ENGINE
-from tests.serve.conftest import Running, chat
-from tests.serve.test_batch import FAKE_SLOTS
-from tools.strata_tokenizer import ByteTokenizer
+from tests.serve.conftest import chat
+from tests.serve.test_batch_http import slot_server  # noqa: F401 (a fixture)
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
           "required": ["name"]}
@@ -26,33 +19,19 @@ WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "requir
 
 
 @pytest.fixture
-def cserver(tmp_path):
+def cserver(server, slot_server, tmp_path):
     """cserver(script, slots=False) -> (Running, recorded grammars()); JSON-form tool calls."""
-    started = []
-
     def start(script=None, slots=False):
-        record = tmp_path / f"grammars-{len(started)}.txt"
-        path = tmp_path / f"script-{len(started)}.json"
-        path.write_text(json.dumps({**(script or {}), "record_grammar": str(record)}))
-        engine = StrataEngine([sys.executable, FAKE_SLOTS if slots else FAKE_ENGINE, "--script", str(path)],
-                              ["--max-context", "4096"], log_path=str(tmp_path / "engine.log"))
-        engine.start()
-        svc = Service(engine, ByteTokenizer(), "fake-model", ChatTemplate(tool_format="json"))
-        httpd = make_server(svc, Options(host="127.0.0.1", port=0, quiet=True))
-        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        run = Running(httpd, svc)
-        started.append(run)
+        record = tmp_path / f"grammars-{len(list(tmp_path.glob('grammars-*')))}.txt"
+        record.touch()
+        script = {**(script or {}), "record_grammar": str(record)}
+        run = slot_server(script) if slots else server(script, ctx=4096)
+        run.svc.template = ChatTemplate(tool_format="json")
 
         def grammars():
-            return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+            return [json.loads(line) for line in record.read_text().splitlines()]
         return run, grammars
-
-    yield start
-    for run in started:
-        run.httpd.stopping.set()
-        run.httpd.shutdown()
-        run.httpd.server_close()
-        run.svc.engine.close()
+    return start
 
 
 def test_response_format_json_schema_and_json_object_send_their_grammars(cserver):
