@@ -205,7 +205,7 @@ def _stop_sequences(raw) -> list[str]:
     return [s for s in raw if s]
 
 
-def parse_messages(body: dict, anthropic_thinking: str = "model", require_max_tokens: bool = True) -> ChatRequest:
+def parse_messages(body: dict, anthropic_thinking: str = "model") -> ChatRequest:
     """An Anthropic Messages body -> the internal `ChatRequest` (api "anthropic")."""
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
@@ -218,11 +218,7 @@ def parse_messages(body: dict, anthropic_thinking: str = "model", require_max_to
         messages += _message(m, i)
     req = ChatRequest(messages=messages, tools=_tools(body.get("tools")), api="anthropic")
     _tool_choice(body.get("tool_choice"), req)
-    if require_max_tokens and body.get("max_tokens") is None:  # Anthropic requires it (count_tokens does not)
-        raise BadRequest("max_tokens: required (a positive integer)", param="max_tokens")
     req.max_new = check_max_tokens(body.get("max_tokens"))
-    if require_max_tokens and req.max_new == 0:
-        raise BadRequest(f"max_tokens: a positive integer, not {body.get('max_tokens')!r}", param="max_tokens")
     stream = body.get("stream", False)
     if stream is not None and not isinstance(stream, bool):
         raise BadRequest("stream: true or false", param="stream")
@@ -369,6 +365,9 @@ def _builder(service, req: ChatRequest, prep) -> MessageBuilder:
 
 def messages(service, body: dict, ctx):
     req = parse_messages(body, service.config.get("anthropic_thinking", "model"))
+    if not req.max_new:  # Anthropic requires a positive max_tokens (count_tokens takes none)
+        raise BadRequest(f"max_tokens: required, a positive integer (not {body.get('max_tokens')!r})",
+                         param="max_tokens")
     prep = service.prepare(req)
     builder = _builder(service, req, prep)
     if req.stream:
@@ -405,6 +404,6 @@ def _stream(service, prep, ctx, builder: MessageBuilder):
 
 def count_tokens(service, body: dict, ctx) -> JsonReply:
     """`{"input_tokens": N}`: the prompt length this request would have; the model does not run."""
-    req = parse_messages(body, service.config.get("anthropic_thinking", "model"), require_max_tokens=False)
+    req = parse_messages(body, service.config.get("anthropic_thinking", "model"))
     return JsonReply(200, {"input_tokens": service.count_tokens(req)})
 
