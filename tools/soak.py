@@ -110,10 +110,11 @@ def killer(server_pid: int, every_s: float, stop: threading.Event, tally: Tally,
 
 # ---------------------------------------------------------------- one request
 def body_for(kind: str, canary: str, max_tokens: int) -> tuple[str, dict | str]:
-    question = f"Repeat the word {canary}" if not kind.startswith("completion") else canary
+    question = f"Repeat the word {canary}"
     chat = {"messages": [{"role": "user", "content": question}], "max_tokens": max_tokens}
-    if kind.startswith("completion"):
-        return "/v1/completions", {"prompt": question, "max_tokens": max_tokens, "stream": kind.endswith("stream")}
+    if kind.startswith("completion"):  # a question line as the fake reads it (tests/fake_engine_slots.py)
+        return "/v1/completions", {"prompt": f"<|im_start|>{canary}\n", "max_tokens": max_tokens,
+                                   "stream": kind.endswith("stream")}
     if kind.startswith("messages"):
         return "/v1/messages", {**chat, "stream": kind.endswith("stream")}
     if kind == "bad_body":
