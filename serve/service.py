@@ -121,7 +121,7 @@ class _LoopGuard:
 
     def __init__(self, limit: int):
         self.limit, self.last, self.run_len = limit, None, 0
-        self.recent: deque = deque(maxlen=LOOP_PERIOD_MAX + 1)  # the newest id is recent[-1]
+        self.recent: deque = deque(maxlen=LOOP_PERIOD_MAX + 1)  # the newest id is recent[0]
         self.match = [0] * (LOOP_PERIOD_MAX + 1)
         self.need = [loop_need(p) for p in range(LOOP_PERIOD_MAX + 1)]
 
