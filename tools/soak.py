@@ -35,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAKE_SLOTS = os.path.join(ROOT, "tests", "fake_engine_slots.py")
@@ -262,8 +262,12 @@ def soak(args) -> Tally:
             if args.kill_every > 0:
                 kill_thread.start()
             with ThreadPoolExecutor(args.clients) as pool:
-                for f in [pool.submit(one, port, kind, n, args, tally) for n, kind in enumerate(kinds)]:
+                futures = [pool.submit(one, port, kind, n, args, tally) for n, kind in enumerate(kinds)]
+                for k, f in enumerate(as_completed(futures), 1):
                     f.result()
+                    if k % max(1, args.requests // 10) == 0:
+                        print(f"soak: {k}/{args.requests} in {time.monotonic() - t0:.0f} s", file=sys.stderr,
+                              flush=True)
         finally:
             stop.set()
             tally.counts["seconds"] = round(time.monotonic() - t0)
