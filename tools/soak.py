@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import http.client
 import json
 import os
 import random
@@ -38,6 +37,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from tools.bench_server import start_server, stop_server  # noqa: E402  (the same `strata serve --port 0`)
+
 FAKE_SLOTS = os.path.join(ROOT, "tests", "fake_engine_slots.py")
 CANARY = re.compile(r"zq\d{6}")
 KINDS = ("chat", "chat_stream", "completion", "completion_stream", "messages", "messages_stream", "hangup",
@@ -66,27 +68,18 @@ class Tally:
 
 
 # ---------------------------------------------------------------- the server under test
-def start_server(fake: bool, parallel: int | None, workdir: str) -> tuple[subprocess.Popen, int]:
-    cmd = [sys.executable, "-m", "strata_cli", "serve", "--port", "0", "--quiet",
-           "--log", os.path.join(workdir, "engine.log")]
+def start_server_for(fake: bool, parallel: int | None, workdir: str) -> tuple[subprocess.Popen, int]:
+    """`strata serve --port 0` on the slot fake (FAKE_REPEAT answers, a little time per step) or the real engine."""
+    extra = ["--log", os.path.join(workdir, "engine.log")]
     if fake:
         script = os.path.join(workdir, "slots.json")
         with open(script, "w", encoding="utf-8") as f:
-            json.dump({"slots": 4, "ctx": 8192, "repeat": FAKE_REPEAT, "step_delay_s": 0.002, "token_delay_s": 0.001}, f)
-        cmd += ["--tokenizer", "bytes", "--engine", f"{sys.executable} {FAKE_SLOTS} --script {script}"]
+            json.dump({"slots": 4, "ctx": 8192, "repeat": FAKE_REPEAT, "step_delay_s": 0.002,
+                       "token_delay_s": 0.001}, f)
+        extra += ["--tokenizer", "bytes", "--engine", f"{sys.executable} {FAKE_SLOTS} --script {script}"]
     if parallel:
-        cmd += ["--parallel", str(parallel)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=open(os.path.join(workdir, "server.log"),
-                                                                                   "wb"))
-    end = time.monotonic() + START_S
-    while time.monotonic() < end:
-        line = proc.stdout.readline().decode()
-        if line.startswith("strata: listening on http://"):
-            return proc, int(line.rsplit(":", 1)[1])
-        if not line and proc.poll() is not None:
-            break
-    proc.kill()
-    raise SystemExit(f"soak: the server did not start; see {workdir}/server.log")
+        extra += ["--parallel", str(parallel)]
+    return start_server(extra, ready_s=START_S)
 
 
 def engine_pids(server_pid: int) -> list[int]:
@@ -253,7 +246,7 @@ def soak(args) -> Tally:
     rnd = random.Random(args.seed)
     kinds = [rnd.choice(KINDS) for _ in range(args.requests)]
     with tempfile.TemporaryDirectory(prefix="strata-soak-") as workdir:
-        proc, port = start_server(args.fake, args.parallel, workdir)
+        proc, port = start_server_for(args.fake, args.parallel, workdir)
         stop = threading.Event()
         kill_thread = threading.Thread(target=killer, args=(proc.pid, args.kill_every, stop, tally,
                                                             random.Random(args.seed + 1)), daemon=True)
@@ -271,11 +264,7 @@ def soak(args) -> Tally:
         finally:
             stop.set()
             tally.counts["seconds"] = round(time.monotonic() - t0)
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_server(proc)
     return tally
 
 

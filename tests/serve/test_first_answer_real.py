@@ -4,14 +4,13 @@ second client gets its answer while a long reply runs (issue 10). Skips without 
 import http.client
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-from tests.conftest import ENGINE_EXE, ROOT, model_path
+from tests.conftest import ENGINE_EXE, model_path
+from tools.bench_server import start_server, stop_server
 
 HI = {"messages": [{"role": "user", "content": "Hi"}]}
 GREETING_MAX_TOKENS = 40   # "Hello! How can I assist you today?" is 10 tokens; a runaway reply is thousands
@@ -22,25 +21,11 @@ def port(tmp_path_factory):
     if model_path() is None or not os.access(ENGINE_EXE, os.X_OK):
         pytest.skip("needs build/strata-engine and the default model")
     tmp = tmp_path_factory.mktemp("real")
-    proc = subprocess.Popen([sys.executable, "-m", "strata_cli", "serve", "--port", "0", "--quiet",
-                             "--log", str(tmp / "engine.log")], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL)
+    proc, port = start_server(["--log", str(tmp / "engine.log")], ready_s=300)
     try:
-        end = time.monotonic() + 300
-        while time.monotonic() < end:
-            line = proc.stdout.readline().decode()
-            if line.startswith("strata: listening on http://"):
-                yield int(line.rsplit(":", 1)[1])
-                break
-            assert line or proc.poll() is None, "the server ended before it listened"
-        else:
-            raise AssertionError("no listening line")
+        yield port
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
 
 
 def _post(port, path, body, timeout=180):
