@@ -28,7 +28,8 @@ import secrets
 
 from serve.events import (BadRequest, ChatRequest, Done, Message, ToolCall, ToolSpec, KIND_CONTENT, KIND_PING,
                           KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START)
-from serve.openai import SHUTDOWN_TEXT, _cut_by_shutdown, _error_text, _model_name   # shared with the OpenAI translator
+from serve.openai import (SHUTDOWN_TEXT, _cut_by_shutdown, _error_text,   # shared with the OpenAI translator
+                          _model_name)
 from serve.reasoning import check_budget, effort_from_anthropic, reasoning_fields
 from serve.replies import JsonReply, StreamReply
 from serve.sampling import check_max_tokens, check_request_sampling

@@ -189,8 +189,8 @@ def default_model_name(gguf_path_or_meta: Any) -> str:
 
 def check_config(cfg: dict) -> tuple[dict, list[str]]:
     """Mend and check the keys this module owns -> (cfg, notices): joined args split, --reasoning-effort
-    lifted, `sampling` validated, `reasoning_effort`, `reasoning_budget_tokens`, `default_max_tokens`, `anthropic_thinking`,
-    `aliases`. A bad value raises ConfigError naming the key."""
+    lifted, `sampling` validated, `reasoning_effort`, `reasoning_budget_tokens`, `default_max_tokens`,
+    `anthropic_thinking`, `aliases`. A bad value raises ConfigError naming the key."""
     notices: list[str] = []
     out = dict(cfg)
     if "args" in out:

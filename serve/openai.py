@@ -330,7 +330,8 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
         prompt = prompt[0]
     if not isinstance(prompt, str) or not prompt:
         raise BadRequest("prompt: a non-empty string", param="prompt")
-    req = CompletionRequest(prompt=prompt, max_new=check_max_tokens(body.get("max_tokens")), sampling=_sampling(body),
+    req = CompletionRequest(prompt=prompt, max_new=check_max_tokens(body.get("max_tokens")),
+                            sampling=_sampling(body),
                             stop=check_stop(body.get("stop")), stream=_bool_field(body, "stream"),
                             echo=_bool_field(body, "echo"), model=body.get("model"))
     include_usage = _include_usage(body)

@@ -69,7 +69,7 @@ class Tally:
 
 # ---------------------------------------------------------------- the server under test
 def start_server_for(fake: bool, parallel: int | None, workdir: str) -> tuple[subprocess.Popen, int]:
-    """`strata serve --port 0` on the slot fake (FAKE_REPEAT answers, a little time per step) or the real engine."""
+    """`strata serve --port 0` on the slot fake (FAKE_REPEAT answers, some time per step) or the real engine."""
     extra = ["--log", os.path.join(workdir, "engine.log")]
     if fake:
         script = os.path.join(workdir, "slots.json")
