@@ -28,10 +28,11 @@ import secrets
 
 from serve.events import (BadRequest, ChatRequest, Done, Message, ToolCall, ToolSpec, KIND_CONTENT, KIND_PING,
                           KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START)
-from serve.openai import _error_text, _int_field, _model_name   # shared with the OpenAI translator
+from serve.openai import (SHUTDOWN_TEXT, _cut_by_shutdown, _error_text,   # shared with the OpenAI translator
+                          _model_name)
 from serve.reasoning import check_budget, effort_from_anthropic, reasoning_fields
 from serve.replies import JsonReply, StreamReply
-from serve.sampling import check_request_sampling
+from serve.sampling import check_max_tokens, check_request_sampling
 
 # OpenAI-style error types the server uses -> Anthropic's names.
 _ERROR_TYPES = {"invalid_request_error": "invalid_request_error", "authentication_error": "authentication_error",
@@ -218,7 +219,7 @@ def parse_messages(body: dict, anthropic_thinking: str = "model") -> ChatRequest
         messages += _message(m, i)
     req = ChatRequest(messages=messages, tools=_tools(body.get("tools")), api="anthropic")
     _tool_choice(body.get("tool_choice"), req)
-    req.max_new = _int_field(body, "max_tokens")
+    req.max_new = check_max_tokens(body.get("max_tokens"))
     stream = body.get("stream", False)
     if stream is not None and not isinstance(stream, bool):
         raise BadRequest("stream: true or false", param="stream")
@@ -365,6 +366,9 @@ def _builder(service, req: ChatRequest, prep) -> MessageBuilder:
 
 def messages(service, body: dict, ctx):
     req = parse_messages(body, service.config.get("anthropic_thinking", "model"))
+    if not req.max_new:  # Anthropic requires a positive max_tokens (count_tokens takes none)
+        raise BadRequest(f"max_tokens: required, a positive integer (not {body.get('max_tokens')!r})",
+                         param="max_tokens")
     prep = service.prepare(req)
     builder = _builder(service, req, prep)
     if req.stream:
@@ -393,8 +397,8 @@ def _stream(service, prep, ctx, builder: MessageBuilder):
     except Exception as e:  # after the headers: a final error event ends the stream
         yield stream_error(_error_text(service, e))
         return
-    if ctx.shutting_down() and done is not None and done.finish == "cancel":
-        yield stream_error("the server is shutting down; the answer was cut short", "overloaded_error")
+    if _cut_by_shutdown(ctx, done):
+        yield stream_error(SHUTDOWN_TEXT, "overloaded_error")
         return
     yield from builder.finish(done)
 

@@ -7,7 +7,8 @@ GGUF, or the byte tokenizer for the fake engine), the model name, and the securi
 the config, the config over defaults. Nothing here serves or spawns: `serve.server.run_server` does.
 
 Public surface: `build(ns) -> (Service, Options)`, `default_model_path()`, `default_log_path(port)`,
-`private_dir(path)`, `private_file(path)`, `ENGINE_EXE`, `SetupError`.
+`private_dir(path)`, `private_file(path)`, `default_parallel()`, `chat_template(tok, ns, cfg)`, `ENGINE_EXE`,
+`SetupError`.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from serve.engine import ENGINE_SILENCE_S, StrataEngine
 from serve.events import BadRequest
 from serve.server import Options
 from serve.service import Service
-from serve.template import ChatTemplate
+from serve.template import RENDERED_FAMILIES, ChatTemplate, template_family
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENGINE_EXE = os.path.join(ROOT, "build", "strata-engine")
@@ -34,7 +35,37 @@ class SetupError(RuntimeError):
     """The server cannot start as configured; the message says what to change."""
 
 
-DEFAULT_SYSTEM_PROMPT = ""  # see build(): "model" keeps the chat template's own
+DEFAULT_SYSTEM_PROMPT = "model"  # the chat template's own (as llama-server and Ollama render it); "none" = none
+
+
+def default_parallel(n_cores: int | None = None) -> int:
+    """Decode lanes when neither flag nor config names them: 4 on 2+ cores (a second client is answered while
+    one long reply runs; 4 slots cost 4 KV caches, small beside the weights at the default context), 1 on a
+    single core (where lanes only share one core's time)."""
+    n_cores = n_cores if n_cores is not None else (os.cpu_count() or 1)
+    return 4 if n_cores >= 2 else 1
+
+
+def chat_template(tok, ns, cfg) -> ChatTemplate:
+    """The model's chat template, refused when its family is not one Strata renders (the prompt would be in
+    the wrong format) unless `--chat-template FAMILY` / config `chat_template` forces a family; with its
+    default system prompt unless `--system-prompt` / config `system_prompt` says otherwise ("none" = none)."""
+    text = getattr(tok, "chat_template", None)
+    forced = getattr(ns, "chat_template", None) or cfg.get("chat_template")
+    if forced is not None and forced not in RENDERED_FAMILIES:
+        raise SetupError(f"--chat-template {forced!r}: Strata renders {', '.join(RENDERED_FAMILIES)}")
+    family = template_family(text)
+    if forced is None and family not in RENDERED_FAMILIES:
+        raise SetupError(f"the model's chat template is of the {family!r} family; Strata renders "
+                         f"{', '.join(RENDERED_FAMILIES)} only, and would send this model prompts in the wrong "
+                         f"format. To serve it anyway, pass --chat-template chatml")
+    template = ChatTemplate.from_text(text if family in RENDERED_FAMILIES else None)
+    system = getattr(ns, "system_prompt", None)
+    if system is None:
+        system = cfg.get("system_prompt", cfg.get("default_system_prompt", DEFAULT_SYSTEM_PROMPT))
+    if system != "model":
+        template.default_system = None if system in ("none", "", None) else system
+    return template
 
 
 def default_model_path() -> str | None:
@@ -137,7 +168,9 @@ def build(ns):
     args = []
     if model is not None:
         args += ["--model", model]
-    ctx, threads, parallel = pick("ctx", "max_context"), pick("threads"), pick("parallel", default=1)
+    ctx, threads, parallel = pick("ctx", "max_context"), pick("threads"), pick("parallel")
+    if parallel is None:
+        parallel = default_parallel()
     if ctx:
         args += ["--max-context", str(int(ctx))]
     if threads:
@@ -182,15 +215,7 @@ def build(ns):
         if not name:
             from serve.config import default_model_name
             name = default_model_name(model)
-    template = ChatTemplate.from_text(getattr(tok, "chat_template", None))
-    # A chat without a system message gets DEFAULT_SYSTEM_PROMPT unless the flag or config says otherwise
-    # ("model" = the template's own default system prompt, "" = none). Why not the template's by default:
-    # with SmolLM2's own ("You are a helpful AI assistant named SmolLM, ...") the 135M model answers
-    # "What is the capital of France?" with a list of Paris landmarks at temperature 0 (llama.cpp gives the
-    # same tokens on the same GGUF); with none it says "The capital of France is Paris." every time.
-    system = pick("system_prompt", "default_system_prompt", default=DEFAULT_SYSTEM_PROMPT)
-    if system != "model":
-        template.default_system = system or None
+    template = chat_template(tok, ns, cfg)
     svc = Service(engine, tok, name, template,
                   config={**cfg, "parallel": parallel}, arch=meta_arch)
     # shared Chat settings (POST /settings) live beside the run config and come back at the next start

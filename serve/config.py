@@ -189,8 +189,8 @@ def default_model_name(gguf_path_or_meta: Any) -> str:
 
 def check_config(cfg: dict) -> tuple[dict, list[str]]:
     """Mend and check the keys this module owns -> (cfg, notices): joined args split, --reasoning-effort
-    lifted, `sampling` validated, `reasoning_effort`, `reasoning_budget_tokens`, `anthropic_thinking`,
-    `aliases`. A bad value raises ConfigError naming the key."""
+    lifted, `sampling` validated, `reasoning_effort`, `reasoning_budget_tokens`, `default_max_tokens`,
+    `anthropic_thinking`, `aliases`. A bad value raises ConfigError naming the key."""
     notices: list[str] = []
     out = dict(cfg)
     if "args" in out:
@@ -207,6 +207,10 @@ def check_config(cfg: dict) -> tuple[dict, list[str]]:
         check_budget(out.get("reasoning_budget_tokens"))
     except BadRequest as e:
         raise ConfigError(f"config: {e.message}") from None
+    cap = out.get("default_max_tokens")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise ConfigError(f'config: "default_max_tokens" must be a positive integer (the cap of a reply that '
+                          f'names no limit), not {cap!r}')
     if out.get("anthropic_thinking", "model") not in ("model", "on_request"):
         raise ConfigError('config: "anthropic_thinking" must be "model" or "on_request"')
     if "aliases" in out:

@@ -42,7 +42,7 @@ def props(svc, query: dict) -> tuple[int, dict]:
               "presence_penalty": merged.get("presence_penalty", 0.0),
               "frequency_penalty": merged.get("frequency_penalty", 0.0),
               "repeat_last_n": merged.get("penalty_last_n", sampling_mod.PENALTY_LAST_N_DEFAULT),
-              "n_predict": defaults.get("max_tokens", -1)}
+              "n_predict": svc.default_max_tokens()}  # the cap of a request that names no limit
     template = getattr(svc.tok, "chat_template", None) or ""
     return 200, {
         "default_generation_settings": {"n_ctx": e.max_context or e.known_ctx, "params": params},

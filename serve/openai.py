@@ -31,6 +31,7 @@ from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Mess
                           KIND_TOOL_START)
 from serve.access import public_text
 from serve.replies import JsonReply, StreamReply
+from serve.sampling import check_max_tokens
 from serve.service import check_stop
 
 try:
@@ -44,6 +45,7 @@ except ImportError:
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 KEEP_ALIVE = ": keep-alive\n\n"
+SHUTDOWN_TEXT = "the server is shutting down; the answer was cut short"
 
 
 def error_body(status: int, err_type: str, message: str, param=None, code=None) -> dict:
@@ -83,21 +85,6 @@ def _text_of(content, where: str) -> str:
                 raise BadRequest(f"{where}[{i}].type: unknown content part type {kind!r}", param=where)
         return "".join(out)
     raise BadRequest(f"{where}: a string or a list of content parts", param=where)
-
-
-def _int_field(body: dict, name: str):
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise BadRequest(f"{name}: an integer", param=name)
-    try:
-        number = float(value)
-    except ValueError:
-        raise BadRequest(f"{name}: an integer", param=name) from None
-    if number != int(number):
-        raise BadRequest(f"{name}: an integer", param=name)
-    return int(number)
 
 
 def _bool_field(body: dict, name: str, default=False) -> bool:
@@ -197,8 +184,10 @@ def parse_chat(body: dict) -> ChatRequest:
     req = ChatRequest(messages=_messages(body.get("messages")), tools=_tools(body.get("tools")))
     req.tool_choice = _tool_choice(body.get("tool_choice", "auto"), req.notes)
     req.parallel_tool_calls = _bool_field(body, "parallel_tool_calls", True)
-    max_new = _int_field(body, "max_completion_tokens")
-    req.max_new = max_new if max_new is not None else _int_field(body, "max_tokens")
+    # both are checked; max_completion_tokens (OpenAI's current name) wins over max_tokens when both are given
+    newer = check_max_tokens(body.get("max_completion_tokens"), "max_completion_tokens")
+    older = check_max_tokens(body.get("max_tokens"), "max_tokens")
+    req.max_new = newer if newer is not None else older
     req.stream = _bool_field(body, "stream")
     req.stop = check_stop(body.get("stop"))
     req.sampling = _sampling(body)
@@ -315,8 +304,8 @@ def _chat_stream(service, prep, ctx, meta, include_usage):
         yield stream_error(_error_text(service, e))
         yield "data: [DONE]\n\n"
         return
-    if ctx.shutting_down() and done is not None and done.finish == "cancel":
-        yield stream_error("the server is shutting down; the answer was cut short")
+    if _cut_by_shutdown(ctx, done):
+        yield stream_error(SHUTDOWN_TEXT)
         yield "data: [DONE]\n\n"
         return
     yield chunk({}, _finish_reason(done, calls > 0), timings=done.timings)
@@ -324,6 +313,12 @@ def _chat_stream(service, prep, ctx, meta, include_usage):
         yield _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": "strata", "choices": [],
                     "usage": _usage(done), "timings": done.timings})
     yield "data: [DONE]\n\n"
+
+
+def _cut_by_shutdown(ctx, done) -> bool:
+    """The reply ended because the server is shutting down (or never got its end): the stream ends with the
+    shutdown error event, never a normal finish."""
+    return done is None or (ctx.shutting_down() and done.finish == "cancel")
 
 
 def _error_text(service, e) -> str:
@@ -339,7 +334,8 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
         prompt = prompt[0]
     if not isinstance(prompt, str) or not prompt:
         raise BadRequest("prompt: a non-empty string", param="prompt")
-    req = CompletionRequest(prompt=prompt, max_new=_int_field(body, "max_tokens"), sampling=_sampling(body),
+    req = CompletionRequest(prompt=prompt, max_new=check_max_tokens(body.get("max_tokens")),
+                            sampling=_sampling(body),
                             stop=check_stop(body.get("stop")), stream=_bool_field(body, "stream"),
                             echo=_bool_field(body, "echo"), model=body.get("model"))
     refuse_unsupported(body, ("logprobs", "n", "best_of", "n_probs"))
@@ -381,6 +377,10 @@ def _completion_stream(service, prep, ctx, meta, include_usage, req):
                     yield chunk(ev.text)
     except Exception as e:
         yield stream_error(_error_text(service, e))
+        yield "data: [DONE]\n\n"
+        return
+    if _cut_by_shutdown(ctx, done):
+        yield stream_error(SHUTDOWN_TEXT)
         yield "data: [DONE]\n\n"
         return
     yield chunk("", _finish_reason(done, False), timings=done.timings)

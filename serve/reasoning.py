@@ -318,6 +318,7 @@ class OutputParser:
         self.n_calls = 0           # calls announced so far: the next call's index
         self.calls_from_reasoning = 0
         self.done = False
+        self.forced = forced_opening is not None  # a forced call: the turn ends once the call(s) close
 
     @property
     def in_reasoning(self) -> bool:
@@ -481,6 +482,8 @@ class OutputParser:
     # -------------------------------------------------------------------- content and calls
 
     def _content(self, out: list[Event], final: bool) -> bool:
+        if self.forced and self.n_calls and not self._another_call(final):
+            return False
         if not self._strip_lead():
             return False
         buf = self._buf
@@ -508,6 +511,16 @@ class OutputParser:
         self._emit(out, KIND_CONTENT, text)
         self._call_nl, self.state, self._body = pre[len(text):], "call", None
         return True
+
+    def _another_call(self, final: bool) -> bool:
+        """After a forced call: only another call may follow (parallel_tool_calls); any other text ends the
+        turn unseen (tool_choice required / a named tool means a call, not a call and a commentary)."""
+        buf = self._buf.lstrip()
+        if buf.startswith(CALL_OPEN) or (not final and CALL_OPEN.startswith(buf)):
+            self._buf = buf
+            return bool(buf)
+        self.state, self.done, self._buf = "done", True, ""
+        return False
 
     def _call(self, out: list[Event], final: bool) -> bool:
         body = self._body

@@ -6,10 +6,13 @@ wins, a value that is None never does): model card -> config `sampling` block ->
 
 Public surface: `MODEL_CARD_SAMPLING`, `card_sampling(arch, thinking)`, `check_request_sampling(body)`,
 `check_config_sampling(block)`, `check_shared_settings(defaults)`, `merge_sampling(card, config, settings,
-request)`, `engine_keys(merged)`, `FIELDS`, `SHARED_SETTINGS_KEYS`.
+request)`, `engine_keys(merged)`, `check_max_tokens(value, field)`, `FIELDS`, `SHARED_SETTINGS_KEYS`,
+`DEFAULT_MAX_TOKENS`.
 """
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import asdict, fields
 from typing import Any
 
@@ -18,6 +21,11 @@ from serve.events import BadRequest, Sampling
 TOP_K_ENGINE_MAX = 64          # the engine's top-k buffer; values outside 1..64 (0 = off) are sent as 64
 PENALTY_LAST_N_DEFAULT = 64    # the window the engine uses when a penalty is on and the client names none
 LOGIT_BIAS_MAX = 100.0         # OpenAI's range for one bias: -100..100
+DEFAULT_MAX_TOKENS = 4096      # the cap of a reply that names no limit (run config `default_max_tokens`): a
+                               # small model that never says its end token stops here, not at the end of
+                               # the context (minutes on a CPU); llama-server's n_predict is the same idea
+NO_LIMIT_VALUES = (0, -1)      # max_tokens 0 / -1: "no limit" (upstream's and llama.cpp's), i.e. the cap
+_DIGITS = re.compile(r"[+-]?[0-9]{1,18}")
 
 # The sets the models' own cards recommend, by GGUF architecture. Qwen3's card gives one set for
 # thinking and one without; SmolLM2 (GGUF arch "llama") gives temperature 0.2, top_p 0.9.
@@ -115,6 +123,25 @@ def check_logit_bias(value: Any) -> dict[int, float]:
                              param="logit_bias")
         out[token] = number
     return out
+
+
+def check_max_tokens(value: Any, field: str = "max_tokens") -> int | None:
+    """A request's token limit -> None (absent or null), 0 (no limit of its own: 0 or -1, the run's cap
+    applies) or a positive integer. Anything else is a 400 naming `field`: other negatives, booleans,
+    non-integers, NaN and Infinity, strings that are not plain integers ("1e999", "many")."""
+    if value is None:
+        return None
+    rule = f"`{field}`: a positive integer (0 or -1 = no limit of its own), not {value!r}"
+    number = None
+    if isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
+        number = int(value.strip())
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        number = int(value)
+    if number is None or (number < 0 and number not in NO_LIMIT_VALUES):
+        raise BadRequest(rule, param=field)
+    return 0 if number in NO_LIMIT_VALUES else number
 
 
 def check_request_sampling(body: dict) -> Sampling:

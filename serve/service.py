@@ -47,10 +47,12 @@ from serve.constrain import GRAMMAR_INFO_KEY, auto_tools_grammar, forced_call, g
 from serve.toolcalls import forced_opening
 
 REPEAT_STOP_TOKENS = 256   # the same token this many times in a row is a loop: end the reply as `length`
-LOOP_PERIOD_MAX = 16       # a loop of up to this many tokens repeating exactly ...
-LOOP_SPAN_TOKENS = 128     # ... over the last this many tokens also ends the reply as `length` (small models
-                           # fall into 5-10 token cycles; without this a reply with no max_tokens would run to
-                           # the end of the context, minutes on a CPU)
+LOOP_PERIOD_MAX = 256      # a cycle of up to this many tokens repeating exactly ... (measured: SmolLM2 fell
+                           # into a 27-token cycle and ran 2,809 tokens under a 16-token limit)
+LOOP_SPAN_TOKENS = 128     # ... over the last max(this, (1 + LOOP_REPEATS_MIN) x the cycle) tokens also
+LOOP_REPEATS_MIN = 2       # ends the reply as `length`: a short cycle over 128 tokens (small models fall into
+                           # 5-10 token cycles), a long one seen three times in a row (a text may quote a
+                           # paragraph twice; a third copy in a row is a loop)
 HISTORY_KEEP = 500         # finished requests kept for /metrics
 STOP_STRINGS_MAX = 4       # OpenAI allows at most 4 stop strings
 TAIL_CHARS = 600           # live status keeps this much of the newest output
@@ -106,30 +108,41 @@ class _StopMatcher:
         return out
 
 
-def _looping(recent: deque) -> bool:
-    """The last LOOP_SPAN_TOKENS ids are one cycle of at most LOOP_PERIOD_MAX ids, repeated exactly."""
-    if len(recent) < LOOP_SPAN_TOKENS:
-        return False
-    ids = list(recent)
-    for period in range(2, LOOP_PERIOD_MAX + 1):  # period 1 is the run-length guard's
-        if all(ids[i] == ids[i - period] for i in range(period, len(ids))):
-            return True
-    return False
+def loop_need(period: int) -> int:
+    """How many positions in a row must equal the one `period` earlier before a cycle is called a loop."""
+    return max(LOOP_SPAN_TOKENS - period, LOOP_REPEATS_MIN * period)
 
 
 class _LoopGuard:
     """The repeat guard over a reply's shown tokens, across its passes: `limit` equal ids in a row (0 = off),
-    or a short cycle (`_looping`), ends the reply as `length`."""
+    or a cycle of 2..LOOP_PERIOD_MAX ids repeated (`loop_need`), ends the reply as `length`.
+
+    `match[p]` counts the newest positions in a row whose id equals the id `p` earlier, so each token costs
+    one comparison per period (256), not a scan of the window."""
 
     def __init__(self, limit: int):
         self.limit, self.last, self.run_len = limit, None, 0
-        self.recent: deque = deque(maxlen=LOOP_SPAN_TOKENS)
+        self.recent: deque = deque(maxlen=LOOP_PERIOD_MAX + 1)  # the newest id is recent[0]
+        self.match = [0] * (LOOP_PERIOD_MAX + 1)
+        self.need = [loop_need(p) for p in range(LOOP_PERIOD_MAX + 1)]
 
     def looping(self, tid: int) -> bool:
         self.run_len = self.run_len + 1 if tid == self.last else 1
         self.last = tid
-        self.recent.append(tid)
-        return bool(self.limit) and (self.run_len >= self.limit or _looping(self.recent))
+        self.recent.appendleft(tid)  # recent[p] is the id p tokens before this one
+        if not self.limit:
+            return False
+        if self.run_len >= self.limit:
+            return True
+        recent, match, need = self.recent, self.match, self.need
+        found = False
+        for p in range(2, min(len(recent), LOOP_PERIOD_MAX + 1)):  # period 1 is the run-length guard's
+            if recent[p] == tid:
+                match[p] += 1
+                found = found or match[p] >= need[p]
+            else:
+                match[p] = 0
+        return found
 
 
 @dataclass
@@ -325,14 +338,13 @@ class Service:
         ctx = self._context()
         room = ctx - CTX_SLACK - len(ids)
         max_new = req.max_new
-        if max_new is None:
-            max_new = self._settings().get("max_tokens")  # the shared settings' cap, for requests naming none
-        if max_new is None or max_new <= 0:
+        if not max_new:  # no limit of its own (absent, 0 or -1): the shared settings' cap, else the run's
+            cap = self.default_max_tokens()
             if room < 1:
                 raise BadRequest(f"request exceeds the context window: prompt ({len(ids)} tokens) leaves no "
                                  f"room to answer in the context ({ctx}); requests are never truncated",
                                  param="messages", code="context_length_exceeded")
-            max_new = room
+            max_new = min(cap, room)
         elif max_new > room:
             if self.config.get("fit_max_tokens") and room >= 1:
                 max_new = room
@@ -345,6 +357,12 @@ class Service:
         self.ensure_engine()
         return Prepared(req, ids, max_new, keys, thinking=thinking, chat=chat,
                         forced_opening=self.forced_opening(req) if chat else None)
+
+    def default_max_tokens(self) -> int:
+        """The cap of a reply that names no limit: the shared settings' `max_tokens`, else the run config's
+        `default_max_tokens` (sampling.DEFAULT_MAX_TOKENS). Never the end of the context."""
+        cap = self._settings().get("max_tokens")
+        return int(cap or self.config.get("default_max_tokens") or sampling_mod.DEFAULT_MAX_TOKENS)
 
     def _engine_keys(self, req, thinking) -> str:
         """Sampling merged model card -> config `sampling` -> shared settings -> request (0 stays greedy)."""

@@ -7,7 +7,8 @@ only to learn the family's facts: its default system prompt (SmolLM2 and Qwen2.5
 no system message) and whether it knows `<think>`.
 
 Public surface: `ChatTemplate.from_text(template_text)`, `ChatTemplate.render(messages, tools, thinking)`
--> `Rendered(text, plain, thinking)`. It knows no tokens, no HTTP and no engine.
+-> `Rendered(text, plain, thinking)`, `template_family(template_text)`, `RENDERED_FAMILIES`. It knows no
+tokens, no HTTP and no engine.
 """
 from __future__ import annotations
 
@@ -27,6 +28,24 @@ TOOLS_INTRO = ("# Tools\n\nYou have access to the following functions. To call o
                "exactly this format and nothing after it:\n\n<tool_call>\n<function=FUNCTION_NAME>\n"
                "<parameter=PARAMETER_NAME>\nVALUE\n</parameter>\n</function>\n</tool_call>\n\n"
                "Several calls are several such blocks. The functions:\n\n<tools>\n")
+
+
+RENDERED_FAMILIES = ("chatml",)  # the families render() writes; a model of another one is refused at start
+# A family's mark: a control string only that family's templates write (checked in this order).
+_FAMILY_MARKS = (("chatml", IM_START), ("llama3", "<|start_header_id|>"), ("gemma", "<start_of_turn>"),
+                 ("command-r", "<|START_OF_TURN_TOKEN|>"), ("deepseek", "<\uff5cUser\uff5c>"),
+                 ("phi3", "<|end|>"), ("zephyr", "<|user|>"), ("mistral", "[INST]"))
+
+
+def template_family(template: str | None) -> str:
+    """The chat-template family a GGUF's template text belongs to: "chatml" (also for a model without a
+    template, as llama.cpp falls back to it), "llama3", "gemma", "mistral", ..., or "unknown"."""
+    if not template:
+        return "chatml"
+    for family, mark in _FAMILY_MARKS:
+        if mark in template:
+            return family
+    return "unknown"
 
 
 @dataclass

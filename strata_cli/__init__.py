@@ -34,12 +34,14 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--api-key", action="append", metavar="KEY",
                    help="require this key (Bearer or X-Api-Key); repeat or comma-separate for several; "
                    "default $STRATA_API_KEY")
-    s.add_argument("--parallel", type=int, metavar="N", help="engine decode slots, 1..8 (default 1): "
-                   "that many requests decode at once")
+    s.add_argument("--parallel", type=int, metavar="N", help="engine decode slots, 1..8 (default 4 on 2+ "
+                   "cores, else 1): that many requests decode at once")
     s.add_argument("--replicas", type=int, metavar="N", help="run N engines and route requests by cached "
                    "prefix and load (default 1)")
     s.add_argument("--system-prompt", metavar="TEXT", help="system prompt used when a chat has none "
-                   "(default: none; \"model\" = the chat template's own)")
+                   "(default \"model\": the chat template's own; \"none\" = none)")
+    s.add_argument("--chat-template", metavar="FAMILY", help="render prompts in this family whatever the "
+                   "model's template is (chatml); without it a model of another family is refused")
     s.add_argument("--parent-pid", type=int, metavar="PID", help="shut down when this process is gone")
     s.add_argument("--engine", metavar="CMD", help="engine command (default build/strata-engine)")
     s.add_argument("--tokenizer", choices=["gguf", "bytes"], default="gguf",

@@ -14,7 +14,7 @@ def test_props_shape_and_defaults(server):
     status, p, _ = s.request("GET", "/props")
     assert status == 200
     g = p["default_generation_settings"]
-    assert g["n_ctx"] == 2048 and g["params"]["top_k"] == 20 and g["params"]["n_predict"] == -1
+    assert g["n_ctx"] == 2048 and g["params"]["top_k"] == 20 and g["params"]["n_predict"] == 4096
     assert p["total_slots"] == 1 and p["model_alias"] == "fake-model" and p["modalities"] == {"vision": False}
     assert p["build_info"].startswith("Strata ")
     s.post("/settings", {"defaults": {"temperature": 0.7, "max_tokens": 99}}, headers=JSON)
