@@ -287,6 +287,29 @@ static void dequant_iq4_xs(const block_iq4_xs* b, float* y, int64_t nb) {
     }
 }
 
+bool quant_widens_to_q8_0(ggml_type type) { return type == GGML_TYPE_Q5_0 || type == GGML_TYPE_IQ4_NL; }
+
+void quant_row_to_q8_0(ggml_type type, const void* x, block_q8_0* y, int64_t n) {
+    const int64_t nb = n / QK32;
+    for (int64_t i = 0; i < nb; ++i) {
+        if (type == GGML_TYPE_Q5_0) {
+            const block_q5_0& b = static_cast<const block_q5_0*>(x)[i];
+            y[i].d = b.d;
+            for (int j = 0; j < 16; ++j) {
+                y[i].qs[j] = static_cast<int8_t>(((b.qs[j] & 0xF) | q5_high(b.qh, j)) - 16);
+                y[i].qs[j + 16] = static_cast<int8_t>(((b.qs[j] >> 4) | q5_high(b.qh, j + 16)) - 16);
+            }
+        } else {  // IQ4_NL
+            const block_iq4_nl& b = static_cast<const block_iq4_nl*>(x)[i];
+            y[i].d = b.d;
+            for (int j = 0; j < 16; ++j) {
+                y[i].qs[j] = kvalues_iq4nl[b.qs[j] & 0xF];
+                y[i].qs[j + 16] = kvalues_iq4nl[b.qs[j] >> 4];
+            }
+        }
+    }
+}
+
 void dequantize_row(ggml_type type, const void* x, float* y, int64_t n) {
     const int64_t nb = n / quant_block_size(type);
     switch (type) {

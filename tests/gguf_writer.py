@@ -2,7 +2,7 @@
 
 Contract: `GGUFWriter` collects metadata pairs and tensors and writes one GGUF v3 file (little-endian, data
 aligned to 32 bytes). `random_model(path, arch, vocab_meta, wtype=...)` writes a small decoder of the given
-architecture ("llama", "qwen2", "qwen3") with random weights and the vocabulary metadata it is given (a real
+architecture ("llama", "qwen2", "qwen3", "gemma3") with random weights and the vocabulary metadata it is given (a real
 tokenizer taken from a shipped model, so token ids mean something to both sides). Everything is standard
 library: random half floats and quant blocks are made from random bytes whose scale fields are rewritten
 through byte tables, so a 50K-row embedding costs milliseconds, not a Python loop per element.
@@ -145,7 +145,7 @@ def norm_weights(rng, n):
     return struct.pack(f"<{n}f", *(1.0 + rng.uniform(-0.2, 0.2) for _ in range(n)))
 
 
-ARCH_SHAPES = dict(n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_layer=2, n_ctx=512)
+ARCH_SHAPES = dict(n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_layer=2, n_ctx=512, n_swa=16)
 
 
 def random_model(path, arch, vocab_meta, wtype="F16", embd_type="Q8_0", seed=1, tied=True, shapes=None):
@@ -165,11 +165,16 @@ def random_model(path, arch, vocab_meta, wtype="F16", embd_type="Q8_0", seed=1, 
                      ("feed_forward_length", F), ("attention.head_count", sh["n_head"]),
                      ("attention.head_count_kv", sh["n_head_kv"]), ("rope.dimension_count", hd)):
         w.add(a + key, val)
-    w.add(a + "rope.freq_base", 10000.0)
+    if arch != "gemma3":
+        w.add(a + "rope.freq_base", 10000.0)
     w.add(a + "attention.layer_norm_rms_epsilon", 1e-6)
-    if arch == "qwen3":
+    if arch in ("qwen3", "gemma3"):
         w.add(a + "attention.key_length", hd)
         w.add(a + "attention.value_length", hd)
+    if arch == "gemma3":
+        w.add(a + "attention.sliding_window", sh["n_swa"])
+        w.add(a + "rope.freq_base_swa", 10000.0)
+        w.add(a + "rope.freq_base", 1000000.0)
     for key, val in vocab_meta.items():
         if key.startswith("tokenizer."):
             item = T_F32 if key.endswith(".scores") else None
@@ -187,9 +192,12 @@ def random_model(path, arch, vocab_meta, wtype="F16", embd_type="Q8_0", seed=1, 
         if arch == "qwen2":
             for name, n in (("attn_q", nq), ("attn_k", nkv), ("attn_v", nkv)):
                 w.add_tensor(p + name + ".bias", [n], "F32", struct.pack(f"<{n}f", *(rng.gauss(0, 0.1) for _ in range(n))))
-        if arch == "qwen3":
+        if arch in ("qwen3", "gemma3"):
             w.add_tensor(p + "attn_q_norm.weight", [hd], "F32", norm_weights(rng, hd))
             w.add_tensor(p + "attn_k_norm.weight", [hd], "F32", norm_weights(rng, hd))
+        if arch == "gemma3":
+            w.add_tensor(p + "post_attention_norm.weight", [E], "F32", norm_weights(rng, E))
+            w.add_tensor(p + "post_ffw_norm.weight", [E], "F32", norm_weights(rng, E))
         w.add_tensor(p + "ffn_norm.weight", [E], "F32", norm_weights(rng, E))
         for name, cols, rows in (("ffn_gate", E, F), ("ffn_up", E, F), ("ffn_down", F, E)):
             w.add_tensor(p + name + ".weight", [cols, rows], wtype, random_blocks(rng, wtype, cols * rows))

@@ -6,8 +6,8 @@ nothing here computes anything itself: every number is llama.cpp's. The tests ru
 `tests/oracle.py` (which finds the interpreter and skips with a reason when there is none).
 
 Requests ({"op": ...}):
-  logits    {model, ids, n_gen, out, n_ctx}: the logits of every prompt position and of every fed greedy token
-            as float32 rows (n_prompt + n_gen - 1 rows of n_vocab) written to `out` -> {"tokens": [...],
+  logits    {model, ids, n_gen, out, n_ctx, last_only}: the logits of every prompt position (last_only: of the
+            last) and of every fed greedy token as float32 rows of n_vocab written to `out` -> {"tokens": [...],
             "n_vocab": n}. One thread-count-independent CPU context, f16 KV, flash attention off.
   dequant   {type, data, out, n}: ggml's to_float for n elements of raw blocks of ggml type number `type`
             read from file `data`, written as float32 to `out` -> {}.
@@ -62,33 +62,35 @@ def op_logits(req):
     n_vocab = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(model))
     rows = []
 
-    def decode(tokens, pos0):
+    def decode(tokens, pos0, all_rows):
         for c0 in range(0, len(tokens), 512):
             chunk = tokens[c0:c0 + 512]
             batch = ll.llama_batch_init(len(chunk), 0, 1)
             batch.n_tokens = len(chunk)
+            want = [all_rows or c0 + i == len(tokens) - 1 for i in range(len(chunk))]
             for i, t in enumerate(chunk):
                 batch.token[i] = t
                 batch.pos[i] = pos0 + c0 + i
                 batch.n_seq_id[i] = 1
                 batch.seq_id[i][0] = 0
-                batch.logits[i] = 1
+                batch.logits[i] = int(want[i])
             rc = ll.llama_decode(ctx, batch)
             if rc != 0:
                 raise SystemExit(f"llama_decode returned {rc}")
             for i in range(len(chunk)):
-                p = ll.llama_get_logits_ith(ctx, i)
-                rows.append(bytes(ctypes.string_at(p, 4 * n_vocab)))
+                if want[i]:
+                    p = ll.llama_get_logits_ith(ctx, i)
+                    rows.append(bytes(ctypes.string_at(p, 4 * n_vocab)))
             ll.llama_batch_free(batch)
 
-    decode(ids, 0)
+    decode(ids, 0, not req.get("last_only"))
     tokens = []
     for step in range(n_gen):
         last = memoryview(rows[-1]).cast("f")
         t = max(range(n_vocab), key=last.__getitem__)
         tokens.append(t)
         if step + 1 < n_gen:
-            decode([t], len(ids) + step)
+            decode([t], len(ids) + step, True)
     with open(req["out"], "wb") as f:
         f.write(b"".join(rows))
     return {"tokens": tokens, "n_vocab": n_vocab}

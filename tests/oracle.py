@@ -68,11 +68,12 @@ def _rows(path, n_vocab):
     return [data[i:i + n_vocab] for i in range(0, len(data), n_vocab)]
 
 
-def oracle_logits(model, ids, n_gen, n_ctx=None):
+def oracle_logits(model, ids, n_gen, n_ctx=None, last_only=False):
+    """llama.cpp's rows (see engine_logits) and greedy tokens."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "logits.bin")
         a = ask({"op": "logits", "model": str(model), "ids": list(ids), "n_gen": n_gen, "out": out,
-                 "n_ctx": n_ctx})
+                 "n_ctx": n_ctx, "last_only": last_only})
         return _rows(out, a["n_vocab"]), a["tokens"]
 
 
@@ -83,13 +84,16 @@ def dump_exe():
     return exe
 
 
-def engine_logits(model, ids, n_gen, n_vocab, n_ctx=None):
+def engine_logits(model, ids, n_gen, n_vocab, n_ctx=None, last_only=False):
+    """The engine's logits rows: every prompt position (last_only: the last one), then every fed greedy
+    token; and its greedy tokens."""
     exe = dump_exe()
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "logits.bin")
-        args = [str(exe), "logits", str(model), ",".join(map(str, ids)), str(n_gen), out]
-        if n_ctx:
-            args.append(str(n_ctx))
+        args = [str(exe), "logits", str(model), ",".join(map(str, ids)), str(n_gen), out,
+                str(n_ctx or len(ids) + n_gen + 8)]
+        if last_only:
+            args.append("last")
         r = subprocess.run(args, capture_output=True, text=True, timeout=DUMP_TIMEOUT_S)
         assert r.returncode == 0, f"strata-test-probe logits failed: {r.stderr[-2000:]}"
         return _rows(out, n_vocab), [int(t) for t in r.stdout.strip().split(",")]

@@ -1,12 +1,13 @@
 // tests/engine/probe.cpp — `strata-test-probe`: the engine's side of the questions the pytest parity
 // tests (tests/oracle.py) also ask llama.cpp. Not a CTest: a helper those tests run.
 //
-//   strata-test-probe logits MODEL.gguf IDS N_GEN OUT.bin [N_CTX]
+//   strata-test-probe logits MODEL.gguf IDS N_GEN OUT.bin [N_CTX [last]]
 //   strata-test-probe dequant TYPE IN.bin N OUT.bin      (dequantize_row of n elements of raw blocks)
 //
 // logits: IDS is a comma-separated token list. The prompt is evaluated in chunks of up to 512 entries with logits for
 // every entry; then N_GEN - 1 greedy tokens are fed one at a time. OUT.bin gets float32 rows of n_vocab:
-// one per prompt position, then one per fed greedy token (n_prompt + N_GEN - 1 rows). stdout: the N_GEN
+// one per prompt position (with `last`: only the last prompt position's), then one per fed greedy token
+// (n_prompt + N_GEN - 1 rows, or N_GEN). stdout: the N_GEN
 // greedy tokens, comma-separated. Exit 1 with the reason on stderr when the model or an eval fails.
 #include <cstdio>
 #include <cstdlib>
@@ -69,15 +70,19 @@ int logits(int argc, char** argv) {
     if (!m) return fail(err);
     const int32_t nv = model_get_info(m).n_vocab;
     kv_cache* kv = kv_cache_init(m, n_ctx, KV_TYPE_F16);
-    const int32_t n_rows = int32_t(ids.size()) + n_gen - 1;
-    std::vector<float> rows(size_t(n_rows) * size_t(nv));
+    const bool last_only = argc > 6 && std::string(argv[6]) == "last";
+    // rows kept: prompt positions from `base` on, then the fed greedy tokens; row r at (r - base) * nv
+    const size_t base = last_only ? ids.size() - 1 : 0;
+    std::vector<float> rows((ids.size() + size_t(n_gen) - 1 - base) * size_t(nv));
+    auto row_at = [&](size_t r) { return rows.data() + (r - base) * size_t(nv); };
     std::vector<int32_t> pos, seq;
     std::vector<uint8_t> want;
     kv_cache* kvs[1] = {kv};
     auto eval = [&](const int32_t* tok, int32_t n, int32_t pos0, float* out) {
         pos.resize(size_t(n));
         seq.assign(size_t(n), 0);
-        want.assign(size_t(n), 1);
+        want.assign(size_t(n), last_only ? 0 : 1);  // last_only: the last entry's logits land at out
+        if (last_only) want[size_t(n - 1)] = 1;
         for (int32_t i = 0; i < n; ++i) pos[size_t(i)] = pos0 + i;
         eval_batch b;
         b.n = n;
@@ -91,14 +96,16 @@ int logits(int argc, char** argv) {
     };
     for (size_t i = 0; i < ids.size(); i += DUMP_CHUNK) {
         const int32_t n = int32_t(ids.size() - i < size_t(DUMP_CHUNK) ? ids.size() - i : size_t(DUMP_CHUNK));
-        if (!eval(ids.data() + i, n, int32_t(i), rows.data() + i * size_t(nv))) return fail(err);
+        // last_only: a chunk before the last one writes its (unused) row over the final prompt row
+        float* out = last_only ? row_at(base) : row_at(i);
+        if (!eval(ids.data() + i, n, int32_t(i), out)) return fail(err);
     }
     std::vector<int32_t> gen;
     int32_t row = int32_t(ids.size()) - 1;
     for (int32_t s = 0; s < n_gen; ++s, ++row) {
-        const int32_t t = argmax(rows.data() + size_t(row) * size_t(nv), nv);
+        const int32_t t = argmax(row_at(size_t(row)), nv);
         gen.push_back(t);
-        if (s + 1 < n_gen && !eval(&t, 1, row + 1, rows.data() + size_t(row + 1) * size_t(nv))) return fail(err);
+        if (s + 1 < n_gen && !eval(&t, 1, row + 1, row_at(size_t(row) + 1))) return fail(err);
     }
     FILE* f = std::fopen(argv[4], "wb");
     if (!f || std::fwrite(rows.data(), sizeof(float), rows.size(), f) != rows.size()) return fail("cannot write output");

@@ -114,7 +114,7 @@ double element(ggml_type t, const uint8_t* p, int64_t i) {
         const int s = int(j / 32), r = int(j % 32);
         const uint8_t b = blk[8 + 16 * s + r % 16];
         const int q = r < 16 ? (b & 15) : (b >> 4);
-        const int scale = ((blk[4 + s / 2] >> (4 * (s % 2))) & 15 | ((rd16(blk + 2) >> (2 * s)) & 3) << 4) - 32;
+        const int scale = (((blk[4 + s / 2] >> (4 * (s % 2))) & 15) | ((rd16(blk + 2) >> (2 * s)) & 3) << 4) - 32;
         return half_value(rd16(blk)) * scale * levels[q];
     }
     default: return NAN;
@@ -156,6 +156,21 @@ void test_type(ggml_type t, size_t expect_block_bytes) {
             }
         }
     }
+}
+
+// Q5_0 / IQ4_NL rewritten as Q8_0 dequantise to the very same floats
+void test_widen(ggml_type t) {
+    CHECK(quant_widens_to_q8_0(t), "%s should widen to Q8_0", quant_name(t));
+    const int64_t n = 8 * 32;
+    std::vector<uint8_t> row(quant_row_bytes(t, n));
+    for (uint8_t& b : row) b = uint8_t(g_rng());
+    for (size_t off = 0; off < row.size(); off += quant_block_bytes(t)) row[off + 1] &= 0x3B;
+    std::vector<block_q8_0> wide(size_t(n / 32));
+    quant_row_to_q8_0(t, row.data(), wide.data(), n);
+    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    dequantize_row(t, row.data(), a.data(), n);
+    dequantize_row(GGML_TYPE_Q8_0, wide.data(), b.data(), n);
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0, "%s: widened Q8_0 differs", quant_name(t));
 }
 
 void test_half() {
@@ -204,6 +219,9 @@ int main() {
     test_type(GGML_TYPE_Q3_K, 110);
     test_type(GGML_TYPE_IQ4_NL, 18);
     test_type(GGML_TYPE_IQ4_XS, 136);
+    test_widen(GGML_TYPE_Q5_0);
+    test_widen(GGML_TYPE_IQ4_NL);
+    CHECK(!quant_widens_to_q8_0(GGML_TYPE_Q5_1) && !quant_widens_to_q8_0(GGML_TYPE_IQ4_XS), "only exact types widen");
     for (uint32_t t = 0; t < 64; ++t) {
         const bool want = t == 0 || t == 1 || t == 2 || t == 3 || t == 6 || t == 7 || t == 8 || t == 10 || t == 11 ||
                           t == 12 || t == 13 || t == 14 || t == 20 || t == 23 || t == 30;
