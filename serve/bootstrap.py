@@ -107,6 +107,21 @@ def packaged_model_path(name: str) -> str | None:
         raise SetupError(f"--model {name}: cannot assemble the model file: {e}") from None
 
 
+def _template(family: str | None, text: str | None, fake: bool):
+    """--chat-template FAMILY wins; a real model without a template gets NoTemplate (chat routes are a 400);
+    else the family the template text names (serve/template.py, serve/template_families.py)."""
+    from serve.template_families import FAMILIES, FamilyTemplate, NoTemplate, detect_family
+    if family:
+        if family not in FAMILIES:
+            raise SetupError(f"--chat-template {family!r}: the families are {', '.join(FAMILIES)}")
+        if family == "chatml":
+            return ChatTemplate.from_text(text) if detect_family(text) == "chatml" else ChatTemplate()
+        return FamilyTemplate(family)
+    if not text and not fake:
+        return NoTemplate()
+    return ChatTemplate.from_text(text)
+
+
 def _config(ns) -> dict:
     if not getattr(ns, "config", None):
         return {}
@@ -209,7 +224,7 @@ def build(ns):
         if not name:
             from serve.config import default_model_name
             name = default_model_name(model)
-    template = ChatTemplate.from_text(getattr(tok, "chat_template", None))
+    template = _template(pick("chat_template"), None if fake else getattr(tok, "chat_template", None), fake)
     # A chat without a system message gets DEFAULT_SYSTEM_PROMPT unless the flag or config says otherwise
     # ("model" = the template's own default system prompt, "" = none). Why not the template's by default:
     # with SmolLM2's own ("You are a helpful AI assistant named SmolLM, ...") the 135M model answers

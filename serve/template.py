@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from serve.events import BadRequest, Message, ToolSpec
+from serve.template_families import FamilyTemplate, detect_family
 from serve.toolcalls import tool_signature, tools_intro, tools_outro
 
 IM_START = "<|im_start|>"
@@ -90,6 +91,8 @@ class ChatTemplate:
 
     @classmethod
     def from_text(cls, template: str | None) -> "ChatTemplate":
+        if detect_family(template) in ("llama3", "gemma"):  # rendered by serve/template_families.py
+            return FamilyTemplate(detect_family(template))
         if not template:
             return cls()
         default = None

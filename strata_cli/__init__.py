@@ -40,6 +40,9 @@ def parser() -> argparse.ArgumentParser:
                    "prefix and load (default 1)")
     s.add_argument("--system-prompt", metavar="TEXT", help="system prompt used when a chat has none "
                    "(default: none; \"model\" = the chat template's own)")
+    s.add_argument("--chat-template", metavar="FAMILY", choices=["chatml", "llama3", "gemma"],
+                   help="render chats in this family (chatml, llama3, gemma) instead of the one the model's "
+                   "template names; needed for chat routes on a model without a template")
     s.add_argument("--parent-pid", type=int, metavar="PID", help="shut down when this process is gone")
     s.add_argument("--engine", metavar="CMD", help="engine command (default build/strata-engine)")
     s.add_argument("--tokenizer", choices=["gguf", "bytes"], default="gguf",

@@ -2,7 +2,7 @@
 
 The real test runs the command line as a user does (python -m strata_cli serve --model gemma --port 0),
 waits for its "listening on" line and asks /v1/completions (a base model: no chat template): the prompt gets
-the <bos> the model expects (usage.prompt_tokens counts it) and the greedy reply is the engine's. Skipped
+the <bos> the model expects (usage.prompt_tokens counts it); /v1/chat/completions is a 400 saying why. Skipped
 with the reason when the package cannot be installed (tests/gemma_model.py) or the engine is not built.
 """
 
@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -67,6 +68,10 @@ def test_serve_model_gemma_completions():
         assert body["model"] == "gemma-3-270m"
         assert body["usage"]["prompt_tokens"] == 1 + len(tok.encode(prompt))  # <bos> + the text
         assert body["usage"]["completion_tokens"] == 8 and body["choices"][0]["text"].strip()
+        # a base model without a chat template: chat routes are a clear 400 (no --chat-template given)
+        with pytest.raises(urllib.error.HTTPError) as err:
+            _post(url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+        assert err.value.code == 400 and "no chat template" in json.loads(err.value.read())["error"]["message"]
     finally:
         proc.terminate()
         try:
