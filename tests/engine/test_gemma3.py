@@ -70,3 +70,29 @@ def test_gemma_270m_greedy_matches_llama_cpp(which):
     same = first_diff if first_diff is not None else GREEDY_STEPS
     worst, spread = oracle.compare_logits(ours[:same + 1], theirs[:same + 1])
     print(f"  logits over the common steps: max |diff| {worst:.4g}, spread {spread:.4g}")
+
+
+def test_gemma_270m_prefix_reuse_and_slots(engine_path):
+    """Past the window, a continued prompt resumes from the cache and a batch slot decodes alike: the same
+    greedy tokens as one solo run (window layers keep every position, so reuse needs nothing special)."""
+    from conftest import Engine
+    from test_engine_slots import collect_slots, read_admission
+    from tools.strata_spm import load_tokenizer
+    path = gemma_model.gemma_path()
+    tok = load_tokenizer(path)
+    ids = [tok.special_ids["bos"]] + tok.encode(dict(_prompts(tok))["long"])[:600]
+    no_end = "logit_bias=1:-inf,106:-inf"
+    e = Engine(engine_path, path, "--max-context", "2048", "--batch", "2", "--threads", "2")
+    try:
+        solo = e.gen(ids, max_new=12, keys=no_end)
+        assert len(solo.tokens) == 12, solo.lines
+        cont = e.gen(ids + solo.tokens[:6], max_new=6, keys=no_end)
+        assert cont.resume >= len(ids) and cont.tokens == solo.tokens[6:]
+        e.gen([tok.special_ids["bos"]] + tok.encode("Something else entirely."), max_new=2, keys=no_end)
+        e.send(f"BGEN 1 12 {no_end} {','.join(map(str, ids))}")
+        _, first, _, _, _ = read_admission(e, 1)
+        toks = {}
+        collect_slots(e, toks, {1})
+        assert [first] + toks[1] == solo.tokens
+    finally:
+        e.close()
