@@ -495,7 +495,7 @@ void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
         const int32_t g = static_cast<int32_t>(it % hp.n_head_kv);
         const int32_t e0 = m->s.att_tiles[size_t(tile)], e1 = m->s.att_tiles[size_t(tile) + 1];
         const kv_cache* kv = f.b->kvs[f.b->seq[e0]];
-        if (ks.attn && (hd == 64 || hd == 128)) {
+        if (ks.attn && (hd == 64 || hd == 128 || hd == 256)) {
             if (attn_first(hp, l, f.b->pos[e1 - 1]) == 0) {
                 ks.attn(m->s.q.data() + size_t(e0) * nq + g * group * hd, size_t(nq), group, e1 - e0,
                         kv_head(kv, false, f.layer, g, 0), kv_head(kv, true, f.layer, g, 0), kv->head_bytes,

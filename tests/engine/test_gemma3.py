@@ -76,7 +76,7 @@ def test_gemma_270m_prefix_reuse_and_slots(engine_path):
     """Past the window, a continued prompt resumes from the cache and a batch slot decodes alike: the same
     greedy tokens as one solo run (window layers keep every position, so reuse needs nothing special)."""
     from conftest import Engine
-    from test_engine_slots import collect_slots, read_admission
+    from test_engine_slots import accept, collect_slots
     from tools.strata_spm import load_tokenizer
     path = gemma_model.gemma_path()
     tok = load_tokenizer(path)
@@ -89,10 +89,9 @@ def test_gemma_270m_prefix_reuse_and_slots(engine_path):
         cont = e.gen(ids + solo.tokens[:6], max_new=6, keys=no_end)
         assert cont.resume >= len(ids) and cont.tokens == solo.tokens[6:]
         e.gen([tok.special_ids["bos"]] + tok.encode("Something else entirely."), max_new=2, keys=no_end)
-        e.send(f"BGEN 1 12 {no_end} {','.join(map(str, ids))}")
-        _, first, _, _, _ = read_admission(e, 1)
+        accept(e, 1, 12, ids, keys=no_end)
         toks = {}
         collect_slots(e, toks, {1})
-        assert [first] + toks[1] == solo.tokens
+        assert toks[1] == solo.tokens
     finally:
         e.close()
