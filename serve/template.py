@@ -16,7 +16,6 @@ import re
 from dataclasses import dataclass, field
 
 from serve.events import BadRequest, Message, ToolSpec
-from serve.template_families import FamilyTemplate, detect_family
 from serve.toolcalls import tool_signature, tools_intro, tools_outro
 
 IM_START = "<|im_start|>"
@@ -91,7 +90,8 @@ class ChatTemplate:
 
     @classmethod
     def from_text(cls, template: str | None) -> "ChatTemplate":
-        if detect_family(template) in ("llama3", "gemma"):  # rendered by serve/template_families.py
+        from serve.template_families import FamilyTemplate, detect_family  # it imports this module
+        if detect_family(template) in ("llama3", "gemma"):  # rendered there
             return FamilyTemplate(detect_family(template))
         if not template:
             return cls()

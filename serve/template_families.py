@@ -19,6 +19,7 @@ NoTemplate(). It knows no tokens, no HTTP and no engine.
 from __future__ import annotations
 
 from serve.events import BadRequest, Message, ToolSpec
+from serve.template import Rendered, _Writer
 
 FAMILIES = ("chatml", "llama3", "gemma")
 _ASCII_SPACE = " \t\n\v\f\r"  # llama.cpp trims with C isspace
@@ -37,24 +38,6 @@ def detect_family(text: str | None) -> str | None:
     return None
 
 
-class _Writer:
-    """Prompt text and the spans of it that came from the client (never parsed as special tokens)."""
-
-    def __init__(self):
-        self.parts: list[str] = []
-        self.plain: list[tuple[int, int]] = []
-        self.n = 0
-
-    def raw(self, text: str) -> None:
-        self.parts.append(text)
-        self.n += len(text)
-
-    def user_text(self, text: str) -> None:
-        if text:
-            self.plain.append((self.n, self.n + len(text)))
-            self.raw(text)
-
-
 class FamilyTemplate:
     """Llama 3 or Gemma rendering (see the module docstring)."""
 
@@ -70,7 +53,6 @@ class FamilyTemplate:
 
     def render(self, messages: list[Message], tools: list[ToolSpec] | None = None, thinking: bool | None = None,
                add_generation_prompt: bool = True, bos: bool = True):
-        from serve.template import Rendered  # serve.template imports this module at its top
         if not messages:
             raise BadRequest("messages: at least one message is needed", param="messages")
         if tools:
