@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 
 from serve.events import BadRequest, Message, ToolSpec
+from serve.prompt_text import PromptWriter as _Writer
+from serve.prompt_text import Rendered
 from serve.toolcalls import tool_signature, tools_intro, tools_outro
 
 IM_START = "<|im_start|>"
@@ -27,30 +28,6 @@ TOOLS_INTRO = ("# Tools\n\nYou have access to the following functions. To call o
                "exactly this format and nothing after it:\n\n<tool_call>\n<function=FUNCTION_NAME>\n"
                "<parameter=PARAMETER_NAME>\nVALUE\n</parameter>\n</function>\n</tool_call>\n\n"
                "Several calls are several such blocks. The functions:\n\n<tools>\n")
-
-
-@dataclass
-class Rendered:
-    text: str
-    plain: list[tuple[int, int]] = field(default_factory=list)  # spans never parsed as special tokens
-    thinking: bool = False   # the generation prompt opened a think block (the output starts in reasoning)
-
-
-class _Writer:
-    def __init__(self):
-        self.parts: list[str] = []
-        self.plain: list[tuple[int, int]] = []
-        self.n = 0
-
-    def raw(self, text: str) -> None:
-        self.parts.append(text)
-        self.n += len(text)
-
-    def user_text(self, text: str) -> None:
-        """Text that came from a client: never special tokens."""
-        if text:
-            self.plain.append((self.n, self.n + len(text)))
-            self.raw(text)
 
 
 def _write_call(w: "_Writer", call, tool_format: str = "xml") -> None:

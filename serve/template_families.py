@@ -19,7 +19,7 @@ NoTemplate(). It knows no tokens, no HTTP and no engine.
 from __future__ import annotations
 
 from serve.events import BadRequest, Message, ToolSpec
-from serve.template import Rendered, _Writer
+from serve.prompt_text import PromptWriter, Rendered
 
 FAMILIES = ("chatml", "llama3", "gemma")
 _ASCII_SPACE = " \t\n\v\f\r"  # llama.cpp trims with C isspace
@@ -57,7 +57,7 @@ class FamilyTemplate:
             raise BadRequest("messages: at least one message is needed", param="messages")
         if tools:
             raise BadRequest(f"tools: the model's {self.family} chat template has no tool format", param="tools")
-        w = _Writer()
+        w = PromptWriter()
         if bos:
             w.raw(self.bos)
         msgs = list(messages)
@@ -72,7 +72,7 @@ class FamilyTemplate:
             raise BadRequest("messages: tool turns need a template with a tool format", param="messages")
         return (m.content or "").strip(_ASCII_SPACE)
 
-    def _llama3(self, w: _Writer, msgs: list[Message], add_generation_prompt: bool) -> None:
+    def _llama3(self, w: PromptWriter, msgs: list[Message], add_generation_prompt: bool) -> None:
         for m in msgs:
             w.raw(f"<|start_header_id|>{m.role}<|end_header_id|>\n\n")
             w.user_text(self._content(m))
@@ -80,7 +80,7 @@ class FamilyTemplate:
         if add_generation_prompt:
             w.raw("<|start_header_id|>assistant<|end_header_id|>\n\n")
 
-    def _gemma(self, w: _Writer, msgs: list[Message], add_generation_prompt: bool) -> None:
+    def _gemma(self, w: PromptWriter, msgs: list[Message], add_generation_prompt: bool) -> None:
         system = ""
         for m in msgs:
             if m.role == "system":
