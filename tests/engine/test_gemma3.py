@@ -75,8 +75,7 @@ def test_gemma_270m_greedy_matches_llama_cpp(which):
 def test_gemma_270m_prefix_reuse_and_slots(engine_path):
     """Past the window, a continued prompt resumes from the cache and a batch slot decodes alike: the same
     greedy tokens as one solo run (window layers keep every position, so reuse needs nothing special)."""
-    from conftest import Engine
-    from test_engine_slots import accept, collect_slots
+    from tests.engine.conftest import Engine  # by package path: a bare `conftest` may be another folder's
     from tools.strata_spm import load_tokenizer
     path = gemma_model.gemma_path()
     tok = load_tokenizer(path)
@@ -89,9 +88,15 @@ def test_gemma_270m_prefix_reuse_and_slots(engine_path):
         cont = e.gen(ids + solo.tokens[:6], max_new=6, keys=no_end)
         assert cont.resume >= len(ids) and cont.tokens == solo.tokens[6:]
         e.gen([tok.special_ids["bos"]] + tok.encode("Something else entirely."), max_new=2, keys=no_end)
-        accept(e, 1, 12, ids, keys=no_end)
-        toks = {}
-        collect_slots(e, toks, {1})
-        assert toks[1] == solo.tokens
+        e.send(f"BGEN 1 12 {no_end} {','.join(map(str, ids))}")
+        toks = []
+        while True:  # BACC, BPP..., BT per token, BDONE
+            w = e.line().split()
+            assert w[0] != "ERR", w
+            if w[0] == "BT":
+                toks.append(int(w[2]))
+            elif w[0] == "BDONE":
+                break
+        assert toks == solo.tokens
     finally:
         e.close()
