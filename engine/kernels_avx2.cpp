@@ -267,13 +267,16 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
 void attn_avx2(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_t* k, const uint8_t* v,
                size_t row_bytes, bool kv_q8, int n_pos0, int hd, float scale, float* scores, float* out,
                size_t out_stride) {
-    // model.cpp calls this only for hd 64 or 128
+    // model.cpp calls this only for hd 64, 128 or 256 (Gemma 3)
     if (hd == 64) {
         if (kv_q8) attn_impl<8, true>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
         else attn_impl<8, false>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
     } else if (hd == 128) {
         if (kv_q8) attn_impl<16, true>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
         else attn_impl<16, false>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
+    } else if (hd == 256) {
+        if (kv_q8) attn_impl<32, true>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
+        else attn_impl<32, false>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
     }
 }
 

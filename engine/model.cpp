@@ -1,14 +1,16 @@
 // engine/model.cpp — model loading (GGUF -> builder), the decoder forward pass and model_eval (model.h).
 //
 // Forward pass of one eval_batch of n entries (all buffers (n, width) row-major, entry-major):
-//   x = embed(token)                                              (n, n_embd)
+//   x = embed(token) [* embd_scale]                               (n, n_embd)
 //   per layer: xn = rmsnorm(x) * attn_norm
 //              q, k, v = xn Wq^T (+bq), xn Wk^T (+bk), xn Wv^T (+bv) (n, n_embd_q), (n, n_embd_kv) x2
 //              [qwen3] per-head rmsnorm of q and k; RoPE on q and k at each entry's position
 //              K/V rows -> each entry's cache at its position (f16 or q8_0)
-//              att = softmax(q k^T / sqrt(head_dim)) v over positions 0..pos of the entry's sequence
-//              x += att Wo^T;  xn = rmsnorm(x) * ffn_norm;  x += (silu(xn Wg^T) * (xn Wu^T)) Wd^T
-//   logits = (rmsnorm(x) * output_norm) Wout^T for the entries that want them.
+//              att = softmax(q k^T * attn_scale) v over positions 0..pos of the entry's sequence (a window
+//              layer: the last n_swa of them)
+//              x += att Wo^T [post-norm];  xn = rmsnorm(x) * ffn_norm;
+//              x += (act(xn Wg^T) * (xn Wu^T)) Wd^T [post-norm], act = silu or gelu (tanh form)
+//   logits = (rmsnorm(x) * output_norm) Wout^T [soft-capped] for the entries that want them.
 // Every per-entry result is computed from that entry's data alone, in a fixed order, on whichever thread.
 #include <sys/mman.h>
 
@@ -58,6 +60,29 @@ std::vector<weight_view*> matmul_weights(strata_model* m) {
     }
     ws.push_back(&m->output);
     return ws;
+}
+
+// Matrices whose blocks have an exact Q8_0 form (quant_widens_to_q8_0: Q5_0, IQ4_NL) are rewritten as Q8_0
+// into m->widened and take Q8_0's integer kernels (and its row-group packing) instead of the generic float
+// path. Same values, 34 / 22 or 34 / 18 of the bytes.
+void widen_weights(strata_model* m) {
+    size_t n_blocks = 0;
+    for (weight_view* w : matmul_weights(m)) {
+        if (quant_widens_to_q8_0(w->type)) n_blocks += size_t(w->n_rows) * size_t(w->n_cols / QK32);
+    }
+    if (n_blocks == 0) return;
+    m->widened.resize(n_blocks);
+    size_t at = 0;
+    for (weight_view* w : matmul_weights(m)) {
+        if (!quant_widens_to_q8_0(w->type)) continue;
+        block_q8_0* dst = m->widened.data() + at;
+        const int64_t per_row = w->n_cols / QK32;
+        for (int64_t r = 0; r < w->n_rows; ++r) quant_row_to_q8_0(w->type, w->data + size_t(r) * w->row_bytes, dst + r * per_row, w->n_cols);
+        w->type = GGML_TYPE_Q8_0;
+        w->row_bytes = size_t(per_row) * sizeof(block_q8_0);
+        w->data = reinterpret_cast<const uint8_t*>(dst);
+        at += size_t(w->n_rows) * size_t(per_row);
+    }
 }
 
 // When the kernel set has row-group kernels, every matrix that has a row-group layout gets a packed copy
@@ -275,6 +300,8 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
         ok = build_qwen2(m, err);
     } else if (arch_name == "qwen3") {
         ok = build_qwen3(m, err);
+    } else if (arch_name == "gemma3") {
+        ok = build_gemma3(m, err);
     } else {
         *err = f->path + ": unsupported architecture '" + gguf_printable(arch_name) + "'";
     }
@@ -284,15 +311,18 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     }
     const model_hparams& hp = m->hp;
     m->rope_inv_freq.resize(size_t(hp.n_rot / 2));
+    m->rope_inv_freq_swa.resize(size_t(hp.n_rot / 2));
     for (int32_t i = 0; i < hp.n_rot / 2; ++i) {
         double f = std::pow(double(hp.rope_base), -2.0 * i / hp.n_rot);
         if (!m->rope_freq_factors.empty()) f /= double(m->rope_freq_factors[size_t(i)]);
         m->rope_inv_freq[size_t(i)] = static_cast<float>(f);
+        m->rope_inv_freq_swa[size_t(i)] = static_cast<float>(std::pow(double(hp.rope_base_swa), -2.0 * i / hp.n_rot));
     }
     m->n_batch = params.n_batch;
     const int n_threads = params.n_threads > 0 ? params.n_threads : threadpool_physical_cores();
     m->pool = threadpool_init(n_threads);
     m->ks = &kernels_get();
+    widen_weights(m);
     pack_weights(m);
 
     model_info& info = m->info;
@@ -311,8 +341,11 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     info.bos_id = read_id(f, "tokenizer.ggml.bos_token_id", hp.n_vocab);
     info.eos_id = read_id(f, "tokenizer.ggml.eos_token_id", hp.n_vocab);
     info.eot_id = read_id(f, "tokenizer.ggml.eot_token_id", hp.n_vocab);
+    // end of turn and turn opener: ChatML's, else Gemma's
     if (info.eot_id < 0) info.eot_id = find_token(f, "<|im_end|>");
+    if (info.eot_id < 0) info.eot_id = find_token(f, "<end_of_turn>");
     info.im_start_id = find_token(f, "<|im_start|>");
+    if (info.im_start_id < 0) info.im_start_id = find_token(f, "<start_of_turn>");
     info.endoftext_id = find_token(f, "<|endoftext|>");
     for (const gguf_tensor& t : f->tensors) info.weights_bytes += t.n_bytes;
 
@@ -357,6 +390,7 @@ struct fwd {
     strata_model* m;
     const eval_batch* b;
     int32_t layer;
+    bool post_ffn = false;  // post_norm_range: the FFN's post-norm, else attention's
 };
 
 // attention-input norm (or ffn norm) of entries [i0, i1)
@@ -405,8 +439,9 @@ void qk_range(void* ctx, int64_t i0, int64_t i1, int) {
             }
         }
         const int32_t pos = f.b->pos[i];
-        rope_row(q, hp.n_head, hp.head_dim, hp.n_rot, hp.rope_neox, pos, m->rope_inv_freq.data());
-        rope_row(k, hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_neox, pos, m->rope_inv_freq.data());
+        const float* inv_freq = l.swa ? m->rope_inv_freq_swa.data() : m->rope_inv_freq.data();
+        rope_row(q, hp.n_head, hp.head_dim, hp.n_rot, hp.rope_neox, pos, inv_freq);
+        rope_row(k, hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_neox, pos, inv_freq);
         kv_cache* kv = f.b->kvs[f.b->seq[i]];
         const int32_t hd = hp.head_dim;
         for (int32_t h = 0; h < hp.n_head_kv; ++h) {
@@ -432,18 +467,25 @@ void qk_range(void* ctx, int64_t i0, int64_t i1, int) {
     }
 }
 
+// First position an entry at pos attends to in this layer: 0, or the start of its window on a window layer.
+int32_t attn_first(const model_hparams& hp, const layer_weights& l, int32_t pos) {
+    return l.swa && pos + 1 > hp.n_swa ? pos + 1 - hp.n_swa : 0;
+}
+
 // item = (tile, kv head): a tile is a run of up to MODEL_ATT_TILE consecutive entries of one sequence (a
 // prompt chunk's tokens; a decode entry alone); the group of query heads sharing that kv head, over
-// positions 0..pos of each entry. The kernel set's fused attention reads the cache once per tile when it
-// has one for this head size, else dot / softmax / axpy here per entry.
+// positions first..pos of each entry (first = attn_first). The kernel set's fused attention reads the cache
+// once per tile when it has one for this head size (on a window layer whose window has started, once per
+// entry from its window's start), else dot / softmax / axpy here per entry.
 void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
     const fwd& f = *static_cast<fwd*>(ctx);
     strata_model* m = f.m;
     const model_hparams& hp = m->hp;
     const kernel_set& ks = *m->ks;
+    const layer_weights& l = m->layers[size_t(f.layer)];
     const int32_t hd = hp.head_dim, group = hp.n_head / hp.n_head_kv;
     const int32_t nq = hp.n_embd_q();
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const float scale = hp.attn_scale > 0.0f ? hp.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
     const size_t per_thread = m->s.att_scores.size() / size_t(m->info.n_threads);
     float* scores = m->s.att_scores.data() + size_t(thread) * per_thread;
     const size_t n_ctx_max = per_thread / (size_t(MODEL_ATT_TILE) * size_t(group));
@@ -453,19 +495,30 @@ void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
         const int32_t g = static_cast<int32_t>(it % hp.n_head_kv);
         const int32_t e0 = m->s.att_tiles[size_t(tile)], e1 = m->s.att_tiles[size_t(tile) + 1];
         const kv_cache* kv = f.b->kvs[f.b->seq[e0]];
-        if (ks.attn && (hd == 64 || hd == 128)) {
-            ks.attn(m->s.q.data() + size_t(e0) * nq + g * group * hd, size_t(nq), group, e1 - e0,
-                    kv_head(kv, false, f.layer, g, 0), kv_head(kv, true, f.layer, g, 0), kv->head_bytes,
-                    kv->type == KV_TYPE_Q8_0, f.b->pos[e0] + 1, hd, scale, scores,
-                    m->s.att.data() + size_t(e0) * nq + g * group * hd, size_t(nq));
+        if (ks.attn && (hd == 64 || hd == 128 || hd == 256)) {
+            if (attn_first(hp, l, f.b->pos[e1 - 1]) == 0) {
+                ks.attn(m->s.q.data() + size_t(e0) * nq + g * group * hd, size_t(nq), group, e1 - e0,
+                        kv_head(kv, false, f.layer, g, 0), kv_head(kv, true, f.layer, g, 0), kv->head_bytes,
+                        kv->type == KV_TYPE_Q8_0, f.b->pos[e0] + 1, hd, scale, scores,
+                        m->s.att.data() + size_t(e0) * nq + g * group * hd, size_t(nq));
+                continue;
+            }
+            for (int32_t i = e0; i < e1; ++i) {
+                const int32_t p0 = attn_first(hp, l, f.b->pos[i]);
+                ks.attn(m->s.q.data() + size_t(i) * nq + g * group * hd, size_t(nq), group, 1,
+                        kv_head(kv, false, f.layer, g, p0), kv_head(kv, true, f.layer, g, p0), kv->head_bytes,
+                        kv->type == KV_TYPE_Q8_0, f.b->pos[i] + 1 - p0, hd, scale, scores,
+                        m->s.att.data() + size_t(i) * nq + g * group * hd, size_t(nq));
+            }
             continue;
         }
         for (int32_t i = e0; i < e1; ++i) {
-            const int32_t n_pos = f.b->pos[i] + 1;
+            const int32_t p0 = attn_first(hp, l, f.b->pos[i]);
+            const int32_t n_pos = f.b->pos[i] + 1 - p0;  // scores[j] is position p0 + j
             const float* q = m->s.q.data() + i * nq + g * group * hd;
             float* out = m->s.att.data() + i * nq + g * group * hd;
             for (int32_t p = 0; p < n_pos; ++p) {
-                const uint8_t* krow = kv_head(kv, false, f.layer, g, p);
+                const uint8_t* krow = kv_head(kv, false, f.layer, g, p0 + p);
                 if (kv->type == KV_TYPE_F16) {
                     const uint16_t* k = reinterpret_cast<const uint16_t*>(krow);
                     for (int32_t h = 0; h < group; ++h) scores[size_t(h) * n_ctx_max + p] = ks.dot_f16_f32(k, q + h * hd, hd) * scale;
@@ -488,7 +541,7 @@ void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
                 std::memset(out + h * hd, 0, size_t(hd) * sizeof(float));
             }
             for (int32_t p = 0; p < n_pos; ++p) {
-                const uint8_t* vrow = kv_head(kv, true, f.layer, g, p);
+                const uint8_t* vrow = kv_head(kv, true, f.layer, g, p0 + p);
                 if (kv->type == KV_TYPE_F16) {
                     const uint16_t* v = reinterpret_cast<const uint16_t*>(vrow);
                     for (int32_t h = 0; h < group; ++h) ks.axpy_f16(scores[size_t(h) * n_ctx_max + p], v, out + h * hd, hd);
@@ -505,12 +558,33 @@ void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
     }
 }
 
+// gate = act(gate) * up, act = silu, or gelu in its tanh form (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))))
 void swiglu_range(void* ctx, int64_t i0, int64_t i1, int) {
     const fwd& f = *static_cast<fwd*>(ctx);
     const int64_t n_ff = f.m->hp.n_ff;
     float* g = f.m->s.gate.data();
     const float* u = f.m->s.up.data();
+    if (f.m->hp.ffn_gelu) {
+        constexpr float SQRT_2_OVER_PI = 0.7978845608f, GELU_A = 0.044715f;
+        for (int64_t i = i0 * n_ff; i < i1 * n_ff; ++i) {
+            const float x = g[i];
+            g[i] = 0.5f * x * (1.0f + std::tanh(SQRT_2_OVER_PI * x * (1.0f + GELU_A * x * x))) * u[i];
+        }
+        return;
+    }
     for (int64_t i = i0 * n_ff; i < i1 * n_ff; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+// the block output in tmp gets its post-norm (gemma3) before it joins the residual stream
+void post_norm_range(void* ctx, int64_t i0, int64_t i1, int) {
+    const fwd& f = *static_cast<fwd*>(ctx);
+    const model_hparams& hp = f.m->hp;
+    const layer_weights& l = f.m->layers[size_t(f.layer)];
+    const std::vector<float>& w = f.post_ffn ? l.ffn_post_norm : l.attn_post_norm;
+    for (int64_t i = i0; i < i1; ++i) {
+        float* t = f.m->s.tmp.data() + i * hp.n_embd;
+        rmsnorm_row(t, w.data(), t, hp.n_embd, hp.rms_eps);
+    }
 }
 
 void add_range(void* ctx, int64_t i0, int64_t i1, int) {
@@ -573,6 +647,9 @@ int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string*
     const int64_t n_tiles = static_cast<int64_t>(s.att_tiles.size());
     s.att_tiles.push_back(n);
     for (int32_t i = 0; i < n; ++i) dequantize_row(m->tok_embd.type, m->tok_embd.data + size_t(b.token[i]) * m->tok_embd.row_bytes, s.x.data() + size_t(i) * size_t(E), E);
+    if (hp.embd_scale > 0.0f) {
+        for (size_t i = 0; i < size_t(n) * size_t(E); ++i) s.x[i] *= hp.embd_scale;
+    }
 
     fwd f{m, &b, 0};
     for (int32_t il = 0; il < hp.n_layer; ++il) {
@@ -585,6 +662,8 @@ int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string*
         run_entries(m, n, qk_range, &f);
         threadpool_run(m->pool, n_tiles * hp.n_head_kv, attn_range, &f);
         matmul(m->pool, ks, l.wo, s.att.data(), hp.n_embd_q(), n, s.tmp.data(), &s.mm);
+        f.post_ffn = false;
+        if (!l.attn_post_norm.empty()) run_entries(m, n, post_norm_range, &f);
         run_entries(m, n, add_range, &f);
         run_entries(m, n, ffn_norm_range, &f);
         const weight_view* gu[2] = {&l.w_gate, &l.w_up};
@@ -592,6 +671,8 @@ int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string*
         matmul_fused(m->pool, ks, gu, gu_out, 2, s.xn.data(), E, n, &s.mm);
         run_entries(m, n, swiglu_range, &f);
         matmul(m->pool, ks, l.w_down, s.gate.data(), hp.n_ff, n, s.tmp.data(), &s.mm);
+        f.post_ffn = true;
+        if (!l.ffn_post_norm.empty()) run_entries(m, n, post_norm_range, &f);
         run_entries(m, n, add_range, &f);
     }
     // final norm of the entries that want logits, compacted, then the head straight into logits
@@ -602,6 +683,10 @@ int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string*
         ++n_out;
     }
     if (n_out > 0 && logits) matmul(m->pool, ks, m->output, s.xn.data(), E, n_out, logits, &s.mm);
+    if (n_out > 0 && logits && hp.logit_softcap > 0.0f) {
+        const float c = hp.logit_softcap;
+        for (size_t i = 0; i < size_t(n_out) * size_t(hp.n_vocab); ++i) logits[i] = c * std::tanh(logits[i] / c);
+    }
     return 0;
 }
 

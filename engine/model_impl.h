@@ -3,7 +3,8 @@
 //
 // A builder reads its architecture's hyperparameters and tensors from the GGUF file into model_hparams and
 // layer_weights; the forward pass in model.cpp is one decoder loop whose optional parts (QKV biases,
-// QK-norm, NeoX RoPE, tied head) are switched by what the builder found.
+// QK-norm, NeoX RoPE, tied head; gemma3's embedding scale, post-norms, GELU FFN, sliding-window layers with
+// their own RoPE base, attention scale and logit soft-cap) are switched by what the builder found.
 #pragma once
 
 #include <string>
@@ -28,6 +29,12 @@ struct model_hparams {
     float rope_base = 10000.0f;
     float rms_eps = 1e-5f;
     bool rope_neox = false;   // pairs (i, i + n_rot/2) instead of (2i, 2i+1)
+    float embd_scale = 0.0f;  // token embeddings are multiplied by this (gemma3: sqrt(n_embd)); 0 = not
+    float attn_scale = 0.0f;  // q k^T scale; 0 = 1 / sqrt(head_dim)
+    bool ffn_gelu = false;    // gated FFN with GELU (tanh form) instead of SiLU
+    int32_t n_swa = 0;        // sliding window of the window layers (a query sees its last n_swa positions)
+    float rope_base_swa = 10000.0f;  // RoPE base of the window layers
+    float logit_softcap = 0.0f;      // logits = c * tanh(logits / c) when > 0
     int32_t n_embd_q() const { return n_head * head_dim; }
     int32_t n_embd_kv() const { return n_head_kv * head_dim; }
 };
@@ -39,6 +46,8 @@ struct layer_weights {
     std::vector<float> q_norm, k_norm;        // (head_dim) per-head RMS norm weights, empty when absent (qwen3)
     std::vector<float> ffn_norm;              // (n_embd)
     weight_view w_gate, w_up, w_down;         // (n_ff, n_embd) x2, (n_embd, n_ff)
+    std::vector<float> attn_post_norm, ffn_post_norm;  // (n_embd) norms of the block outputs, empty when absent
+    bool swa = false;                         // a sliding-window layer (hp.n_swa, rope_inv_freq_swa)
 };
 
 struct model_scratch {
@@ -63,11 +72,13 @@ struct strata_model {
     std::vector<layer_weights> layers;
     std::vector<float> rope_inv_freq;         // (n_rot / 2) base^(-2i / n_rot) / rope_freq_factors[i]
     std::vector<float> rope_freq_factors;     // (n_rot / 2) from rope_freqs.weight (Llama 3.1+), empty if absent
+    std::vector<float> rope_inv_freq_swa;     // (n_rot / 2) base_swa^(-2i / n_rot), for the window layers
     int32_t n_batch = 512;
     threadpool* pool = nullptr;
     const kernel_set* ks = nullptr;
     model_scratch s;
     uint8_t* packed = nullptr;                // the row-group copies of the weights (pack_weights in model.cpp)
+    std::vector<block_q8_0> widened;          // Q5_0 / IQ4_NL matrices rewritten as Q8_0 (widen_weights)
 };
 
 // Builds a model over an opened file (model_load = gguf_open + this). Takes ownership of f, also on failure.
@@ -78,6 +89,7 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
 bool build_llama(strata_model* m, std::string* err);
 bool build_qwen2(strata_model* m, std::string* err);
 bool build_qwen3(strata_model* m, std::string* err);
+bool build_gemma3(strata_model* m, std::string* err);
 
 // Helpers for builders (model.cpp). All set *err to "<file>: tensor '<name>': <reason>" on failure.
 bool model_read_u32(const strata_model* m, const std::string& key, int32_t* out, bool required, std::string* err);

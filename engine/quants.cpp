@@ -7,7 +7,8 @@ bool quant_supported(uint32_t type) {
     switch (type) {
     case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: case GGML_TYPE_Q8_0:
     case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
-    case GGML_TYPE_Q6_K:
+    case GGML_TYPE_Q6_K: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K:
+    case GGML_TYPE_IQ4_NL: case GGML_TYPE_IQ4_XS:
         return true;
     default:
         return false;
@@ -25,14 +26,24 @@ const char* quant_name(uint32_t type) {
     case GGML_TYPE_Q4_K: return "Q4_K";
     case GGML_TYPE_Q5_K: return "Q5_K";
     case GGML_TYPE_Q6_K: return "Q6_K";
+    case GGML_TYPE_Q5_0: return "Q5_0";
+    case GGML_TYPE_Q5_1: return "Q5_1";
+    case GGML_TYPE_Q2_K: return "Q2_K";
+    case GGML_TYPE_Q3_K: return "Q3_K";
+    case GGML_TYPE_IQ4_NL: return "IQ4_NL";
+    case GGML_TYPE_IQ4_XS: return "IQ4_XS";
     default: return "unsupported";
     }
 }
 
 int quant_block_size(ggml_type type) {
     switch (type) {
-    case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: return QK32;
-    case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K: return QK_K;
+    case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1:
+    case GGML_TYPE_IQ4_NL:
+        return QK32;
+    case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K: case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K:
+    case GGML_TYPE_IQ4_XS:
+        return QK_K;
     default: return 1;
     }
 }
@@ -47,6 +58,12 @@ size_t quant_block_bytes(ggml_type type) {
     case GGML_TYPE_Q4_K: return sizeof(block_q4_k);
     case GGML_TYPE_Q5_K: return sizeof(block_q5_k);
     case GGML_TYPE_Q6_K: return sizeof(block_q6_k);
+    case GGML_TYPE_Q5_0: return sizeof(block_q5_0);
+    case GGML_TYPE_Q5_1: return sizeof(block_q5_1);
+    case GGML_TYPE_Q2_K: return sizeof(block_q2_k);
+    case GGML_TYPE_Q3_K: return sizeof(block_q3_k);
+    case GGML_TYPE_IQ4_NL: return sizeof(block_iq4_nl);
+    case GGML_TYPE_IQ4_XS: return sizeof(block_iq4_xs);
     default: return 0;
     }
 }
@@ -184,6 +201,115 @@ static void dequant_q6_k(const block_q6_k* b, float* y, int64_t nb) {
     }
 }
 
+// fifth bit of element j (0..31) of a Q5_0 / Q5_1 block, as 16 or 0
+static inline int q5_high(const uint8_t* qh, int j) { return (qh[j / 8] >> (j % 8) & 1) << 4; }
+
+static void dequant_q5_0(const block_q5_0* b, float* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, y += QK32) {
+        const float d = fp16_to_fp32(b[i].d);
+        for (int j = 0; j < 16; ++j) {
+            y[j] = static_cast<float>(((b[i].qs[j] & 0xF) | q5_high(b[i].qh, j)) - 16) * d;
+            y[j + 16] = static_cast<float>(((b[i].qs[j] >> 4) | q5_high(b[i].qh, j + 16)) - 16) * d;
+        }
+    }
+}
+
+static void dequant_q5_1(const block_q5_1* b, float* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, y += QK32) {
+        const float d = fp16_to_fp32(b[i].d), m = fp16_to_fp32(b[i].m);
+        for (int j = 0; j < 16; ++j) {
+            y[j] = static_cast<float>((b[i].qs[j] & 0xF) | q5_high(b[i].qh, j)) * d + m;
+            y[j + 16] = static_cast<float>((b[i].qs[j] >> 4) | q5_high(b[i].qh, j + 16)) * d + m;
+        }
+    }
+}
+
+static void dequant_q2_k(const block_q2_k* b, float* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i) {
+        const float d = fp16_to_fp32(b[i].d), dmin = fp16_to_fp32(b[i].dmin);
+        for (int s = 0; s < 16; ++s, y += 16) {  // sub-block s: half s / 8, shift 2 ((s % 8) / 2), bytes l0..l0+16
+            const uint8_t sc = b[i].scales[s];
+            const float dl = d * static_cast<float>(sc & 0xF), ml = dmin * static_cast<float>(sc >> 4);
+            const uint8_t* q = b[i].qs + (s / 8) * 32 + (s % 2) * 16;
+            const int shift = 2 * ((s % 8) / 2);
+            for (int l = 0; l < 16; ++l) y[l] = dl * static_cast<float>(q[l] >> shift & 3) - ml;
+        }
+    }
+}
+
+// The 6-bit scale of sub-block s (0..15) of a Q3_K block: low nibble from byte s % 8 (low for s < 8, high
+// otherwise), high two bits from byte 8 + s % 4 at bit 2 (s / 4).
+static inline int q3k_scale(const uint8_t* sc, int s) {
+    const int lo = (s < 8 ? sc[s] : sc[s - 8] >> 4) & 0xF;
+    const int hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+static void dequant_q3_k(const block_q3_k* b, float* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i) {
+        const float d = fp16_to_fp32(b[i].d);
+        for (int s = 0; s < 16; ++s, y += 16) {
+            const float dl = d * static_cast<float>(q3k_scale(b[i].scales, s));
+            const int l0 = (s % 2) * 16, k = (s % 8) / 2, bit = (s / 8) * 4 + k;
+            const uint8_t* q = b[i].qs + (s / 8) * 32 + l0;
+            for (int l = 0; l < 16; ++l) {
+                const int v = (q[l] >> (2 * k) & 3) - ((b[i].hmask[l0 + l] >> bit & 1) ? 0 : 4);
+                y[l] = dl * static_cast<float>(v);
+            }
+        }
+    }
+}
+
+const int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static void dequant_iq4_nl(const block_iq4_nl* b, float* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, y += QK32) {
+        const float d = fp16_to_fp32(b[i].d);
+        for (int j = 0; j < 16; ++j) {
+            y[j] = d * static_cast<float>(kvalues_iq4nl[b[i].qs[j] & 0xF]);
+            y[j + 16] = d * static_cast<float>(kvalues_iq4nl[b[i].qs[j] >> 4]);
+        }
+    }
+}
+
+static void dequant_iq4_xs(const block_iq4_xs* b, float* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i) {
+        const float d = fp16_to_fp32(b[i].d);
+        for (int s = 0; s < 8; ++s, y += 32) {
+            const int ls = ((b[i].scales_l[s / 2] >> (4 * (s % 2))) & 0xF) | ((b[i].scales_h >> (2 * s)) & 3) << 4;
+            const float dl = d * static_cast<float>(ls - 32);
+            const uint8_t* q = b[i].qs + 16 * s;
+            for (int j = 0; j < 16; ++j) {
+                y[j] = dl * static_cast<float>(kvalues_iq4nl[q[j] & 0xF]);
+                y[j + 16] = dl * static_cast<float>(kvalues_iq4nl[q[j] >> 4]);
+            }
+        }
+    }
+}
+
+bool quant_widens_to_q8_0(ggml_type type) { return type == GGML_TYPE_Q5_0 || type == GGML_TYPE_IQ4_NL; }
+
+void quant_row_to_q8_0(ggml_type type, const void* x, block_q8_0* y, int64_t n) {
+    const int64_t nb = n / QK32;
+    for (int64_t i = 0; i < nb; ++i) {
+        if (type == GGML_TYPE_Q5_0) {
+            const block_q5_0& b = static_cast<const block_q5_0*>(x)[i];
+            y[i].d = b.d;
+            for (int j = 0; j < 16; ++j) {
+                y[i].qs[j] = static_cast<int8_t>(((b.qs[j] & 0xF) | q5_high(b.qh, j)) - 16);
+                y[i].qs[j + 16] = static_cast<int8_t>(((b.qs[j] >> 4) | q5_high(b.qh, j + 16)) - 16);
+            }
+        } else {  // IQ4_NL
+            const block_iq4_nl& b = static_cast<const block_iq4_nl*>(x)[i];
+            y[i].d = b.d;
+            for (int j = 0; j < 16; ++j) {
+                y[i].qs[j] = kvalues_iq4nl[b.qs[j] & 0xF];
+                y[i].qs[j + 16] = kvalues_iq4nl[b.qs[j] >> 4];
+            }
+        }
+    }
+}
+
 void dequantize_row(ggml_type type, const void* x, float* y, int64_t n) {
     const int64_t nb = n / quant_block_size(type);
     switch (type) {
@@ -204,5 +330,11 @@ void dequantize_row(ggml_type type, const void* x, float* y, int64_t n) {
     case GGML_TYPE_Q4_K: dequant_q4_k(static_cast<const block_q4_k*>(x), y, nb); break;
     case GGML_TYPE_Q5_K: dequant_q5_k(static_cast<const block_q5_k*>(x), y, nb); break;
     case GGML_TYPE_Q6_K: dequant_q6_k(static_cast<const block_q6_k*>(x), y, nb); break;
+    case GGML_TYPE_Q5_0: dequant_q5_0(static_cast<const block_q5_0*>(x), y, nb); break;
+    case GGML_TYPE_Q5_1: dequant_q5_1(static_cast<const block_q5_1*>(x), y, nb); break;
+    case GGML_TYPE_Q2_K: dequant_q2_k(static_cast<const block_q2_k*>(x), y, nb); break;
+    case GGML_TYPE_Q3_K: dequant_q3_k(static_cast<const block_q3_k*>(x), y, nb); break;
+    case GGML_TYPE_IQ4_NL: dequant_iq4_nl(static_cast<const block_iq4_nl*>(x), y, nb); break;
+    case GGML_TYPE_IQ4_XS: dequant_iq4_xs(static_cast<const block_iq4_xs*>(x), y, nb); break;
     }
 }

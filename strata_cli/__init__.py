@@ -40,8 +40,9 @@ def parser() -> argparse.ArgumentParser:
                    "prefix and load (default 1)")
     s.add_argument("--system-prompt", metavar="TEXT", help="system prompt used when a chat has none "
                    "(default \"model\": the chat template's own; \"none\" = none)")
-    s.add_argument("--chat-template", metavar="FAMILY", help="render prompts in this family whatever the "
-                   "model's template is (chatml); without it a model of another family is refused")
+    s.add_argument("--chat-template", metavar="FAMILY", choices=["chatml", "llama3", "gemma"],
+                   help="render chats in this family (chatml, llama3, gemma) whatever the model's template is; "
+                   "needed for chat routes on a model without a template")
     s.add_argument("--parent-pid", type=int, metavar="PID", help="shut down when this process is gone")
     s.add_argument("--engine", metavar="CMD", help="engine command (default build/strata-engine)")
     s.add_argument("--tokenizer", choices=["gguf", "bytes"], default="gguf",

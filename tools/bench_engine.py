@@ -33,6 +33,7 @@ N_CTX = 8192                      # room for the longest prompt plus decode, bot
 LINE_TIMEOUT_S = 300.0            # one prompt of 2048 tokens on a slow, shared machine stays far below this
 FIRST_ID, LAST_ID = 100, 49000    # ordinary (non-special) ids of the default vocabulary
 BAN_EOS_BIAS = "0:-100,2:-100"    # keep greedy decode from stopping early on <|endoftext|> / <|im_end|>
+END_TOKENS = ("<|endoftext|>", "<|im_end|>", "<end_of_turn>", "<eos>")  # other models' ends, found by text
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -93,11 +94,28 @@ class Engine:
             self.proc.kill()
 
 
+def ban_eos_bias(model):
+    """logit_bias that keeps greedy decode going on this model: its end tokens (by id key or by text) at
+    -100; the default model's fixed ids when the metadata cannot be read."""
+    sys.path.insert(0, REPO_ROOT)
+    try:
+        from tools import gguf_meta
+        meta = gguf_meta.read_metadata(model, keys=("tokenizer.ggml.tokens", "tokenizer.ggml.eos_token_id",
+                                                    "tokenizer.ggml.eot_token_id"))
+    except (OSError, ValueError):
+        return BAN_EOS_BIAS
+    tokens = meta.get("tokenizer.ggml.tokens") or []
+    ids = {meta.get("tokenizer.ggml.eos_token_id"), meta.get("tokenizer.ggml.eot_token_id")}
+    ids |= {i for i, t in enumerate(tokens) if t in END_TOKENS}
+    return ",".join(f"{i}:-100" for i in sorted(i for i in ids if isinstance(i, int)))
+
+
 class Ours:
     """One figure at a time from our engine: prefill(n, seed) and decode(seed) return tok/s."""
 
     def __init__(self, binary, model, threads):
         self.eng = Engine(binary, model, threads)
+        self.ban = ban_eos_bias(model)
         self.eng.gen(1, prompts(1, 32))  # warm the mapping and the scratch
 
     def prefill(self, n, seed):
@@ -106,13 +124,13 @@ class Ours:
 
     def decode(self, seed):
         gen, _, _, decode_ms = self.eng.gen(DECODE_TOKENS, prompts(seed, DECODE_PROMPT_TOKENS),
-                                            "logit_bias=" + BAN_EOS_BIAS)
+                                            "logit_bias=" + self.ban)
         # decode_ms covers the tokens after the first (which comes with the prompt's read): gen - 1 evals
         return max(gen - 1, 1) / (decode_ms / 1000.0)
 
     def decode_long(self, seed):
         gen, _, _, decode_ms = self.eng.gen(LONG_DECODE_TOKENS, prompts(seed, LONG_PROMPT_TOKENS),
-                                            "logit_bias=" + BAN_EOS_BIAS)
+                                            "logit_bias=" + self.ban)
         return max(gen - 1, 1) / (decode_ms / 1000.0)
 
     def close(self):

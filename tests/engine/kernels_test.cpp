@@ -54,6 +54,7 @@ std::vector<uint8_t> random_rows(ggml_type type, int64_t k, int64_t n) {
             break;
         }
         case GGML_TYPE_F32: { const float v = frand(-1, 1); std::memcpy(blk, &v, 4); break; }
+        default: break;  // the types this test does not draw (generic float path, quants_test covers them)
         }
     }
     return buf;
@@ -289,7 +290,7 @@ void test_attention_tiles() {
     for (const kernel_set* ks : kernel_sets()) {
         if (!ks->attn) continue;
         for (int q8 = 0; q8 < 2; ++q8) {
-            for (int hd : {64, 128}) {
+            for (int hd : {64, 128, 256}) {
                 for (int n_pos0 : {1, 13, 33}) {
                     const int n_q = 3, n_tok = 7, n_last = n_pos0 + n_tok - 1;
                     const ggml_type t = q8 ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
@@ -320,7 +321,7 @@ void test_attention() {
     for (const kernel_set* ks : kernel_sets()) {
         if (!ks->attn) continue;
         for (int q8 = 0; q8 < 2; ++q8) {
-            for (int hd : {64, 128}) {
+            for (int hd : {64, 128, 256}) {
                 for (int n_pos : {1, 15, 16, 17, 100}) {
                     const int n_q = hd == 64 ? 3 : 5;
                     const ggml_type t = q8 ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;

@@ -1,4 +1,4 @@
-// tests/engine/quants_test.cpp — dequantize_row for all nine tensor types, block by block, against an
+// tests/engine/quants_test.cpp — dequantize_row for all fifteen tensor types, block by block, against an
 // element-indexed float64 decoder written here from the GGUF block layouts (each element's value computed
 // from its index alone, the opposite direction of the engine's block walk), plus half/bfloat16 conversion.
 #include <cmath>
@@ -76,6 +76,47 @@ double element(ggml_type t, const uint8_t* p, int64_t i) {
         const int sc = int8_t(blk[192 + h * 8 + qd * 2 + l / 16]);
         return half_value(rd16(blk + 208)) * sc * ((lo | hi << 4) - 32);
     }
+    case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: {
+        // d, (Q5_1: m), qh[4] (bit j of the little-endian word: fifth bit of element j), 16 nibble bytes
+        const int off = t == GGML_TYPE_Q5_1 ? 4 : 2;
+        const uint32_t qh = uint32_t(blk[off]) | uint32_t(blk[off + 1]) << 8 | uint32_t(blk[off + 2]) << 16 |
+                            uint32_t(blk[off + 3]) << 24;
+        const int lo = j < 16 ? (blk[off + 4 + j] & 15) : (blk[off + 4 + j - 16] >> 4);
+        const int q = lo + 16 * int(qh >> j & 1);
+        if (t == GGML_TYPE_Q5_0) return half_value(rd16(blk)) * (q - 16);
+        return half_value(rd16(blk)) * q + half_value(rd16(blk + 2));
+    }
+    case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: {
+        // 2-bit q of element j: bits 2k..2k+1 of qs[half * 32 + l], half = j / 128, k = (j % 128) / 32,
+        // l = j % 32; sub-block of 16: j / 16
+        const int half = int(j / 128), k = int(j % 128) / 32, l = int(j % 32), s = int(j / 16);
+        const int qs_at = t == GGML_TYPE_Q2_K ? 16 : 32;
+        int q = blk[qs_at + half * 32 + l] >> (2 * k) & 3;
+        if (t == GGML_TYPE_Q2_K) {  // scales[16] (scale | min << 4), qs[64], d, dmin
+            const int sc = blk[s] & 15, mn = blk[s] >> 4;
+            return half_value(rd16(blk + 80)) * sc * q - half_value(rd16(blk + 82)) * mn;
+        }
+        // hmask[32], qs[64], scales[12], d: q - 4 unless bit (4 half + k) of hmask[l] is set; scale s from a
+        // 12-byte field: low nibble of byte s (s < 8) or high nibble of byte s - 8, top 2 bits of byte 8 + s%4
+        if (!(blk[l] >> (4 * half + k) & 1)) q -= 4;
+        const uint8_t* sc = blk + 96;
+        const int lo = s < 8 ? (sc[s] & 15) : (sc[s - 8] >> 4);
+        const int scale = (lo | ((sc[8 + s % 4] >> (2 * (s / 4))) & 3) << 4) - 32;
+        return half_value(rd16(blk + 108)) * scale * q;
+    }
+    case GGML_TYPE_IQ4_NL: case GGML_TYPE_IQ4_XS: {
+        static const int levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+        if (t == GGML_TYPE_IQ4_NL) {  // d, 16 bytes as Q4_0
+            const int q = j < 16 ? (blk[2 + j] & 15) : (blk[2 + j - 16] >> 4);
+            return half_value(rd16(blk)) * levels[q];
+        }
+        // d, scales_h (u16), scales_l[4], qs[128]: sub-block s = j / 32 owns qs[16 s .. 16 s + 16) as IQ4_NL
+        const int s = int(j / 32), r = int(j % 32);
+        const uint8_t b = blk[8 + 16 * s + r % 16];
+        const int q = r < 16 ? (b & 15) : (b >> 4);
+        const int scale = (((blk[4 + s / 2] >> (4 * (s % 2))) & 15) | ((rd16(blk + 2) >> (2 * s)) & 3) << 4) - 32;
+        return half_value(rd16(blk)) * scale * levels[q];
+    }
     default: return NAN;
     }
 }
@@ -91,8 +132,12 @@ void test_type(ggml_type t, size_t expect_block_bytes) {
         if (t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16) {
             const size_t bb = quant_block_bytes(t);
             for (size_t off = 0; off < bytes; off += bb) {
-                const size_t scale_at[] = {t == GGML_TYPE_Q6_K ? size_t(208) : size_t(0), size_t(2)};
-                const int n_scales = (t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) ? 2 : 1;
+                size_t scale_at[] = {0, 2};
+                if (t == GGML_TYPE_Q6_K) scale_at[0] = 208;
+                if (t == GGML_TYPE_Q3_K) scale_at[0] = 108;
+                if (t == GGML_TYPE_Q2_K) scale_at[0] = 80, scale_at[1] = 82;
+                const int n_scales = (t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K ||
+                                      t == GGML_TYPE_Q5_1 || t == GGML_TYPE_Q2_K) ? 2 : 1;
                 for (int k = 0; k < n_scales; ++k) row[off + scale_at[k] + 1] &= 0x3B;  // exponent < 31
             }
         } else if (t == GGML_TYPE_F16 || t == GGML_TYPE_BF16) {
@@ -111,6 +156,21 @@ void test_type(ggml_type t, size_t expect_block_bytes) {
             }
         }
     }
+}
+
+// Q5_0 / IQ4_NL rewritten as Q8_0 dequantise to the very same floats
+void test_widen(ggml_type t) {
+    CHECK(quant_widens_to_q8_0(t), "%s should widen to Q8_0", quant_name(t));
+    const int64_t n = 8 * 32;
+    std::vector<uint8_t> row(quant_row_bytes(t, n));
+    for (uint8_t& b : row) b = uint8_t(g_rng());
+    for (size_t off = 0; off < row.size(); off += quant_block_bytes(t)) row[off + 1] &= 0x3B;
+    std::vector<block_q8_0> wide(size_t(n / 32));
+    quant_row_to_q8_0(t, row.data(), wide.data(), n);
+    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    dequantize_row(t, row.data(), a.data(), n);
+    dequantize_row(GGML_TYPE_Q8_0, wide.data(), b.data(), n);
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0, "%s: widened Q8_0 differs", quant_name(t));
 }
 
 void test_half() {
@@ -153,8 +213,18 @@ int main() {
     test_type(GGML_TYPE_Q4_K, 144);
     test_type(GGML_TYPE_Q5_K, 176);
     test_type(GGML_TYPE_Q6_K, 210);
+    test_type(GGML_TYPE_Q5_0, 22);
+    test_type(GGML_TYPE_Q5_1, 24);
+    test_type(GGML_TYPE_Q2_K, 84);
+    test_type(GGML_TYPE_Q3_K, 110);
+    test_type(GGML_TYPE_IQ4_NL, 18);
+    test_type(GGML_TYPE_IQ4_XS, 136);
+    test_widen(GGML_TYPE_Q5_0);
+    test_widen(GGML_TYPE_IQ4_NL);
+    CHECK(!quant_widens_to_q8_0(GGML_TYPE_Q5_1) && !quant_widens_to_q8_0(GGML_TYPE_IQ4_XS), "only exact types widen");
     for (uint32_t t = 0; t < 64; ++t) {
-        const bool want = t == 0 || t == 1 || t == 2 || t == 3 || t == 8 || t == 12 || t == 13 || t == 14 || t == 30;
+        const bool want = t == 0 || t == 1 || t == 2 || t == 3 || t == 6 || t == 7 || t == 8 || t == 10 || t == 11 ||
+                          t == 12 || t == 13 || t == 14 || t == 20 || t == 23 || t == 30;
         CHECK(quant_supported(t) == want, "type %u supported=%d", t, int(quant_supported(t)));
     }
     if (g_failures) {

@@ -1,0 +1,102 @@
+"""The gemma3 architecture against llama.cpp: a random-weight file, then the real Gemma 3 270M.
+
+Random file (tests/gguf_writer.py, SmolLM2's vocabulary): 6 layers (five 16-position sliding-window layers,
+then one global layer, Gemma 3's pattern), head_dim 128 != n_embd / n_head, a 38-token prompt plus 16 greedy
+steps so that most queries see only their window. Tolerance as tests/engine/test_arch_parity.py.
+
+Real model (the optional package, installed and assembled in the set-up, else skipped with the reason):
+greedy tokens of prompts that start with <bos>, over GREEDY_STEPS steps, equal to llama.cpp's, one prompt
+longer than the 512-position window; a step whose llama.cpp top-two margin is under GREEDY_MARGIN may
+differ (the margin is printed), and the runs are compared no further.
+"""
+
+import pathlib
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tests import gemma_model, gguf_writer, oracle  # noqa: E402
+from tests.engine.test_arch_parity import LOGIT_TOL_FLOAT, PROMPT, _check  # noqa: E402
+from tools import gguf_meta  # noqa: E402
+
+GREEDY_STEPS = 64
+GREEDY_MARGIN = 0.1
+
+
+def test_random_gemma3_matches_llama_cpp(model_path, tok, tmp_path):
+    vocab = {k: v for k, v in gguf_meta.read_metadata(str(model_path)).items()
+             if k.startswith("tokenizer.") and k != "tokenizer.chat_template"}
+    path = gguf_writer.random_model(tmp_path / "gemma3.gguf", "gemma3", vocab, wtype="F16", seed=3,
+                                    shapes=dict(n_layer=6, head_dim=128))
+    _check(path, tok.encode(PROMPT), LOGIT_TOL_FLOAT)
+
+
+def _prompts(tok):
+    story = ("Once upon a time, in a small village by the sea, there lived an old fisherman who told the "
+             "children stories about the stars. Every evening they gathered around his boat and listened. ")
+    code = "def merge_sort(xs):\n    if len(xs) <= 1:\n        return xs\n    mid = len(xs) // 2\n"
+    facts = "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is"
+    long_text = " ".join(f"Item {i}: the {i}th line of a long list that keeps going." for i in range(60))
+    return [("story", story * 2), ("code", code * 3), ("facts", facts), ("long", long_text + " Item 60:")]
+
+
+@pytest.mark.parametrize("which", ["story", "code", "facts", "long"])
+def test_gemma_270m_greedy_matches_llama_cpp(which):
+    from tools.strata_spm import load_tokenizer
+    path = gemma_model.gemma_path()
+    oracle.require_oracle()
+    tok = load_tokenizer(path)
+    text = dict(_prompts(tok))[which]
+    ids = [tok.special_ids["bos"]] + tok.encode(text)
+    if which == "long":
+        assert len(ids) > 512, len(ids)  # past the sliding window
+    theirs, their_tokens = oracle.oracle_logits(path, ids, GREEDY_STEPS, last_only=True)
+    ours, our_tokens = oracle.engine_logits(path, ids, GREEDY_STEPS, len(theirs[0]), last_only=True)
+    first_diff = next((i for i, (a, b) in enumerate(zip(our_tokens, their_tokens)) if a != b), None)
+    margins = [oracle.top2_margin(r) for r in theirs]
+    print(f"{which}: {len(ids)} prompt tokens; first difference at step {first_diff}; smallest llama.cpp "
+          f"top-two margin {min(margins):.3f}" + (f", at the difference {margins[first_diff]:.3f}"
+                                                  if first_diff is not None else ""))
+    print("  ours:", repr(tok.decode(our_tokens)))
+    if first_diff is not None:
+        print("  llama.cpp:", repr(tok.decode(their_tokens)))
+        assert margins[first_diff] < GREEDY_MARGIN, (
+            f"step {first_diff}: {our_tokens[first_diff]} vs {their_tokens[first_diff]} with margin "
+            f"{margins[first_diff]:.3f}")
+    same = first_diff if first_diff is not None else GREEDY_STEPS
+    worst, spread = oracle.compare_logits(ours[:same + 1], theirs[:same + 1])
+    print(f"  logits over the common steps: max |diff| {worst:.4g}, spread {spread:.4g}")
+
+
+def test_gemma_270m_prefix_reuse_and_slots(engine_path):
+    """Past the window, a continued prompt resumes from the cache and a batch slot decodes alike: the same
+    greedy tokens as one solo run (window layers keep every position, so reuse needs nothing special)."""
+    from tests.engine.conftest import Engine  # by package path: a bare `conftest` may be another folder's
+    from tools.strata_spm import load_tokenizer
+    path = gemma_model.gemma_path()
+    tok = load_tokenizer(path)
+    ids = [tok.special_ids["bos"]] + tok.encode(dict(_prompts(tok))["long"])[:600]
+    no_end = "logit_bias=1:-inf,106:-inf"
+    e = Engine(engine_path, path, "--max-context", "2048", "--batch", "2", "--threads", "2")
+    try:
+        solo = e.gen(ids, max_new=12, keys=no_end)
+        assert len(solo.tokens) == 12, solo.lines
+        cont = e.gen(ids + solo.tokens[:6], max_new=6, keys=no_end)
+        assert cont.resume >= len(ids) and cont.tokens == solo.tokens[6:]
+        e.gen([tok.special_ids["bos"]] + tok.encode("Something else entirely."), max_new=2, keys=no_end)
+        e.send(f"BGEN 1 12 {no_end} {','.join(map(str, ids))}")
+        toks = []
+        while True:  # BACC, BPP..., BT per token, BDONE
+            w = e.line().split()
+            assert w[0] != "ERR", w
+            if w[0] == "BT":
+                toks.append(int(w[2]))
+            elif w[0] == "BDONE":
+                break
+        assert toks == solo.tokens
+    finally:
+        e.close()

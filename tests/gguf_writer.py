@@ -1,0 +1,205 @@
+"""A small GGUF v3 writer and random-weight model files, for tests that compare the engine with llama.cpp.
+
+Contract: `GGUFWriter` collects metadata pairs and tensors and writes one GGUF v3 file (little-endian, data
+aligned to 32 bytes). `random_model(path, arch, vocab_meta, wtype=...)` writes a small decoder of the given
+architecture ("llama", "qwen2", "qwen3", "gemma3") with random weights and the vocabulary metadata it is given (a real
+tokenizer taken from a shipped model, so token ids mean something to both sides). Everything is standard
+library: random half floats and quant blocks are made from random bytes whose scale fields are rewritten
+through byte tables, so a 50K-row embedding costs milliseconds, not a Python loop per element.
+
+Layout written: magic "GGUF", u32 3, u64 n_tensors, u64 n_kv; the pairs (string key, u32 type, value); the
+tensor infos (string name, u32 n_dims, u64 ne[n_dims], u32 ggml type, u64 offset from the data start); zero
+padding to the alignment; the tensor data, each tensor padded to the alignment.
+"""
+
+import random
+import struct
+
+ALIGNMENT = 32
+
+# GGUF value types
+T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STRING, T_ARRAY, T_U64, T_I64, T_F64 = range(13)
+_SCALAR = {T_U8: "<B", T_I8: "<b", T_U16: "<H", T_I16: "<h", T_U32: "<I", T_I32: "<i", T_F32: "<f",
+           T_BOOL: "<?", T_U64: "<Q", T_I64: "<q", T_F64: "<d"}
+
+# ggml tensor types: name -> (number, elements per block, bytes per block)
+GGML_TYPES = {
+    "F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q4_1": (3, 32, 20), "Q5_0": (6, 32, 22),
+    "Q5_1": (7, 32, 24), "Q8_0": (8, 32, 34), "Q2_K": (10, 256, 84), "Q3_K": (11, 256, 110),
+    "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210), "IQ4_NL": (20, 32, 18),
+    "IQ4_XS": (23, 256, 136),
+}
+
+# Where a block's half-float scales sit and the binary16 exponent field they get, so that the dequantised
+# weights land around 1e-2..1e-1 for every type (the largest |q * sub-scale| of the type sets the exponent).
+# type -> [(byte offset of the half in the block, lowest exponent field)]; 15 is 2^0, -1 a subnormal below
+# 2^-15.
+_BLOCK_SCALES = {
+    "Q4_0": [(0, 5)], "Q4_1": [(0, 4), (2, 6)], "Q5_0": [(0, 4)], "Q5_1": [(0, 3), (2, 6)],
+    "Q8_0": [(0, 2)], "Q2_K": [(80, 3), (82, 3)], "Q3_K": [(108, 1)], "Q4_K": [(0, -1), (2, 0)],
+    "Q5_K": [(0, -1), (2, 0)], "Q6_K": [(208, -1)], "IQ4_NL": [(0, 1)], "IQ4_XS": [(0, -1)],
+}
+
+
+def _string(s):
+    b = s.encode("utf-8", "surrogateescape") if isinstance(s, str) else bytes(s)
+    return struct.pack("<Q", len(b)) + b
+
+
+def _value(vtype, value, item_type=None):
+    if vtype == T_STRING:
+        return _string(value)
+    if vtype == T_ARRAY:
+        out = [struct.pack("<IQ", item_type, len(value))]
+        if item_type == T_STRING:
+            out.extend(_string(v) for v in value)
+        else:
+            fmt = _SCALAR[item_type]
+            out.append(struct.pack("<" + fmt[1] * len(value), *value))
+        return b"".join(out)
+    return struct.pack(_SCALAR[vtype], value)
+
+
+class GGUFWriter:
+    """Metadata pairs and tensors in insertion order; write(path) emits the file."""
+
+    def __init__(self):
+        self.kv = []       # (key, type, value, item_type)
+        self.tensors = []  # (name, ne, type name, data bytes)
+
+    def add(self, key, value, vtype=None, item_type=None):
+        """Adds one pair; the type is inferred (bool, int -> u32, float -> f32, str, list) unless given."""
+        if vtype is None:
+            if isinstance(value, bool):
+                vtype = T_BOOL
+            elif isinstance(value, int):
+                vtype = T_U32
+            elif isinstance(value, float):
+                vtype = T_F32
+            elif isinstance(value, str):
+                vtype = T_STRING
+            else:
+                vtype = T_ARRAY
+        if vtype == T_ARRAY and item_type is None:
+            first = value[0] if value else ""
+            item_type = (T_STRING if isinstance(first, str) else T_F32 if isinstance(first, float) else T_I32)
+        self.kv.append((key, vtype, value, item_type))
+
+    def add_tensor(self, name, ne, type_name, data):
+        """ne as GGUF stores it: ne[0] is the row length (columns), ne[1] the rows."""
+        _, block, block_bytes = GGML_TYPES[type_name]
+        n = 1
+        for d in ne:
+            n *= d
+        assert ne[0] % block == 0 and len(data) == n // block * block_bytes, (name, ne, type_name, len(data))
+        self.tensors.append((name, list(ne), type_name, bytes(data)))
+
+    def write(self, path):
+        head = [b"GGUF", struct.pack("<IQQ", 3, len(self.tensors), len(self.kv))]
+        for key, vtype, value, item_type in self.kv:
+            head += [_string(key), struct.pack("<I", vtype), _value(vtype, value, item_type)]
+        offset = 0
+        for name, ne, type_name, data in self.tensors:
+            head += [_string(name), struct.pack("<I", len(ne)), struct.pack("<" + "Q" * len(ne), *ne),
+                     struct.pack("<IQ", GGML_TYPES[type_name][0], offset)]
+            offset += -(-len(data) // ALIGNMENT) * ALIGNMENT
+        header = b"".join(head)
+        with open(path, "wb") as f:
+            f.write(header)
+            f.write(b"\0" * (-len(header) % ALIGNMENT))
+            for _, _, _, data in self.tensors:
+                f.write(data)
+                f.write(b"\0" * (-len(data) % ALIGNMENT))
+
+
+def _exponent_table(exp_lo):
+    """byte -> high byte of a half with a random sign, exponent field exp_lo..exp_lo+3 and random top mantissa
+    bits (exp_lo -1: a subnormal below 2^-15)."""
+    if exp_lo < 0:
+        return bytes((b & 0x80) | (b & 1) for b in range(256))
+    return bytes((b & 0x80) | ((exp_lo + ((b >> 2) & 3)) << 2) | (b & 3) for b in range(256))
+
+
+def random_f16(rng, n, exp_lo=7):
+    """n random halves, magnitudes 2^(exp_lo-15) .. 2^(exp_lo-11), random signs."""
+    data = bytearray(rng.randbytes(2 * n))
+    data[1::2] = data[1::2].translate(_exponent_table(exp_lo))
+    return bytes(data)
+
+
+def random_blocks(rng, type_name, n):
+    """n elements of a quantised type: random bytes, each block's half scales made finite and moderate."""
+    if type_name == "F16":
+        return random_f16(rng, n)
+    if type_name == "F32":
+        return struct.pack(f"<{n}f", *(rng.gauss(0.0, 0.05) for _ in range(n)))
+    _, block, bb = GGML_TYPES[type_name]
+    data = bytearray(rng.randbytes(n // block * bb))
+    for off, exp_lo in _BLOCK_SCALES[type_name]:
+        data[off + 1::bb] = data[off + 1::bb].translate(_exponent_table(exp_lo))
+    return bytes(data)
+
+
+def norm_weights(rng, n):
+    """An RMS-norm weight vector near 1 (F32)."""
+    return struct.pack(f"<{n}f", *(1.0 + rng.uniform(-0.2, 0.2) for _ in range(n)))
+
+
+ARCH_SHAPES = dict(n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_layer=2, n_ctx=512, n_swa=16)
+
+
+def random_model(path, arch, vocab_meta, wtype="F16", embd_type="Q8_0", seed=1, tied=True, shapes=None):
+    """Writes a random-weight decoder of `arch` with the tokenizer pairs of `vocab_meta` ({key: value} as
+    tools/gguf_meta.read_metadata returns them); every layer matrix is of type wtype."""
+    sh = dict(ARCH_SHAPES, **(shapes or {}))
+    rng = random.Random(seed)
+    tokens = vocab_meta["tokenizer.ggml.tokens"]
+    n_vocab, E, hd = len(tokens), sh["n_embd"], sh["head_dim"]
+    nq, nkv, F = sh["n_head"] * hd, sh["n_head_kv"] * hd, sh["n_ff"]
+    w = GGUFWriter()
+    w.add("general.architecture", arch)
+    w.add("general.name", f"random-{arch}-{wtype}")
+    w.add("general.alignment", ALIGNMENT)
+    a = arch + "."
+    for key, val in (("context_length", sh["n_ctx"]), ("embedding_length", E), ("block_count", sh["n_layer"]),
+                     ("feed_forward_length", F), ("attention.head_count", sh["n_head"]),
+                     ("attention.head_count_kv", sh["n_head_kv"]), ("rope.dimension_count", hd)):
+        w.add(a + key, val)
+    if arch != "gemma3":
+        w.add(a + "rope.freq_base", 10000.0)
+    w.add(a + "attention.layer_norm_rms_epsilon", 1e-6)
+    if arch in ("qwen3", "gemma3"):
+        w.add(a + "attention.key_length", hd)
+        w.add(a + "attention.value_length", hd)
+    if arch == "gemma3":
+        w.add(a + "attention.sliding_window", sh["n_swa"])
+        w.add(a + "rope.freq_base_swa", 10000.0)
+        w.add(a + "rope.freq_base", 1000000.0)
+    for key, val in vocab_meta.items():
+        if key.startswith("tokenizer."):
+            item = T_F32 if key.endswith(".scores") else None
+            w.add(key, val, item_type=item if isinstance(val, list) else None)
+    w.add_tensor("token_embd.weight", [E, n_vocab], embd_type, random_blocks(rng, embd_type, E * n_vocab))
+    w.add_tensor("output_norm.weight", [E], "F32", norm_weights(rng, E))
+    if not tied:
+        w.add_tensor("output.weight", [E, n_vocab], embd_type, random_blocks(rng, embd_type, E * n_vocab))
+    for il in range(sh["n_layer"]):
+        p = f"blk.{il}."
+        w.add_tensor(p + "attn_norm.weight", [E], "F32", norm_weights(rng, E))
+        for name, cols, rows in (("attn_q", E, nq), ("attn_k", E, nkv), ("attn_v", E, nkv),
+                                 ("attn_output", nq, E)):
+            w.add_tensor(p + name + ".weight", [cols, rows], wtype, random_blocks(rng, wtype, cols * rows))
+        if arch == "qwen2":
+            for name, n in (("attn_q", nq), ("attn_k", nkv), ("attn_v", nkv)):
+                w.add_tensor(p + name + ".bias", [n], "F32", struct.pack(f"<{n}f", *(rng.gauss(0, 0.1) for _ in range(n))))
+        if arch in ("qwen3", "gemma3"):
+            w.add_tensor(p + "attn_q_norm.weight", [hd], "F32", norm_weights(rng, hd))
+            w.add_tensor(p + "attn_k_norm.weight", [hd], "F32", norm_weights(rng, hd))
+        if arch == "gemma3":
+            w.add_tensor(p + "post_attention_norm.weight", [E], "F32", norm_weights(rng, E))
+            w.add_tensor(p + "post_ffw_norm.weight", [E], "F32", norm_weights(rng, E))
+        w.add_tensor(p + "ffn_norm.weight", [E], "F32", norm_weights(rng, E))
+        for name, cols, rows in (("ffn_gate", E, F), ("ffn_up", E, F), ("ffn_down", F, E)):
+            w.add_tensor(p + name + ".weight", [cols, rows], wtype, random_blocks(rng, wtype, cols * rows))
+    w.write(path)
+    return path
