@@ -53,7 +53,7 @@ def chat_template(tok, ns, cfg, fake: bool = False):
     template gets NoTemplate (chat routes answer 400, /v1/completions works). The default system prompt is
     the template's own unless `--system-prompt` / config `system_prompt` says otherwise ("none" = none)."""
     from serve.template_families import FamilyTemplate, NoTemplate
-    text = None if fake else getattr(tok, "chat_template", None)
+    text = getattr(tok, "chat_template", None)
     forced = getattr(ns, "chat_template", None) or cfg.get("chat_template")
     if forced is not None and forced not in RENDERED_FAMILIES:
         raise SetupError(f"--chat-template {forced!r}: Strata renders {', '.join(RENDERED_FAMILIES)}")

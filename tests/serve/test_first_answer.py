@@ -203,6 +203,7 @@ SMOL_TEMPLATE = ("{% for message in messages %}{% if loop.first and messages[0][
                  "{{ '<|im_start|>assistant\n' }}{% endif %}")
 LLAMA3_TEMPLATE = ("{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
                    "'<|end_header_id|>\n\n' + message['content'] + '<|eot_id|>' }}{% endfor %}")
+MISTRAL_TEMPLATE = "{% for message in messages %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% endfor %}"
 
 
 def _template(text, **flags):
@@ -227,14 +228,15 @@ def test_the_template_s_own_system_prompt_is_the_default():
 
 def test_a_template_of_another_family_is_refused_by_name():
     from serve.bootstrap import SetupError
-    with pytest.raises(SetupError, match="'llama3' family.*--chat-template chatml"):
-        _template(LLAMA3_TEMPLATE)
-    with pytest.raises(SetupError, match="'gemma' family"):
-        _template("{{ '<start_of_turn>user\n' }}")
-    assert _template(LLAMA3_TEMPLATE, chat_template="chatml").default_system is None  # forced: served as ChatML
-    with pytest.raises(SetupError, match="renders chatml"):
-        _template(SMOL_TEMPLATE, chat_template="llama3")
-    assert _template(None).default_system is None  # no template: ChatML, as llama.cpp falls back to
+    with pytest.raises(SetupError, match="'mistral' family.*--chat-template FAMILY"):
+        _template(MISTRAL_TEMPLATE)
+    with pytest.raises(SetupError, match="'unknown' family"):
+        _template("{{ messages[0]['content'] }}")
+    assert _template(MISTRAL_TEMPLATE, chat_template="chatml").default_system is None  # forced: served as ChatML
+    with pytest.raises(SetupError, match="renders chatml, llama3, gemma"):
+        _template(SMOL_TEMPLATE, chat_template="mistral")
+    assert type(_template(LLAMA3_TEMPLATE)).__name__ == "FamilyTemplate"  # rendered natively
+    assert type(_template(None)).__name__ == "NoTemplate"  # a real model without a template: chat routes 400
 
 
 def test_serve_refuses_a_model_of_another_family(tmp_path, monkeypatch):
@@ -242,14 +244,14 @@ def test_serve_refuses_a_model_of_another_family(tmp_path, monkeypatch):
     from strata_cli import parser
     from tools import strata_tokenizer
 
-    class Llama3Tok(strata_tokenizer.ByteTokenizer):
+    class MistralTok(strata_tokenizer.ByteTokenizer):
         def __init__(self, *a, **kw):
             super().__init__(*a, **kw)
-            self.chat_template = LLAMA3_TEMPLATE
-    monkeypatch.setattr(strata_tokenizer, "ByteTokenizer", Llama3Tok)
+            self.chat_template = MISTRAL_TEMPLATE
+    monkeypatch.setattr(strata_tokenizer, "ByteTokenizer", MistralTok)
     argv = ["serve", "--tokenizer", "bytes", "--engine", f"{sys.executable} {FAKE_SLOTS}",
             "--log", str(tmp_path / "e.log")]
-    with pytest.raises(bootstrap.SetupError, match="'llama3' family"):  # strata_cli prints it and exits 2
+    with pytest.raises(bootstrap.SetupError, match="'mistral' family"):  # strata_cli prints it and exits 2
         bootstrap.build(parser().parse_args(argv))
     svc, _ = bootstrap.build(parser().parse_args(argv + ["--chat-template", "chatml"]))
     assert svc.template.default_system is None
