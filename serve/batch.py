@@ -8,17 +8,20 @@ privates: it uses `engine.current()`, `alive()`, `starting`, `gone()`, `info`, `
 
 Locks: `engine.slot_cv` guards every process's slot table (`_Slots`: owners, held streams, queues' routing)
 and `waiting` (requests waiting for a free slot, served short first: `STRATA_ADMIT_SHORT_FIRST`, a long prompt
-that waited `STRATA_ADMIT_MAX_WAIT_S` counts as short). `engine.ctl` guards the control-line exchange: send a
-`BGEN`, read its `BACC` or `ERR`. Every wait has a limit.
+that waited `STRATA_ADMIT_MAX_WAIT_S` counts as short). `engine.ctl` guards the control lines: writing a `BGEN`
+(and noting it as waiting for its answer) or a whole control command. Admissions are pipelined: the answer,
+`BACC` or `ERR`, comes on the request's own slot queue (the pump attributes it; docs/PROTOCOL.md). Every
+wait has a limit.
 
 Rules it keeps (each has a test in tests/serve/test_batch*.py):
 - Ownership: a request is bound to the process it was admitted on, reads only that process's queues and never
-  writes to a later one (EngineDied instead). Slot lines for a slot nobody owns are dropped and counted.
+  writes to a later one (EngineDied instead). Slot lines for a slot nobody owns, or that come before its
+  owner's BACC, are dropped and counted.
 - A waiter re-reads its turn and its process's end under slot_cv right before waiting (no lost notification);
   a waiter that leaves notifies the others.
 - A request that leaves early sends `BSTOP` and reads its slot to `BDONE` (keeping the figures) for up to
   `LEAVE_WAIT_S`; past that the slot stays quarantined (claimed) until its BDONE, on a thread of its own.
-  The acceptance wait (`ACCEPT_TIMEOUT_S`) and the quarantine (`QUARANTINE_S`) count from the last line the
+  The wait for the admission's answer (`ACCEPT_TIMEOUT_S`) and the quarantine (`QUARANTINE_S`) count from the last line the
   engine wrote; when they run out the engine is ended: a slot whose lines may still come is never reused.
 - Accounting: one request = one BGEN = one BDONE with its figures; figures the engine never reported stay
   None, never 0.
