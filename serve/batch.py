@@ -8,17 +8,20 @@ privates: it uses `engine.current()`, `alive()`, `starting`, `gone()`, `info`, `
 
 Locks: `engine.slot_cv` guards every process's slot table (`_Slots`: owners, held streams, queues' routing)
 and `waiting` (requests waiting for a free slot, served short first: `STRATA_ADMIT_SHORT_FIRST`, a long prompt
-that waited `STRATA_ADMIT_MAX_WAIT_S` counts as short). `engine.ctl` guards the control-line exchange: send a
-`BGEN`, read its `BACC` or `ERR`. Every wait has a limit.
+that waited `STRATA_ADMIT_MAX_WAIT_S` counts as short). `engine.ctl` guards the control lines: writing a `BGEN`
+(and noting it as waiting for its answer) or a whole control command. Admissions are pipelined: the answer,
+`BACC` or `ERR`, comes on the request's own slot queue (the pump attributes it; docs/PROTOCOL.md). Every
+wait has a limit.
 
 Rules it keeps (each has a test in tests/serve/test_batch*.py):
 - Ownership: a request is bound to the process it was admitted on, reads only that process's queues and never
-  writes to a later one (EngineDied instead). Slot lines for a slot nobody owns are dropped and counted.
+  writes to a later one (EngineDied instead). Slot lines for a slot nobody owns, or that come before its
+  owner's BACC, are dropped and counted.
 - A waiter re-reads its turn and its process's end under slot_cv right before waiting (no lost notification);
   a waiter that leaves notifies the others.
 - A request that leaves early sends `BSTOP` and reads its slot to `BDONE` (keeping the figures) for up to
   `LEAVE_WAIT_S`; past that the slot stays quarantined (claimed) until its BDONE, on a thread of its own.
-  The acceptance wait (`ACCEPT_TIMEOUT_S`) and the quarantine (`QUARANTINE_S`) count from the last line the
+  The wait for the admission's answer (`ACCEPT_TIMEOUT_S`) and the quarantine (`QUARANTINE_S`) count from the last line the
   engine wrote; when they run out the engine is ended: a slot whose lines may still come is never reused.
 - Accounting: one request = one BGEN = one BDONE with its figures; figures the engine never reported stay
   None, never 0.
@@ -91,6 +94,7 @@ class _SlotRequest:
         self.arrival = time.monotonic()
         self.proc = None          # the process it was admitted on
         self.slot = None          # the slot it claims
+        self.sent = False         # BGEN written: its answer will come (BACC or ERR)
         self.accepted = False     # BACC seen: lines for its slot will come until BDONE
         self.stopped = False      # BSTOP sent
         self.stop_at = 0.0        # when
@@ -213,35 +217,42 @@ class BatchPath:
                          "t0": time.monotonic()}
 
     def _submit(self, req: _SlotRequest) -> None:
-        """The control-line exchange: BGEN, then its BACC (accepted) or ERR (refused: the slot is freed)."""
+        """The control-line exchange: write the BGEN (its answer, BACC or ERR, comes on the slot's own queue:
+        admissions are pipelined, so a request never waits for another's answer)."""
         proc, e = req.proc, self.engine
         if not e.ctl.acquire(timeout=CONTROL_WAIT_S):
             raise EngineDied("the engine's control lines stayed busy; this request was not sent")
         try:
             if proc.ended or proc is not e.current():
                 raise EngineDied(e.gone(proc))  # never sent to a later process
-            proc.write(f"BGEN {req.slot} {req.max_new}{req.keys} {','.join(map(str, req.ids))}")
-            while True:
-                try:
-                    line = proc.lines.get(timeout=POLL_S)
-                except queue.Empty:
-                    if time.monotonic() - proc.heard > ACCEPT_TIMEOUT_S:
-                        proc.kill("the engine did not answer an admission; it was ended")
-                        raise EngineSilent("the engine did not answer an admission; it was ended") from None
-                    continue
-                if line is None:
-                    raise EngineDied(e.gone(proc))
-                if line.startswith("ERR "):
-                    raise EngineRefused(line[4:])
-                if line.split(" ")[:2] == ["BACC", str(req.slot)]:
-                    req.accepted = True
-                    return
+            proc.admit(req.slot, f"BGEN {req.slot} {req.max_new}{req.keys} {','.join(map(str, req.ids))}")
+            req.sent = True
         finally:
             e.ctl.release()
 
+    def _accepted(self, req: _SlotRequest, q) -> None:
+        """Wait for the admission's answer on the slot queue: BACC, or ERR (refused: EngineRefused)."""
+        while True:
+            try:
+                line = q.get(timeout=POLL_S)
+            except queue.Empty:
+                if time.monotonic() - req.proc.heard > ACCEPT_TIMEOUT_S:
+                    req.proc.kill("the engine did not answer an admission; it was ended")
+                    raise EngineSilent("the engine did not answer an admission; it was ended") from None
+                continue
+            if line is None:
+                raise EngineDied(self.engine.gone(req.proc))
+            if line.startswith("ERR "):
+                req.sent = False
+                raise EngineRefused(line[4:])
+            if line.startswith("BACC "):
+                req.accepted = True
+                return
+
     def _read(self, req: _SlotRequest):
         """The slot's own lines to BDONE. A cancelled request sends BSTOP and reads on (nothing shown)."""
-        q, b, e = req.proc.slots.q[req.slot], req.slot, self.engine
+        q, e = req.proc.slots.q[req.slot], self.engine
+        self._accepted(req, q)
         clock = Allowance(e.silence_s, len(req.ids), e.stall_s, req.proc.popen.pid)
         beat = time.monotonic()
         while True:
@@ -317,7 +328,7 @@ class BatchPath:
     def _done(self, req, figures: dict) -> None:
         """BDONE: the request's figures, and the slot is free again holding what its session holds."""
         req.figures.update(figures)
-        req.accepted = False
+        req.sent = req.accepted = False
         finish = figures.get("finish")
         self._free(req, [] if finish == "nonfinite" else _held(req, figures))
         if finish == "nonfinite":
@@ -339,11 +350,11 @@ class BatchPath:
         """After the request ends (normally, cancelled, closed early, or on an error)."""
         if req.slot is None:
             return
-        if not req.accepted or req.proc.ended:
-            self._free(req, [] if req.accepted else None)  # never admitted: the slot's session is unchanged
+        if not req.sent or req.proc.ended:
+            self._free(req, None if not req.sent else [])  # never sent: the slot's session is unchanged
             return
         if not req.stopped:
-            self._stop(req)
+            self._stop(req)  # acts on a read, a decode, or an admission not answered yet
         end = time.monotonic() + LEAVE_WAIT_S
         q = req.proc.slots.q[req.slot]
         while time.monotonic() < end:  # most often the BDONE comes within a step: the figures are kept
@@ -351,17 +362,9 @@ class BatchPath:
                 line = q.get(timeout=min(POLL_S, max(0.01, end - time.monotonic())))
             except queue.Empty:
                 continue
-            if line is None:
-                self._free(req, [])
-                return
-            try:
-                if line.startswith("BT "):
-                    req.out.append(parse_token(line.split(" ", 2)[2], req.proc.n_vocab, line))
-                elif line.startswith("BDONE "):
-                    self._done(req, parse_bdone(line))
-                    return
-            except (EngineBadLine, EngineNonFinite):
-                self._free(req, [])
+            held = self._stopped_line(req, line)
+            if held is not _GO_ON:
+                self._free(req, held)
                 return
         with self.cv:
             self.quarantines += 1
@@ -379,22 +382,36 @@ class BatchPath:
                 except queue.Empty:
                     if time.monotonic() - max(req.stop_at, req.proc.heard) > QUARANTINE_S:
                         req.proc.kill(f"slot {req.slot} never finished after BSTOP; the engine was ended")
+                        held = []
                         return
                     continue
-                if line is None:
-                    return
-                try:
-                    if line.startswith("BT "):
-                        req.out.append(parse_token(line.split(" ", 2)[2], req.proc.n_vocab, line))
-                    elif line.startswith("BDONE "):
-                        figures = parse_bdone(line)
-                        held = [] if figures.get("finish") == "nonfinite" else _held(req, figures)
-                        return
-                except EngineBadLine as err:
-                    req.proc.kill(str(err))
+                held = self._stopped_line(req, line)
+                if held is not _GO_ON:
                     return
         finally:
             self._free(req, held)
+
+    def _stopped_line(self, req: _SlotRequest, line):
+        """One line of a stopped request's slot: _GO_ON, or what the slot then holds (None: unchanged, the
+        admission was refused; []: unknown, the process ended or broke the protocol)."""
+        try:
+            if line is None:
+                return []
+            if line.startswith("BT "):
+                req.out.append(parse_token(line.split(" ", 2)[2], req.proc.n_vocab, line))
+            elif line.startswith("ERR "):
+                return None
+            elif line.startswith("BDONE "):
+                figures = parse_bdone(line)
+                req.figures.update(figures)
+                return [] if figures.get("finish") == "nonfinite" else _held(req, figures)
+        except EngineBadLine as err:
+            req.proc.kill(str(err))
+            return []
+        return _GO_ON
+
+
+_GO_ON = object()  # _stopped_line: the slot's request has not ended yet
 
 
 def _held(req: _SlotRequest, figures: dict) -> list[int]:

@@ -361,6 +361,11 @@ class StrataEngine:
             proc = self._cur
             if proc is None or proc.ended:
                 raise EngineDied("the engine is unavailable; the command was not sent")
+            end = time.monotonic() + timeout_s
+            while proc.admissions and time.monotonic() < end:  # an ERR then answers this command alone
+                time.sleep(POLL_S / 10)
+            if proc.admissions:
+                raise EngineDied("admissions stayed unanswered; the command was not sent")
             yield proc
         finally:
             self.ctl.release()

@@ -13,6 +13,7 @@ Public surface: the exceptions; `EngineClient` (the typing.Protocol of what Serv
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import queue
 import subprocess
@@ -191,6 +192,8 @@ class EngineProcess:
     n_vocab: int = 0
     slots: _Slots | None = None
     lines: queue.Queue = field(default_factory=lambda: queue.Queue(LINE_QUEUE_MAX))
+    admissions: collections.deque = field(default_factory=collections.deque)  # slots of BGENs not yet
+    #   answered, in the order written (guarded by cv): the engine answers each, in order, BACC or ERR
     wlock: threading.Lock = field(default_factory=threading.Lock)  # guards writes to stdin
     pump: threading.Thread | None = None
     ended: bool = False          # set by its pump at EOF / fatal line, or by us when we end it
@@ -212,15 +215,27 @@ class EngineProcess:
         with contextlib.suppress(OSError):
             self.popen.kill()
 
+    def admit(self, slot: int, line: str) -> None:
+        """Write a BGEN for `slot` and note it as waiting for its answer (BACC or ERR, routed to that slot's
+        queue by the pump). Admissions are pipelined: several may wait for answers at once."""
+        with self.cv:
+            self.admissions.append(slot)
+        try:
+            self.write(line)
+        except EngineDied:
+            with self.cv:
+                self.admissions.remove(slot)
+            raise
+
     def route(self, line: str) -> None:
         """The pump's routing, in the order the engine wrote: a slot line goes to its owner's queue once the
         owner's `BACC` was seen (so a stale line from before the admission is never taken for its own), else
-        it is dropped and counted; every other line goes to the control queue."""
+        it is dropped and counted; the answer to a pipelined BGEN (BACC, or an ERR while admissions wait:
+        the oldest one's) goes to that slot's queue; every other line goes to the control queue."""
         b = slot_of(line) if self.slots is not None else None
         if b is None:
-            if self.slots is not None and line.startswith("BACC "):
-                self._open(line)
-            self.lines.put(line)
+            if not (self.slots is not None and self._answer(line)):
+                self.lines.put(line)
             return
         with self.cv:
             if 0 <= b < self.slots.n and self.slots.owner[b] is not None and self.slots.open[b]:
@@ -228,11 +243,22 @@ class EngineProcess:
             else:
                 self.slots.stale_frames += 1
 
-    def _open(self, line: str) -> None:
-        word = line.split(" ")[1] if line.count(" ") else ""
+    def _answer(self, line: str) -> bool:
+        """An admission's answer: BACC <slot> opens the slot for its lines; ERR answers the oldest admission."""
+        is_bacc, is_err = line.startswith("BACC "), line.startswith("ERR ")
+        if not (is_bacc or is_err):
+            return False
         with self.cv:
-            if word.isdigit() and int(word) < self.slots.n and self.slots.owner[int(word)] is not None:
-                self.slots.open[int(word)] = True
+            if not self.admissions:
+                return False  # an answer nobody waits for: a control command's (or a stray line)
+            b = self.admissions.popleft()
+            if is_bacc and line.split(" ")[1:2] != [str(b)]:
+                self.slots.stale_frames += 1  # out of step with what was written: left to the control queue
+                return False
+            if self.slots.owner[b] is not None:
+                self.slots.open[b] = is_bacc
+                self.slots.q[b].put(line)
+            return True
 
     def ended_now(self) -> None:
         """EOF: every queue of this process gets its end mark (None); waiters on cv are woken."""

@@ -20,6 +20,7 @@ def _proc(n=2):
 def test_a_slot_line_reaches_its_owner_only_after_the_owners_bacc():
     p = _proc()
     p.slots.owner[1] = "req"
+    p.admissions.append(1)                     # its BGEN was written
     p.route("BDONE 1 3 stop 1.0 5 1.0 0 5")   # stale: written before this owner's admission was answered
     p.route("BT 1 7")
     assert p.slots.q[1].empty() and p.slots.stale_frames == 2
@@ -27,10 +28,24 @@ def test_a_slot_line_reaches_its_owner_only_after_the_owners_bacc():
     p.route("BT 1 8")
     p.route("BT 0 9")                          # nobody owns slot 0
     p.route("BT 5 9")                          # no such slot
-    assert p.lines.get_nowait() == "BACC 1 0"  # the acceptance itself goes to the control queue
-    assert p.slots.q[1].get_nowait() == "BT 1 8" and p.slots.stale_frames == 4
+    assert [p.slots.q[1].get_nowait() for _ in range(2)] == ["BACC 1 0", "BT 1 8"]
+    assert p.slots.stale_frames == 4 and p.lines.empty() and not p.admissions
     p.route("WARN x")
-    assert p.lines.get_nowait() == "WARN x"
+    p.route("ERR for nobody")                  # no admission waits: a control command's answer
+    assert [p.lines.get_nowait() for _ in range(2)] == ["WARN x", "ERR for nobody"]
+
+
+def test_pipelined_admissions_get_their_own_answers_in_order():
+    p = _proc(3)
+    for b in (2, 0, 1):
+        p.slots.owner[b] = f"req{b}"
+        p.admissions.append(b)
+    p.route("BACC 2 0")
+    p.route("ERR BGEN: refused")               # the answer to the oldest one waiting: slot 0's
+    p.route("BACC 1 5")
+    assert p.slots.q[2].get_nowait() == "BACC 2 0" and p.slots.q[0].get_nowait() == "ERR BGEN: refused"
+    assert p.slots.q[1].get_nowait() == "BACC 1 5"
+    assert p.slots.open == [False, True, True] and p.lines.empty()
 
 
 def test_the_end_of_a_process_reaches_every_queue():
