@@ -26,7 +26,8 @@ import secrets
 import time
 
 from serve.constrain import openai_grammar, refuse_unsupported, strict_requested
-from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Message, ToolCall, ToolSpec,
+from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Message, ProgressFeed, ToolCall,
+                          ToolSpec,
                           KIND_CONTENT, KIND_PING, KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL,
                           KIND_TOOL_START)
 from serve.access import public_text
@@ -242,7 +243,8 @@ def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     meta = {"id": "chatcmpl-" + secrets.token_hex(12), "created": int(time.time()),
             "model": _model_name(service, req)}
     if req.stream:
-        return StreamReply(_chat_stream(service, prep, ctx, meta, include_usage))
+        progress = ProgressFeed() if _bool_field(body, "return_progress") else None  # llama.cpp's extension
+        return StreamReply(_chat_stream(service, prep, ctx, meta, include_usage, progress))
     content, reasoning, calls, done = [], [], [], None
     with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
         for ev in events:
@@ -268,7 +270,7 @@ def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
                            "usage": _usage(done), "timings": done.timings})
 
 
-def _chat_stream(service, prep, ctx, meta, include_usage):
+def _chat_stream(service, prep, ctx, meta, include_usage, progress=None):
     def chunk(delta, finish=None, **extra):
         return _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": "strata",
                      "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra})
@@ -281,7 +283,11 @@ def _chat_stream(service, prep, ctx, meta, include_usage):
                 if isinstance(ev, Done):
                     done = ev
                 elif ev.kind == KIND_PING:
-                    yield KEEP_ALIVE
+                    reports = progress.feed(ev.progress) if progress is not None else []
+                    for p in reports:  # return_progress: llama-server's prompt_progress chunks
+                        yield _sse({**meta, "object": "chat.completion.chunk", "choices": [], "prompt_progress": p})
+                    if not reports:
+                        yield KEEP_ALIVE
                 elif ev.kind == KIND_CONTENT:
                     yield chunk({"content": ev.text})
                 elif ev.kind == KIND_REASONING:
