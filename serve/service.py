@@ -500,7 +500,7 @@ class Service:
             for tid in gen:
                 if tid is None:
                     yield Event(KIND_PING, progress=_progress(result, len(prompt), t_read)
-                                if passes.passes == 0 else None)
+                                if passes.passes == 1 else None)
                     continue
                 run.pass_out += 1
                 if run.first_at is None:
