@@ -39,7 +39,7 @@ from serve import llama_views
 from serve import sampling as sampling_mod
 from serve.events import BadRequest, CompletionRequest, Done, KIND_CONTENT, KIND_PING, ProgressFeed
 from serve.openai import _error_text, _model_name, parse_chat
-from serve.replies import JsonReply, StreamReply
+from serve.replies import JsonReply, StreamReply, collect
 from serve.sampling import check_request_sampling
 from serve.service import check_stop
 
@@ -191,14 +191,9 @@ def _complete(service, body, ctx, req: CompletionRequest):
             "settings": _settings(service, req), "fields": body.get("response_fields") or []}
     if req.stream:
         return StreamReply(_stream(service, prep, ctx, meta, bool(body.get("return_progress"))))
-    content, done = [], None
-    with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
-        for ev in events:
-            if isinstance(ev, Done):
-                done = ev
-            elif ev.kind == KIND_CONTENT:
-                content.append(ev.text)
-    return JsonReply(200, _final(meta, "".join(content), done, stream=False))
+    events, done = collect(service, prep, ctx)
+    content = "".join(ev.text for ev in events if ev.kind == KIND_CONTENT)
+    return JsonReply(200, _final(meta, content, done, stream=False))
 
 
 def _settings(service, req: CompletionRequest) -> dict:

@@ -44,6 +44,7 @@ from serve.reasoning import normalize_effort
 from serve.replies import JsonReply, StreamReply
 from serve.sampling import check_request_sampling
 from serve.service import check_stop
+from serve.toolcalls import arguments_object
 
 # The Ollama API level this translator follows (clients compare versions to pick features).
 API_VERSION = "0.12.6"
@@ -295,13 +296,8 @@ def _final(done: Done, t0: float) -> dict:
 
 
 def _call(call: ToolCall, index: int) -> dict:
-    args = call.arguments
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError:
-            args = {"arguments": args}
-    return {"id": call.id, "function": {"index": index, "name": call.name, "arguments": args}}
+    return {"id": call.id, "function": {"index": index, "name": call.name,
+                                        "arguments": arguments_object(call.arguments)}}
 
 
 class _Shape:

@@ -6,10 +6,12 @@
 `JsonReply(status, body, headers)`: one JSON answer. `StreamReply(frames, content_type)`: `frames` is an
 iterator of already-framed text (SSE events, keep-alive comments); the server writes each as it comes, with
 the stream write timeout, and closes the iterator when the client is gone (which stops the engine).
+`collect(service, prep, ctx)`: a non-streamed answer's run, as (every event but the last, the last: `Done`).
 No HTTP or socket code lives here, so handlers can be tested without a server.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -36,3 +38,10 @@ class StreamReply:
     frames: Iterator[str]
     content_type: str = "text/event-stream"
     status: int = 200
+
+
+def collect(service, prep, ctx) -> tuple[list, Any]:
+    """Runs a prepared request to its end for a non-streamed answer: (its events, its `Done`)."""
+    with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
+        items = list(events)
+    return items[:-1], items[-1]

@@ -40,8 +40,9 @@ from serve.events import (BadRequest, ChatRequest, Done, Message, ToolCall, KIND
                           KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START)
 from serve.openai import _error_text, _int_field, _model_name, _text_of, _tool_choice, _tools, error_body
 from serve.reasoning import effort_from_openai, reasoning_fields
-from serve.replies import JsonReply, StreamReply
+from serve.replies import JsonReply, StreamReply, collect
 from serve.sampling import check_request_sampling
+from serve.toolcalls import arguments_text
 
 __all__ = ["responses", "get_response", "parse_responses", "ResponseBuilder", "error_body"]
 
@@ -202,10 +203,6 @@ def _usage(done: Done) -> dict:
             "total_tokens": done.prompt_tokens + done.completion_tokens}
 
 
-def _args_text(args) -> str:
-    return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-
-
 class ResponseBuilder:
     """Events -> Responses stream events and output items. `frame` numbers every event it makes."""
 
@@ -320,7 +317,7 @@ class ResponseBuilder:
         if ev.index not in self.calls:
             frames += self._call_start(ev.index, ev.call.id, ev.call.name)
         item = self.calls[ev.index]
-        args = _args_text(ev.call.arguments)
+        args = arguments_text(ev.call.arguments)
         if not item["arguments"]:
             frames.append(self.frame("response.function_call_arguments.delta", item_id=item["id"],
                                      output_index=item["_at"], delta=args))
@@ -364,13 +361,9 @@ def responses(service, body: dict, ctx) -> JsonReply | StreamReply:
     builder = ResponseBuilder(_meta(service, req, body))
     if req.stream:
         return StreamReply(_stream(service, prep, ctx, builder))
-    done = None
-    with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
-        for ev in events:
-            if isinstance(ev, Done):
-                done = ev
-            else:
-                builder.feed(ev)
+    events, done = collect(service, prep, ctx)
+    for ev in events:
+        builder.feed(ev)
     builder.finish(done)
     status = "incomplete" if done.finish == "length" else "completed"
     return JsonReply(200, builder.response(status, done))

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from serve.events import BadRequest, Message, ToolSpec
-from serve.toolcalls import tool_signature, tools_intro, tools_outro
+from serve.toolcalls import arguments_object, tool_signature, tools_intro, tools_outro
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -85,14 +85,7 @@ class _Writer:
 
 def _write_call(w: "_Writer", call, tool_format: str = "xml") -> None:
     """One tool call of the history in the template's form (XML or JSON); names and values are client text."""
-    args = call.arguments
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError:
-            args = {"arguments": args}
-    if not isinstance(args, dict):
-        args = {"arguments": args}
+    args = arguments_object(call.arguments)
     if tool_format == "json":
         w.raw("<tool_call>\n")
         w.user_text(json.dumps({"name": call.name, "arguments": args}, ensure_ascii=False))
