@@ -139,10 +139,10 @@ def apply_template(service, body, ctx) -> JsonReply:
 
 
 # ---------------------------------------------------------------- /completion
-def _first_prompt(tok, prompt):
-    """`prompt` -> (ids or None, text): one prompt per request."""
-    if isinstance(prompt, list) and len(prompt) == 1 and (isinstance(prompt[0], str) or _is_id_list(prompt[0])):
-        prompt = prompt[0]
+def _one_prompt(tok, prompt):
+    """One prompt -> (ids or None, text): a string, token ids, a mix of both, or {"prompt_string": text}."""
+    if isinstance(prompt, dict) and not prompt.get("multimodal_data"):
+        prompt = prompt.get("prompt_string")
     if isinstance(prompt, str):
         if not prompt:
             raise BadRequest("prompt: a non-empty string or a list of token ids", param="prompt")
@@ -150,11 +150,20 @@ def _first_prompt(tok, prompt):
     if _is_id_list(prompt) and prompt:
         ids = _check_ids(tok, prompt, "prompt")
         return ids, tok.decode(ids)
-    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, int)) for p in prompt) and \
-            any(isinstance(p, str) for p in prompt) and any(isinstance(p, int) for p in prompt):
+    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, int)) and not isinstance(p, bool)
+                                                   for p in prompt):
         ids = _mixed_ids(tok, prompt, "prompt", True)
         return ids, tok.decode(ids)
-    raise BadRequest("prompt: a string or a list of token ids (one prompt per request here)", param="prompt")
+    raise BadRequest("prompt: a string, token ids, or a list of those (no images: this model reads text only)",
+                     param="prompt")
+
+
+def _prompts(tok, prompt) -> list:
+    """`prompt` -> [(ids or None, text)]: a list whose items are strings, id lists or prompt objects is that
+    many prompts (llama-server answers a list); a list with bare ids in it is one prompt."""
+    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, dict)) or _is_id_list(p) for p in prompt):
+        return [_one_prompt(tok, p) for p in prompt]
+    return [_one_prompt(tok, prompt)]
 
 
 def _llama_request(service, body: dict, ids, text: str) -> CompletionRequest:
@@ -181,8 +190,16 @@ def _llama_request(service, body: dict, ids, text: str) -> CompletionRequest:
 
 
 def completion(service, body: dict, ctx):
-    ids, text = _first_prompt(service.tok, body.get("prompt"))
-    return _complete(service, body, ctx, _llama_request(service, body, ids, text))
+    prompts = _prompts(service.tok, body.get("prompt"))
+    if len(prompts) == 1:
+        return _complete(service, body, ctx, _llama_request(service, body, *prompts[0]))
+    if body.get("stream"):
+        raise BadRequest("stream: one prompt per streamed request here", param="stream")
+    answers = []  # several prompts: one after another, answered as a list in prompt order
+    for k, (ids, text) in enumerate(prompts):
+        reply = _complete(service, body, ctx, _llama_request(service, body, ids, text))
+        answers.append({**reply.body, "index": k})
+    return JsonReply(200, answers)
 
 
 def _complete(service, body, ctx, req: CompletionRequest):

@@ -27,7 +27,7 @@ def test_token_id_prompt_goes_to_the_engine_as_sent(server, tmp_path):
 @pytest.mark.parametrize("body,param", [
     ({"prompt": "x", "n_predict": "9"}, "n_predict"), ({"prompt": "x", "stream": "yes"}, "stream"),
     ({"prompt": "x", "temperature": "hot"}, "temperature"), ({"prompt": 5}, "prompt"),
-    ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": [1, 99999]}, "prompt"),
+    ({"prompt": [True]}, "prompt"), ({"prompt": [1, 99999]}, "prompt"),
     ({"prompt": "x", "return_progress": 1}, "return_progress"), ({"prompt": "x", "stop": "S" * 0 or 3}, "stop"),
 ])
 def test_wrong_types_are_400_in_llama_servers_shape(server, body, param):
@@ -137,3 +137,12 @@ def test_props_extras(server):
     _, p, _ = s.request("GET", "/props")
     assert p["chat_template_caps"]["supports_tools"] is True and p["aliases"] == ["smol"]
     assert "model_path" not in p and p["endpoint_slots"] is True
+
+
+def test_several_prompts_answer_a_list_in_order(server):
+    s = server({"turns": [{"text": "a"}, {"text": "b"}, {"text": "c"}]})
+    status, body, _ = s.post("/completion", {"prompt": [[72, 105], "Hi", {"prompt_string": "Hi"}]})
+    assert status == 200 and [b["content"] for b in body] == ["a", "b", "c"] and [b["index"] for b in body] == [0, 1, 2]
+    assert s.post("/completion", {"prompt": [72, "i"]})[1]["content"] == "c"  # ids and text: one prompt
+    assert s.post("/completion", {"prompt": ["a", "b"], "stream": True})[0] == 400
+    assert s.post("/completion", {"prompt": [{"multimodal_data": ["x"], "prompt_string": "a"}]})[0] == 400
