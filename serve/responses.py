@@ -14,7 +14,7 @@ Accepted and without effect: `store` (nothing is kept: the answer says `"store":
 `user`, `include`, `truncation` (requests are never truncated), `prompt_cache_key`, `service_tier`.
 Refused: `previous_response_id` (400 `previous_response_not_found`: nothing is stored, send the whole
 conversation), `background: true` (400), `text.format` other than text (501 until structured output exists),
-GET `/v1/responses/{id}` (404: nothing is stored).
+GET / DELETE `/v1/responses/{id}` and its sub-paths (404: nothing is stored).
 
 Answer: one `ResponseBuilder` turns the event stream into the stream's events *and* the final response
 object, so a streamed and a non-streamed answer carry the same output items (`reasoning`, `message` with
@@ -391,8 +391,9 @@ def _stream(service, prep, ctx, builder: ResponseBuilder):
 
 
 def get_response(service, body, ctx) -> JsonReply:
-    """GET /v1/responses/{id}: nothing is stored, so every id is unknown (404 in OpenAI's error shape)."""
-    rid = ctx.path.rsplit("/", 1)[-1]
+    """GET / DELETE /v1/responses/{id} (and its /input_items, /cancel): nothing is stored, so every id is
+    unknown (404 in OpenAI's error shape)."""
+    rid = ctx.path[len("/v1/responses/"):].split("/", 1)[0]
     return JsonReply(404, error_body(404, "invalid_request_error",
                                      f"response {rid[:80]!r} not found: this server keeps no responses (stateless)",
                                      "response_id", "response_not_found"))

@@ -414,7 +414,7 @@ POST_ROUTES.update({"/v1/responses": responses.responses, "/responses": response
                     "/infill": llama_routes.infill, "/apply-template": llama_routes.apply_template,
                     "/tokenize": llama_routes.tokenize, "/detokenize": llama_routes.detokenize})
 DELETE_ROUTES = {"/api/delete": ollama.no_hub}
-PREFIX_ROUTES = {("GET", "/v1/responses/"): responses.get_response}
+PREFIX_ROUTES = {(m, "/v1/responses/"): responses.get_response for m in ("GET", "POST", "DELETE")}  # nothing stored
 # Error bodies in the dialect of the path (the rest: OpenAI's, or Anthropic's under /v1/messages)
 ERROR_DIALECTS = (("/api/", ollama), ("/completion", llama_routes), ("/infill", llama_routes),
                   ("/apply-template", llama_routes), ("/tokenize", llama_routes), ("/detokenize", llama_routes))

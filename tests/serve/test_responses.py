@@ -57,6 +57,9 @@ def test_get_a_response_is_404_nothing_is_stored(server):
     s = server()
     status, err, _ = s.request("GET", "/v1/responses/resp_abc")
     assert status == 404 and "stateless" in err["error"]["message"] and err["error"]["code"] == "response_not_found"
+    assert s.request("DELETE", "/v1/responses/resp_abc")[0] == 404
+    assert s.request("POST", "/v1/responses/resp_abc/cancel", {})[0] == 404
+    assert s.request("GET", "/v1/responses/resp_abc/input_items")[0] == 404
 
 
 def test_in_progress_beat_while_the_prompt_is_read(server, monkeypatch):
