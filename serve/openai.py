@@ -349,7 +349,7 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     include_usage = _include_usage(body)
     prep = service.prepare(req)
     meta = {"id": "cmpl-" + secrets.token_hex(12), "created": int(time.time()),
-            "model": _model_name(service, req)}
+            "model": _model_name(service, req), "system_fingerprint": "strata"}
     if req.stream:
         return StreamReply(_completion_stream(service, prep, ctx, meta, include_usage, req))
     text, done = [prompt] if req.echo else [], None

@@ -146,3 +146,11 @@ def test_several_prompts_answer_a_list_in_order(server):
     assert s.post("/completion", {"prompt": [72, "i"]})[1]["content"] == "c"  # ids and text: one prompt
     assert s.post("/completion", {"prompt": ["a", "b"], "stream": True})[0] == 400
     assert s.post("/completion", {"prompt": [{"multimodal_data": ["x"], "prompt_string": "a"}]})[0] == 400
+
+
+def test_system_fingerprint_and_timings_on_the_openai_completions_too(server):
+    s = server({"turns": [{"text": "ok"}]})
+    body = s.post("/v1/completions", {"prompt": "x"})[1]
+    assert body["system_fingerprint"] == "strata" and body["timings"]["predicted_n"] >= 2
+    _, events, _ = s.stream({"prompt": "x"}, path="/v1/completions")
+    assert all(e["system_fingerprint"] == "strata" for e in events) and "timings" in events[-1]
