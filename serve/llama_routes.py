@@ -32,14 +32,13 @@ Public surface: `completion`, `infill`, `apply_template`, `tokenize`, `detokeniz
 """
 from __future__ import annotations
 
-import contextlib
 import json
 
 from serve import llama_views
 from serve import sampling as sampling_mod
 from serve.events import BadRequest, CompletionRequest, Done, KIND_CONTENT, KIND_PING, ProgressFeed
 from serve.openai import _error_text, _model_name, parse_chat
-from serve.replies import JsonReply, StreamReply, collect
+from serve.replies import EventRun, JsonReply, StreamReply, collect
 from serve.sampling import check_request_sampling
 from serve.service import check_stop
 
@@ -258,26 +257,23 @@ def _final(meta: dict, content: str, done: Done, stream: bool) -> dict:
 
 
 def _stream(service, prep, ctx, meta, return_progress: bool):
-    n_out, done, feed = 0, None, ProgressFeed()
+    n_out, feed, run = 0, ProgressFeed(), EventRun(service, prep, ctx)
     head = {"index": 0, "tokens": [], "stop": False, "id_slot": 0, "tokens_evaluated": meta["n_prompt"]}
     try:
-        with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
-            for ev in events:
-                if isinstance(ev, Done):
-                    done = ev
-                elif ev.kind == KIND_PING:
-                    reports = feed.feed(ev.progress) if return_progress else []
-                    for p in reports:
-                        yield _sse({**head, "content": "", "tokens_predicted": 0, "prompt_progress": p})
-                    if not reports:
-                        yield ": keep-alive\n\n"
-                elif ev.kind == KIND_CONTENT and ev.text:
-                    n_out += 1
-                    yield _sse({**head, "content": ev.text, "tokens_predicted": n_out})
+        for ev in run:
+            if ev.kind == KIND_PING:
+                reports = feed.feed(ev.progress) if return_progress else []
+                for p in reports:
+                    yield _sse({**head, "content": "", "tokens_predicted": 0, "prompt_progress": p})
+                if not reports:
+                    yield ": keep-alive\n\n"
+            elif ev.kind == KIND_CONTENT and ev.text:
+                n_out += 1
+                yield _sse({**head, "content": ev.text, "tokens_predicted": n_out})
     except Exception as e:
         yield _sse(error_body(500, "server_error", _error_text(service, e)))
         return
-    yield _sse(_final(meta, "", done, stream=True))
+    yield _sse(_final(meta, "", run.done, stream=True))
 
 
 # ---------------------------------------------------------------- /infill

@@ -29,7 +29,6 @@ Public surface: `version`, `tags`, `show`, `ps`, `chat`, `generate`, `no_hub`, `
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -41,7 +40,7 @@ from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Mess
                           KIND_PING, KIND_REASONING, KIND_TOOL_CALL)
 from serve.openai import _error_text, _text_of, _tools
 from serve.reasoning import normalize_effort
-from serve.replies import JsonReply, StreamReply
+from serve.replies import EventRun, JsonReply, StreamReply
 from serve.sampling import check_request_sampling
 from serve.service import check_stop
 from serve.toolcalls import arguments_object
@@ -323,21 +322,18 @@ class _Shape:
 
 def _run(service, prep, ctx, shape: _Shape, t0: float):
     """Yields answer objects: pieces with done false, then the final one."""
-    done, n_calls = None, 0
-    with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
-        for ev in events:
-            if isinstance(ev, Done):
-                done = ev
-            elif ev.kind == KIND_PING:
-                yield None
-            elif ev.kind == KIND_CONTENT and ev.text:
-                yield shape.piece(ev.text, done=False)
-            elif ev.kind == KIND_REASONING and ev.text:
-                yield shape.piece(thinking=ev.text, done=False)
-            elif ev.kind == KIND_TOOL_CALL and ev.call is not None:
-                yield shape.piece(calls=[_call(ev.call, n_calls)], done=False)
-                n_calls += 1
-    yield shape.piece(**_final(done, t0))
+    n_calls, run = 0, EventRun(service, prep, ctx)
+    for ev in run:
+        if ev.kind == KIND_PING:
+            yield None
+        elif ev.kind == KIND_CONTENT and ev.text:
+            yield shape.piece(ev.text, done=False)
+        elif ev.kind == KIND_REASONING and ev.text:
+            yield shape.piece(thinking=ev.text, done=False)
+        elif ev.kind == KIND_TOOL_CALL and ev.call is not None:
+            yield shape.piece(calls=[_call(ev.call, n_calls)], done=False)
+            n_calls += 1
+    yield shape.piece(**_final(run.done, t0))
 
 
 def _answer(service, prep, ctx, shape: _Shape, stream: bool, t0: float):

@@ -31,7 +31,6 @@ Public surface: `responses`, `get_response`, `parse_responses`, `ResponseBuilder
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import secrets
 import time
@@ -40,7 +39,7 @@ from serve.events import (BadRequest, ChatRequest, Done, Message, ToolCall, KIND
                           KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START)
 from serve.openai import _error_text, _int_field, _model_name, _text_of, _tool_choice, _tools, error_body
 from serve.reasoning import effort_from_openai, reasoning_fields
-from serve.replies import JsonReply, StreamReply, collect
+from serve.replies import EventRun, JsonReply, StreamReply, collect
 from serve.sampling import check_request_sampling
 from serve.toolcalls import arguments_text
 
@@ -371,23 +370,20 @@ def responses(service, body: dict, ctx) -> JsonReply | StreamReply:
 
 def _stream(service, prep, ctx, builder: ResponseBuilder):
     yield from builder.start()
-    done = None
+    run = EventRun(service, prep, ctx)
     try:
-        with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
-            for ev in events:
-                if isinstance(ev, Done):
-                    done = ev
-                elif ev.kind == KIND_PING:
-                    yield builder.ping() or ": keep-alive\n\n"
-                else:
-                    yield from builder.feed(ev)
+        for ev in run:
+            if ev.kind == KIND_PING:
+                yield builder.ping() or ": keep-alive\n\n"
+            else:
+                yield from builder.feed(ev)
     except Exception as e:  # after the headers: the response fails, with the reason
         yield builder.failed(_error_text(service, e))
         return
-    if ctx.shutting_down() and done is not None and done.finish == "cancel":
+    if ctx.shutting_down() and run.done is not None and run.done.finish == "cancel":
         yield builder.failed("the server is shutting down; the answer was cut short")
         return
-    yield from builder.finish(done)
+    yield from builder.finish(run.done)
 
 
 def get_response(service, body, ctx) -> JsonReply:
