@@ -182,10 +182,30 @@ def _llama_request(service, body: dict, ids, text: str) -> CompletionRequest:
     fields = body.get("response_fields")
     if fields is not None and not (isinstance(fields, list) and all(isinstance(f, str) for f in fields)):
         raise BadRequest("response_fields: a list of field paths", param="response_fields")
-    sampling = check_request_sampling({k: v for k, v in body.items() if k != "seed" or v != -1})
+    fields = {k: v for k, v in body.items() if k != "seed" or v != -1}
+    fields["logit_bias"] = _logit_bias(service.tok, body.get("logit_bias"))
+    sampling = check_request_sampling(fields)
     return CompletionRequest(prompt=text, ids=ids, max_new=None if n_predict is None or n_predict < 0 else n_predict,
                              sampling=sampling, stop=check_stop(body.get("stop")), stream=stream,
                              model=body.get("model") if isinstance(body.get("model"), str) else None)
+
+
+def _logit_bias(tok, value):
+    """llama-server's `logit_bias` forms -> id pairs: [[id or text, bias]] or {id or text: bias}; a text key
+    biases each of its tokens, `false` bans (-100, the strongest bias the engine takes)."""
+    if value is None:
+        return None
+    pairs = list(value.items()) if isinstance(value, dict) else value
+    if not isinstance(pairs, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs):
+        return value  # the sampling check names the field
+    out = []
+    for key, bias in pairs:
+        bias = -100 if bias is False else bias
+        if isinstance(key, str) and not key.strip().lstrip("-").isdigit():
+            out += [[tid, bias] for tid in tok.encode(key, parse_special=False)]
+        else:
+            out.append([key, bias])
+    return out
 
 
 def completion(service, body: dict, ctx):

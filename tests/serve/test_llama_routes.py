@@ -154,3 +154,13 @@ def test_system_fingerprint_and_timings_on_the_openai_completions_too(server):
     assert body["system_fingerprint"] == "strata" and body["timings"]["predicted_n"] >= 2
     _, events, _ = s.stream({"prompt": "x"}, path="/v1/completions")
     assert all(e["system_fingerprint"] == "strata" for e in events) and "timings" in events[-1]
+
+
+def test_logit_bias_by_text_or_id_reaches_the_engine(server, tmp_path):
+    gens = tmp_path / "gens.txt"
+    s = server({"turns": [{"text": "ok"}], "record_gen": str(gens)})
+    for bias in ([[" a", -100], [98, False]], {" a": -100, "98": False}):
+        assert s.post("/completion", {"prompt": "x", "logit_bias": bias})[0] == 200
+        keys = [w for w in gens.read_text().splitlines()[-1].split() if w.startswith("logit_bias=")]
+        assert keys == ["logit_bias=32:-100,97:-100,98:-100"]  # " a" is two byte tokens here
+    assert s.post("/completion", {"prompt": "x", "logit_bias": [[" a", "much"]]})[0] == 400
