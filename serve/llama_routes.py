@@ -20,14 +20,15 @@ Routes:
 - POST `/infill`: `input_prefix`, `input_suffix`, `input_extra [{filename, text}]`, `prompt`, and the
   /completion fields, for models with fill-in-the-middle tokens (llama.cpp's repo-level layout); otherwise a
   501 naming the missing tokens, as llama-server answers.
-- POST `/apply-template`: a chat body -> `{"prompt": the rendered text}`.
+- POST `/apply-template`: a chat body -> `{"prompt": the rendered text}`; POST
+  `/v1/chat/completions/input_tokens`: a chat body -> `{"input_tokens": its prompt length}`.
 - POST `/tokenize` `{content, add_special, parse_special (default true), with_pieces}` -> `{"tokens": [id]}`
   or `[{"id", "piece"}]` (a piece that is not whole UTF-8 is its list of byte values); `/detokenize`.
 - GET `/props`: `serve/llama_views.py`'s view plus the fields llama-server's clients read (`aliases`,
   `chat_template_caps.supports_tools`, `endpoint_*`, `bos_token`, `eos_token`). `model_path` is left out on
   purpose: a client has no use for the server's file system layout.
 
-Public surface: `completion`, `infill`, `apply_template`, `tokenize`, `detokenize`, `props`, `fim_ids`,
+Public surface: `completion`, `infill`, `apply_template`, `input_tokens`, `tokenize`, `detokenize`, `props`, `fim_ids`,
 `infill_ids`, `error_body`.
 """
 from __future__ import annotations
@@ -130,6 +131,11 @@ def props(service, body, ctx) -> JsonReply:
         out.update(aliases=list(service.config.get("aliases") or []), endpoint_slots=True, endpoint_props=True,
                    endpoint_metrics=True, bos_token=name("bos"), eos_token=name("eos"))
     return JsonReply(status, out)
+
+
+def input_tokens(service, body, ctx) -> JsonReply:
+    """POST /v1/chat/completions/input_tokens (llama-server): the prompt length a chat body would have."""
+    return JsonReply(200, {"object": "response.input_tokens", "input_tokens": service.count_tokens(parse_chat(body))})
 
 
 def apply_template(service, body, ctx) -> JsonReply:

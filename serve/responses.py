@@ -27,7 +27,7 @@ per item `response.output_item.added`, (`response.content_part.added`, `response
 prompt is read, a `response.in_progress` goes out at least every `IN_PROGRESS_EVERY_S` (Codex's idle
 timeout counts events, not SSE comments).
 
-Public surface: `responses`, `get_response`, `parse_responses`, `ResponseBuilder`, `error_body`.
+Public surface: `responses`, `input_tokens`, `get_response`, `parse_responses`, `ResponseBuilder`, `error_body`.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ from serve.replies import EventRun, JsonReply, StreamReply, collect
 from serve.sampling import check_request_sampling
 from serve.toolcalls import arguments_text
 
-__all__ = ["responses", "get_response", "parse_responses", "ResponseBuilder", "error_body"]
+__all__ = ["responses", "input_tokens", "get_response", "parse_responses", "ResponseBuilder", "error_body"]
 
 # A `response.in_progress` event goes out when the stream has said nothing for this long while the prompt
 # is read or the request waits its turn. Pings reach the translator at least every 10 s (the engine's
@@ -384,6 +384,12 @@ def _stream(service, prep, ctx, builder: ResponseBuilder):
         yield builder.failed("the server is shutting down; the answer was cut short")
         return
     yield from builder.finish(run.done)
+
+
+def input_tokens(service, body, ctx) -> JsonReply:
+    """POST /v1/responses/input_tokens: the prompt length the request would have."""
+    return JsonReply(200, {"object": "response.input_tokens",
+                           "input_tokens": service.count_tokens(parse_responses(body))})
 
 
 def get_response(service, body, ctx) -> JsonReply:

@@ -412,6 +412,10 @@ POST_ROUTES.update({"/v1/responses": responses.responses, "/responses": response
                     "/api/embeddings": ollama.no_embeddings,
                     "/completion": llama_routes.completion, "/completions": llama_routes.completion,
                     "/infill": llama_routes.infill, "/apply-template": llama_routes.apply_template,
+                    "/v1/chat/completions/input_tokens": llama_routes.input_tokens,
+                    "/chat/completions/input_tokens": llama_routes.input_tokens,
+                    "/v1/responses/input_tokens": responses.input_tokens,
+                    "/responses/input_tokens": responses.input_tokens,
                     "/tokenize": llama_routes.tokenize, "/detokenize": llama_routes.detokenize})
 DELETE_ROUTES = {"/api/delete": ollama.no_hub}
 PREFIX_ROUTES = {(m, "/v1/responses/"): responses.get_response for m in ("GET", "POST", "DELETE")}  # nothing stored

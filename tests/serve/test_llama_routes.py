@@ -5,6 +5,7 @@ import json
 import pytest
 
 from serve import llama_routes
+from serve.openai import parse_chat
 from serve.template import ChatTemplate
 from tests.serve.conftest import chat
 
@@ -164,3 +165,12 @@ def test_logit_bias_by_text_or_id_reaches_the_engine(server, tmp_path):
         keys = [w for w in gens.read_text().splitlines()[-1].split() if w.startswith("logit_bias=")]
         assert keys == ["logit_bias=32:-100,97:-100,98:-100"]  # " a" is two byte tokens here
     assert s.post("/completion", {"prompt": "x", "logit_bias": [[" a", "much"]]})[0] == 400
+
+
+def test_input_tokens_count_the_prompt_a_request_would_have(server):
+    s = server()
+    n = s.post("/chat/completions/input_tokens", chat("hello"))[1]["input_tokens"]
+    assert n == s.svc.count_tokens(parse_chat(chat("hello")))
+    m = s.post("/v1/responses/input_tokens", {"input": "hello"})[1]["input_tokens"]
+    assert m == n  # the same chat either way
+    assert s.post("/v1/responses/input_tokens", {"input": 3})[0] == 400
