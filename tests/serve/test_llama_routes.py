@@ -8,6 +8,7 @@ from serve import llama_routes
 from serve.openai import parse_chat
 from serve.template import ChatTemplate
 from tests.serve.conftest import chat
+from tests.serve.test_batch_http import slot_server  # noqa: F401  (fixture)
 
 
 def _data(text):
@@ -174,3 +175,10 @@ def test_input_tokens_count_the_prompt_a_request_would_have(server):
     m = s.post("/v1/responses/input_tokens", {"input": "hello"})[1]["input_tokens"]
     assert m == n  # the same chat either way
     assert s.post("/v1/responses/input_tokens", {"input": 3})[0] == 400
+
+
+def test_return_progress_on_the_batch_path(slot_server):
+    s = slot_server({"slots": 2, "step_tokens": 16})
+    _, text, _ = s.post("/completion", {"prompt": "y" * 70, "stream": True, "return_progress": True})
+    reports = _progress([d["prompt_progress"] for d in _data(text) if "prompt_progress" in d])
+    assert len(reports) >= 3 and reports[-1]["total"] == 70
