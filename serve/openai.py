@@ -182,6 +182,9 @@ def _tool_choice(choice, notes: list) -> str | dict:
 
 
 def parse_chat(body: dict) -> ChatRequest:
+    if _bool_field(body, "continue_final_message"):  # vLLM / llama.cpp: go on writing the last assistant turn
+        raise BadRequest("continue_final_message: not supported here; every reply starts a new assistant turn",
+                         param="continue_final_message")
     req = ChatRequest(messages=_messages(body.get("messages")), tools=_tools(body.get("tools")))
     req.tool_choice = _tool_choice(body.get("tool_choice", "auto"), req.notes)
     req.parallel_tool_calls = _bool_field(body, "parallel_tool_calls", True)

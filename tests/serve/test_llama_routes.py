@@ -182,3 +182,13 @@ def test_return_progress_on_the_batch_path(slot_server):
     _, text, _ = s.post("/completion", {"prompt": "y" * 70, "stream": True, "return_progress": True})
     reports = _progress([d["prompt_progress"] for d in _data(text) if "prompt_progress" in d])
     assert len(reports) >= 3 and reports[-1]["total"] == 70
+
+
+def test_continue_final_message_is_refused_not_ignored(server):
+    s = server()
+    body = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hel"}],
+            "continue_final_message": True}
+    for path in ("/v1/chat/completions", "/apply-template"):
+        status, err, _ = s.post(path, body)
+        assert status == 400 and "continue_final_message" in err["error"]["message"]
+    assert s.post("/apply-template", {**body, "continue_final_message": False})[0] == 200
