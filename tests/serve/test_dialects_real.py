@@ -6,17 +6,13 @@ import os
 
 import pytest
 
-from tests.conftest import ENGINE_EXE, model_path
 from tests.serve.conftest import real_server
+from tests.serve.test_anthropic_real import ENGINE, MODEL, WEATHER as CHAT_WEATHER
 
-ENGINE = os.environ.get("STRATA_TEST_ENGINE", ENGINE_EXE)
-MODEL = model_path()
 pytestmark = pytest.mark.skipif(not (os.access(ENGINE, os.X_OK) and MODEL),
                                 reason="needs build/strata-engine and the SmolLM2 model")
 CTX = 1024
-WEATHER = {"type": "function", "name": "get_weather", "description": "Get the current weather for a city",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city"}},
-                          "required": ["city"]}}
+WEATHER = {"type": "function", **CHAT_WEATHER}  # Responses' flat tool shape
 QUESTION = "What is the capital of France?"
 
 
