@@ -37,10 +37,10 @@ import time
 
 from serve.events import (BadRequest, ChatRequest, Done, Message, ToolCall, KIND_CONTENT, KIND_PING,
                           KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START)
-from serve.openai import _error_text, _int_field, _model_name, _text_of, _tool_choice, _tools, error_body
+from serve.openai import _error_text, _model_name, _text_of, _tool_choice, _tools, error_body
 from serve.reasoning import effort_from_openai, reasoning_fields
 from serve.replies import EventRun, JsonReply, StreamReply, collect
-from serve.sampling import check_request_sampling
+from serve.sampling import check_max_tokens, check_request_sampling
 from serve.toolcalls import arguments_text
 
 __all__ = ["responses", "input_tokens", "get_response", "parse_responses", "ResponseBuilder", "error_body"]
@@ -179,7 +179,7 @@ def parse_responses(body: dict) -> ChatRequest:
     if not isinstance(parallel, bool) and parallel is not None:
         raise BadRequest("parallel_tool_calls: true or false", param="parallel_tool_calls")
     req.parallel_tool_calls = parallel is not False
-    req.max_new = _int_field(body, "max_output_tokens")
+    req.max_new = check_max_tokens(body.get("max_output_tokens"), "max_output_tokens")
     stream = body.get("stream", False)
     if not isinstance(stream, bool) and stream is not None:
         raise BadRequest("stream: true or false", param="stream")
