@@ -257,6 +257,7 @@ def build(ns):
     # shared Chat settings (POST /settings) live beside the run config and come back at the next start
     from serve.config import load_shared_settings, shared_settings_path
     svc.settings_path = shared_settings_path(getattr(ns, "config", None))
+    svc.model_path = model  # the served GGUF file (the Ollama views give its size and date)
     saved, notices = load_shared_settings(svc.settings_path)
     for n in notices:
         print(f"strata: {n}", file=sys.stderr)

@@ -6,7 +6,7 @@ Role: `serve/openai.py` and `serve/anthropic.py` are translators. Each turns its
 HTTP, pipes or token ids.
 
 Public surface: `Message`, `ToolSpec`, `ChatRequest`, `CompletionRequest`, `Event`, `Done`,
-`BadRequest` (the one exception type the HTTP boundary turns into a 400 with a message that says what to
+`ProgressFeed` (prompt-progress reports from pings), `BadRequest` (the one exception type the HTTP boundary turns into a 400 with a message that says what to
 change, in the caller's API's error shape), and the event `KIND_*` names.
 """
 from __future__ import annotations
@@ -89,7 +89,7 @@ class ChatRequest:
     answer_room: bool = True
     reasoning_close_retry: bool = False
     model: str | None = None
-    api: str = "openai"                # "openai" | "anthropic": for logs and history only
+    api: str = "openai"                # "openai" | "anthropic" | "responses" | "ollama": logs, history, call ids
     extra: dict[str, Any] = field(default_factory=dict)  # strata_* extensions, passed through
     notes: list[str] = field(default_factory=list)       # what the translator let pass (kept in the history)
     grammar: str | None = None         # GBNF the reply must follow (serve/constrain.py): response_format, ...
@@ -109,9 +109,11 @@ class CompletionRequest:
     echo: bool = False
     model: str | None = None
     grammar: str | None = None         # GBNF the completion must follow (serve/constrain.py)
+    ids: list[int] | None = None       # the prompt as token ids (llama.cpp's routes); then `prompt` is their text
 
 
-KIND_PING = "ping"            # nothing to say yet (a long prompt is being read): send a keep-alive
+KIND_PING = "ping"            # nothing to say yet (a long prompt is being read): send a keep-alive;
+                              # `progress` then says how far the prompt read is, when the engine told
 KIND_CONTENT = "content"      # text: answer text
 KIND_REASONING = "reasoning"  # text: thinking text
 KIND_TOOL_START = "tool_start"  # index, call_id, name: a call's name is known
@@ -127,6 +129,8 @@ class Event:
     call_id: str = ""
     name: str = ""
     call: ToolCall | None = None
+    # a ping's prompt read: {total, cache, processed, time_ms} (llama-server's prompt_progress names), or None
+    progress: dict | None = None
 
 
 @dataclass
@@ -145,3 +149,24 @@ class Done:
     reasoning_tokens: int = 0
     stop_sequence: str | None = None
     timings: dict = field(default_factory=dict)  # llama.cpp names: prompt_n, prompt_ms, predicted_n, ...
+
+
+class ProgressFeed:
+    """Pings' `progress` -> the prompt_progress reports a stream shows (llama-server's rules): the first report
+    has `processed == cache` (the read starts where the reused prefix ends), then one per step forward; a
+    ping that says nothing new gives none."""
+
+    def __init__(self):
+        self.last: dict | None = None
+
+    def feed(self, progress: dict | None) -> list[dict]:
+        if not progress:
+            return []
+        out = []
+        if self.last is None:
+            out.append({**progress, "processed": progress["cache"], "time_ms": 0})
+        if progress["processed"] > (out or [self.last])[-1]["processed"]:
+            out.append(dict(progress))
+        if out:
+            self.last = out[-1]
+        return out

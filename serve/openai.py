@@ -26,7 +26,8 @@ import secrets
 import time
 
 from serve.constrain import openai_grammar, refuse_unsupported, strict_requested
-from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Message, ToolCall, ToolSpec,
+from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Message, ProgressFeed, ToolCall,
+                          ToolSpec,
                           KIND_CONTENT, KIND_PING, KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL,
                           KIND_TOOL_START)
 from serve.access import public_text
@@ -181,6 +182,9 @@ def _tool_choice(choice, notes: list) -> str | dict:
 
 
 def parse_chat(body: dict) -> ChatRequest:
+    if _bool_field(body, "continue_final_message"):  # vLLM / llama.cpp: go on writing the last assistant turn
+        raise BadRequest("continue_final_message: not supported here; every reply starts a new assistant turn",
+                         param="continue_final_message")
     req = ChatRequest(messages=_messages(body.get("messages")), tools=_tools(body.get("tools")))
     req.tool_choice = _tool_choice(body.get("tool_choice", "auto"), req.notes)
     req.parallel_tool_calls = _bool_field(body, "parallel_tool_calls", True)
@@ -242,7 +246,8 @@ def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     meta = {"id": "chatcmpl-" + secrets.token_hex(12), "created": int(time.time()),
             "model": _model_name(service, req)}
     if req.stream:
-        return StreamReply(_chat_stream(service, prep, ctx, meta, include_usage))
+        progress = ProgressFeed() if _bool_field(body, "return_progress") else None  # llama.cpp's extension
+        return StreamReply(_chat_stream(service, prep, ctx, meta, include_usage, progress))
     content, reasoning, calls, done = [], [], [], None
     with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
         for ev in events:
@@ -268,7 +273,7 @@ def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
                            "usage": _usage(done), "timings": done.timings})
 
 
-def _chat_stream(service, prep, ctx, meta, include_usage):
+def _chat_stream(service, prep, ctx, meta, include_usage, progress=None):
     def chunk(delta, finish=None, **extra):
         return _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": "strata",
                      "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra})
@@ -281,7 +286,11 @@ def _chat_stream(service, prep, ctx, meta, include_usage):
                 if isinstance(ev, Done):
                     done = ev
                 elif ev.kind == KIND_PING:
-                    yield KEEP_ALIVE
+                    reports = progress.feed(ev.progress) if progress is not None else []
+                    for p in reports:  # return_progress: llama-server's prompt_progress chunks
+                        yield _sse({**meta, "object": "chat.completion.chunk", "choices": [], "prompt_progress": p})
+                    if not reports:
+                        yield KEEP_ALIVE
                 elif ev.kind == KIND_CONTENT:
                     yield chunk({"content": ev.text})
                 elif ev.kind == KIND_REASONING:
@@ -343,7 +352,7 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     include_usage = _include_usage(body)
     prep = service.prepare(req)
     meta = {"id": "cmpl-" + secrets.token_hex(12), "created": int(time.time()),
-            "model": _model_name(service, req)}
+            "model": _model_name(service, req), "system_fingerprint": "strata"}
     if req.stream:
         return StreamReply(_completion_stream(service, prep, ctx, meta, include_usage, req))
     text, done = [prompt] if req.echo else [], None

@@ -6,12 +6,16 @@
 `JsonReply(status, body, headers)`: one JSON answer. `StreamReply(frames, content_type)`: `frames` is an
 iterator of already-framed text (SSE events, keep-alive comments); the server writes each as it comes, with
 the stream write timeout, and closes the iterator when the client is gone (which stops the engine).
+`EventRun(service, prep, ctx)`: a run's events to iterate, then its `done`; `collect(...)`: (events, Done).
 No HTTP or socket code lives here, so handlers can be tested without a server.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
+
+from serve.events import Done
 
 
 @dataclass
@@ -36,3 +40,27 @@ class StreamReply:
     frames: Iterator[str]
     content_type: str = "text/event-stream"
     status: int = 200
+
+
+class EventRun:
+    """A prepared request's run as a translator reads it: iterating yields its events (a stream closed
+    early stops the engine), and `done` is its `Done` once they are over (None if the run failed)."""
+
+    def __init__(self, service, prep, ctx):
+        self.service, self.prep, self.ctx = service, prep, ctx
+        self.done: Done | None = None
+
+    def __iter__(self):
+        with contextlib.closing(self.service.run(self.prep, self.ctx.cancelled)) as events:
+            for ev in events:
+                if isinstance(ev, Done):
+                    self.done = ev
+                else:
+                    yield ev
+
+
+def collect(service, prep, ctx) -> tuple[list, Any]:
+    """Runs a prepared request to its end for a non-streamed answer: (its events, its `Done`)."""
+    run = EventRun(service, prep, ctx)
+    events = list(run)
+    return events, run.done

@@ -34,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from serve import openai as openai_api
-from serve import access, http_guard, llama_views, prometheus, telemetry
+from serve import access, http_guard, llama_routes, llama_views, ollama, prometheus, responses, telemetry
 from serve.errors import ServiceError
 from serve.config import save_shared_settings
 from serve.events import BadRequest
@@ -143,6 +143,9 @@ class Handler(BaseHTTPRequestHandler):
 
     # ---------------------------------------------------------------- plumbing
     def _api(self, path):
+        for prefix, dialect in ERROR_DIALECTS:
+            if path.startswith(prefix):
+                return dialect
         return anthropic_api if path.startswith("/v1/messages") and anthropic_api is not None else openai_api
 
     def _send(self, status, body, content_type="application/json", headers=None):
@@ -230,6 +233,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         self._dispatch("POST")
 
+    def do_DELETE(self):
+        self._dispatch("DELETE")
+
     def _dispatch(self, method):
         parts = urlsplit(self.path)
         path = parts.path.rstrip("/") or "/"
@@ -237,7 +243,9 @@ class Handler(BaseHTTPRequestHandler):
         svc = self.server.service
         try:
             key_checked = self._check_access(method, path)
-            route = (GET_ROUTES if method in ("GET", "HEAD") else POST_ROUTES).get(path)
+            routes = GET_ROUTES if method in ("GET", "HEAD") else DELETE_ROUTES if method == "DELETE" else POST_ROUTES
+            route = routes.get(path) or next((r for (m, prefix), r in PREFIX_ROUTES.items()
+                                              if m == method and path.startswith(prefix)), None)
             if route is None:
                 if method == "GET" and (path in PAGES or path.startswith("/static/")):
                     return self._static(path)
@@ -249,6 +257,9 @@ class Handler(BaseHTTPRequestHandler):
             if method == "POST" and path in OWN_PAGE_ROUTES:
                 self._check_own_page()
             body = self._json_body() if method == "POST" else {}
+            if method == "DELETE":
+                http_guard.read_body(self.rfile, self.headers, self._reader,  # read, so the answer is not
+                                     self.server.limits.max_body_bytes)    # cut off by a reset
             ctx = RequestContext(cancelled=self._cancelled, shutting_down=self.server.stopping.is_set,
                                  headers=self.headers, path=path, query=query, trusted=access.trusted(
                                      self.server.opts.api_keys, key_checked, self.client_address[0]))
@@ -327,11 +338,6 @@ def _health(svc, body, ctx):
     return JsonReply(200, out)
 
 
-def _props(svc, body, ctx):
-    status, out = llama_views.props(svc, ctx.query)
-    return JsonReply(status, out)
-
-
 def _status(svc, body, ctx):
     """The service's state; a trusted client (access.trusted) also gets the engine's whole death note
     (its log's last lines, paths) and the engine log's path."""
@@ -344,7 +350,8 @@ def _status(svc, body, ctx):
                            "context": {"max_positions": e.max_context or e.known_ctx,
                                        "native": e.info.get("n_ctx_train")},
                            "concurrency": {"serving": llama_views.total_slots(e), "requested": svc.config.get("parallel", 1)},
-                           "dialects": ["/v1/chat/completions", "/v1/completions"] +
+                           "dialects": ["/v1/chat/completions", "/v1/completions", "/v1/responses", "/api/chat",
+                                        "/api/generate", "/completion", "/infill"] +
                            (["/v1/messages"] if anthropic_api is not None else []),
                            "activity": {"requests": svc.totals["requests"], "in_flight": int(
                                bool(svc.status.get("busy"))) + svc.queued},
@@ -363,29 +370,6 @@ def _metrics(svc, body, ctx):
 
 def _prometheus(svc, body, ctx):
     return (prometheus.CONTENT_TYPE, prometheus.render(svc))
-
-
-def _tokenize(svc, body, ctx):
-    content = body.get("content")
-    if not isinstance(content, str):
-        raise BadRequest("content: a string", param="content")
-    parse_special = body.get("parse_special", False)
-    if not isinstance(parse_special, bool):
-        raise BadRequest("parse_special: true or false", param="parse_special")
-    ids = svc.tok.encode(content, parse_special=parse_special)
-    if body.get("with_pieces"):
-        return JsonReply(200, {"tokens": [{"id": i, "piece": svc.tok.token_bytes(i).decode("utf-8", "replace")}
-                                          for i in ids]})
-    return JsonReply(200, {"tokens": ids})
-
-
-def _detokenize(svc, body, ctx):
-    ids = body.get("tokens")
-    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise BadRequest("tokens: a list of token ids", param="tokens")
-    if any(not 0 <= i < svc.tok.n_vocab for i in ids):
-        raise BadRequest(f"tokens: ids are 0..{svc.tok.n_vocab - 1}", param="tokens")
-    return JsonReply(200, {"content": svc.tok.decode(ids)})
 
 
 def _settings_get(svc, body, ctx):
@@ -417,10 +401,27 @@ GET_ROUTES = {"/health": _health, "/api/health": _health, "/v1/health": _health,
               "/v1/models": openai_api.models, "/models": openai_api.models,
               "/v1/status": _status, "/status": lambda s, b, c: JsonReply(200, s.status_view()),
               "/metrics": _metrics, "/metrics/prometheus": _prometheus, "/settings": _settings_get,
-              "/props": _props, "/slots": lambda s, b, c: JsonReply(200, llama_views.slots(s))}
+              "/props": llama_routes.props, "/slots": lambda s, b, c: JsonReply(200, llama_views.slots(s))}
 POST_ROUTES = {"/v1/chat/completions": openai_api.chat_completions, "/chat/completions": openai_api.chat_completions,
-               "/v1/completions": openai_api.completions, "/tokenize": _tokenize, "/detokenize": _detokenize,
-               "/settings": _settings_post}
+               "/v1/completions": openai_api.completions, "/settings": _settings_post}
+GET_ROUTES.update({"/api/version": ollama.version, "/api/tags": ollama.tags, "/api/ps": ollama.ps})
+POST_ROUTES.update({"/v1/responses": responses.responses, "/responses": responses.responses,
+                    "/api/chat": ollama.chat, "/api/generate": ollama.generate, "/api/show": ollama.show,
+                    "/api/pull": ollama.no_hub, "/api/push": ollama.no_hub, "/api/create": ollama.no_hub,
+                    "/api/copy": ollama.no_hub, "/api/embed": ollama.no_embeddings,
+                    "/api/embeddings": ollama.no_embeddings,
+                    "/completion": llama_routes.completion, "/completions": llama_routes.completion,
+                    "/infill": llama_routes.infill, "/apply-template": llama_routes.apply_template,
+                    "/v1/chat/completions/input_tokens": llama_routes.input_tokens,
+                    "/chat/completions/input_tokens": llama_routes.input_tokens,
+                    "/v1/responses/input_tokens": responses.input_tokens,
+                    "/responses/input_tokens": responses.input_tokens,
+                    "/tokenize": llama_routes.tokenize, "/detokenize": llama_routes.detokenize})
+DELETE_ROUTES = {"/api/delete": ollama.no_hub}
+PREFIX_ROUTES = {(m, "/v1/responses/"): responses.get_response for m in ("GET", "POST", "DELETE")}  # nothing stored
+# Error bodies in the dialect of the path (the rest: OpenAI's, or Anthropic's under /v1/messages)
+ERROR_DIALECTS = (("/api/", ollama), ("/completion", llama_routes), ("/infill", llama_routes),
+                  ("/apply-template", llama_routes), ("/tokenize", llama_routes), ("/detokenize", llama_routes))
 # Routes that change the server for every client: JSON only, and from this server's own page (or a client
 # that sends no Origin, such as curl), whatever the API key
 OWN_PAGE_ROUTES = {"/settings"}

@@ -113,6 +113,16 @@ def loop_need(period: int) -> int:
     return max(LOOP_SPAN_TOKENS - period, LOOP_REPEATS_MIN * period)
 
 
+def _progress(result: dict, total: int, t_read: float) -> dict | None:
+    """The prompt read so far, from the figures the engine path left in `result` (the solo path: RESUME's
+    reused count and each PP line's position), in llama-server's prompt_progress names; None before any."""
+    if "prompt_reached" not in result:
+        return None
+    cache = result.get("reused") or 0
+    return {"total": total, "cache": cache, "processed": max(cache, result["prompt_reached"]),
+            "time_ms": int((time.monotonic() - t_read) * 1000)}
+
+
 class _LoopGuard:
     """The repeat guard over a reply's shown tokens, across its passes: `limit` equal ids in a row (0 = off),
     or a cycle of 2..LOOP_PERIOD_MAX ids repeated (`loop_need`), ends the reply as `length`.
@@ -189,6 +199,7 @@ class Service:
         self._lock = threading.Lock()       # guards status, history, totals, last_timings, settings
         self.settings: dict = {}            # the shared Chat settings' defaults (POST /settings), checked
         self.settings_path: str | None = None  # where POST /settings saves them (bootstrap: beside the config)
+        self.model_path: str | None = None     # the served GGUF file, when there is one (bootstrap sets it)
         self.status: dict = {"busy": False}
         self.history: deque = deque(maxlen=HISTORY_KEEP)
         self.totals = {"since": time.time(), "requests": 0, "prompt_tokens": 0, "reused": 0,
@@ -289,16 +300,20 @@ class Service:
     def kill_engine(self) -> None:
         self.engine.kill_now()
 
-    def encode_chat(self, req: ChatRequest, store: bool = True) -> tuple[list[int], bool]:
-        effort = self.effort(req)
+    def render_chat(self, req: ChatRequest, effort: str | None = None):
+        """The chat's prompt text (`Rendered`) for the request's effort (else the settings' and config's)."""
+        effort = effort or self.effort(req)
         thinking = None if effort is None else effort != "none"
         if req.strict_tools and req.tools and req.tool_choice == "auto" and req.grammar is None:
             req.grammar = auto_tools_grammar(req.tools, getattr(self.template, "tool_format", "xml"),
                                              req.parallel_tool_calls)
         if req.grammar is not None:
             thinking = False  # the grammar starts at the reply's first token
-        rendered = self.template.render(req.messages, req.tools if req.tool_choice != "none" else [],
-                                        thinking=thinking)
+        return self.template.render(req.messages, req.tools if req.tool_choice != "none" else [],
+                                    thinking=thinking, effort=effort)
+
+    def encode_chat(self, req: ChatRequest, store: bool = True) -> tuple[list[int], bool]:
+        rendered = self.render_chat(req)
         ids = self.encoder.encode(rendered.text, plain=rendered.plain, store=store)
         # a forced call with thinking off follows its tool's schema (serve/constrain.py)
         req.constrained_call = None if rendered.thinking or req.tool_choice == "none" else forced_call(
@@ -328,12 +343,16 @@ class Service:
         if self.shutting_down.is_set():
             raise ServiceUnavailable("the server is shutting down")
         if isinstance(req, CompletionRequest):
-            if not isinstance(req.prompt, str) or not req.prompt:
+            if req.ids is None and (not isinstance(req.prompt, str) or not req.prompt):
                 raise BadRequest("prompt: a non-empty string", param="prompt")
-            ids, thinking, chat = self.tok.encode(req.prompt, parse_special=True), False, False
-            bos = self.tok.special_ids.get("bos")
-            if self.tok.add_bos and bos is not None and ids[:1] != [bos]:  # a model that wants <bos> (Gemma)
-                ids = [bos] + ids
+            if req.ids is not None:
+                ids = list(req.ids)
+            else:
+                ids = self.tok.encode(req.prompt, parse_special=True)
+                bos = self.tok.special_ids.get("bos")
+                if self.tok.add_bos and bos is not None and ids[:1] != [bos]:  # a model that wants <bos> (Gemma)
+                    ids = [bos] + ids
+            thinking, chat = False, False
         else:
             (ids, thinking), chat = self.encode_chat(req), True
         if not ids:
@@ -480,11 +499,14 @@ class Service:
         for the server to write `text` and go on, (None, None) when the engine ended the pass."""
         passes, parser, stop = run.passes, run.parser, run.stop
         run.pass_out = 0
-        gen = self.engine.generate(passes.prompt(), passes.room(), keys, run.is_cancelled, result)
+        prompt = passes.prompt()
+        gen = self.engine.generate(prompt, passes.room(), keys, run.is_cancelled, result)
+        t_read = time.monotonic()
         try:
             for tid in gen:
                 if tid is None:
-                    yield Event(KIND_PING)
+                    yield Event(KIND_PING, progress=_progress(result, len(prompt), t_read)
+                                if passes.passes == 1 else None)
                     continue
                 run.pass_out += 1
                 if run.first_at is None:

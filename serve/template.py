@@ -6,9 +6,9 @@ Role: turn normalised `Message`s (and tools) into the prompt text the model was 
 only to learn the family's facts: its default system prompt (SmolLM2 and Qwen2.5 add one when the chat has
 no system message) and whether it knows `<think>`.
 
-Public surface: `ChatTemplate.from_text(template_text)`, `ChatTemplate.render(messages, tools, thinking)`
--> `Rendered(text, plain, thinking)`, `template_family(template_text)`, `RENDERED_FAMILIES`. It knows no
-tokens, no HTTP and no engine.
+Public surface: `ChatTemplate.from_text(template_text)`, `ChatTemplate.render(messages, tools, thinking,
+effort=)` -> `Rendered(text, plain, thinking)`, `template_family(template_text)`, `RENDERED_FAMILIES`. It knows
+no tokens, no HTTP and no engine.
 """
 from __future__ import annotations
 
@@ -18,12 +18,23 @@ import re
 from serve.events import BadRequest, Message, ToolSpec
 from serve.prompt_text import PromptWriter as _Writer
 from serve.prompt_text import Rendered
-from serve.toolcalls import tool_signature, tools_intro, tools_outro
+from serve.toolcalls import arguments_object, tool_signature, tools_intro, tools_outro
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _DEFAULT_SYSTEM = re.compile(r"<\|im_start\|>system(?:\n|\\n)(.*?)<\|im_end\|>", re.S)
+
+# Reasoning effort on a template that knows <think> (thinking on): `medium` (and no effort) is the template's
+# own prompt; `low` and `high` add one short system turn right before the generation prompt, so a change of
+# effort keeps the cached history. `none` is the empty think block. The sentences follow the Qwen family's.
+EFFORT_SENTENCES = {
+    "low": "Reasoning effort is set to low. Keep your thinking brief and focused, moving directly to the "
+           "conclusion without unnecessary elaboration.",
+    "high": "Reasoning effort is set to high. Please think carefully through the task, validate key "
+            "assumptions, consider plausible alternatives, and prioritize correctness, consistency, and "
+            "clarity in the final answer.",
+}
 
 TOOLS_INTRO = ("# Tools\n\nYou have access to the following functions. To call one, answer with a call in "
                "exactly this format and nothing after it:\n\n<tool_call>\n<function=FUNCTION_NAME>\n"
@@ -51,14 +62,7 @@ def template_family(template: str | None) -> str:
 
 def _write_call(w: "_Writer", call, tool_format: str = "xml") -> None:
     """One tool call of the history in the template's form (XML or JSON); names and values are client text."""
-    args = call.arguments
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError:
-            args = {"arguments": args}
-    if not isinstance(args, dict):
-        args = {"arguments": args}
+    args = arguments_object(call.arguments)
     if tool_format == "json":
         w.raw("<tool_call>\n")
         w.user_text(json.dumps({"name": call.name, "arguments": args}, ensure_ascii=False))
@@ -101,7 +105,8 @@ class ChatTemplate:
                    tool_format="xml" if "<function=" in template else "json")
 
     def render(self, messages: list[Message], tools: list[ToolSpec] | None = None,
-               thinking: bool | None = None, add_generation_prompt: bool = True) -> Rendered:
+               thinking: bool | None = None, add_generation_prompt: bool = True,
+               effort: str | None = None) -> Rendered:
         if not messages:
             raise BadRequest("messages: at least one message is needed", param="messages")
         tools = tools or []
@@ -145,6 +150,9 @@ class ChatTemplate:
             i += 1
         opened = False
         if add_generation_prompt:
+            sentence = EFFORT_SENTENCES.get(effort) if self.knows_think and thinking else None
+            if sentence:
+                w.raw(f"{IM_START}system\n{sentence}{IM_END}\n")
             w.raw(f"{IM_START}assistant\n")
             if self.knows_think and thinking is not None:
                 if thinking:

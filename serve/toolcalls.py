@@ -49,6 +49,17 @@ def arguments_text(args: dict | str) -> str:
     return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
 
 
+def arguments_object(args: dict | str) -> dict:
+    """The arguments as an object: JSON text is parsed; text that is not a JSON object becomes
+    `{"arguments": text}` (the form the templates write back and Ollama's clients read)."""
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return {"arguments": args}
+    return args if isinstance(args, dict) else {"arguments": args}
+
+
 def _esc(text: str) -> str:
     """JSON string-body escape of a piece (escaping is per character, so pieces concatenate)."""
     return json.dumps(text, ensure_ascii=False)[1:-1]

@@ -100,17 +100,18 @@ def test_no_room_for_the_wrap_up_ends_as_length(thinking_server):
 def test_answer_room_closes_long_thinking_and_can_be_turned_off(thinking_server):
     cap = ANSWER_ROOM_MIN_CAP
     turns = [{"text": "thinking ", "repeat": 400}, {"text": "Answer."}, {"text": "thinking ", "repeat": 400}]
+    # medium: thinking on with the template's own prompt (high adds an effort sentence the context has no room for)
     s, gens = thinking_server(turns, config={"repeat_stop_tokens": 0}, ctx=cap + 200)
-    _, body, _ = s.post("/v1/chat/completions", chat(reasoning_effort="high", max_tokens=cap))
+    _, body, _ = s.post("/v1/chat/completions", chat(reasoning_effort="medium", max_tokens=cap))
     assert message(body)["content"] == "Answer."
     (_, prompt, _), (max2, second, _) = gens()
     thought = cap - answer_reserve(cap)
     assert len(second) == len(prompt) + thought + len(encode(s, WRAP_UP_TEXT)) and max2 >= answer_reserve(cap) - 80
     # "answer_room": false: one pass, thinking to the end
-    _, body, _ = s.post("/v1/chat/completions", chat(reasoning_effort="high", max_tokens=cap, answer_room=False))
+    _, body, _ = s.post("/v1/chat/completions", chat(reasoning_effort="medium", max_tokens=cap, answer_room=False))
     assert len(gens()) == 3 and message(body)["content"] is None and body["choices"][0]["finish_reason"] == "length"
     # below the cap: no implicit budget
-    _, body, _ = s.post("/v1/chat/completions", chat(reasoning_effort="high", max_tokens=cap - 1))
+    _, body, _ = s.post("/v1/chat/completions", chat(reasoning_effort="medium", max_tokens=cap - 1))
     assert len(gens()) == 4
 
 
