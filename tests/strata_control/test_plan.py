@@ -23,7 +23,7 @@ def small(tmp_path):
 def test_defaults_on_a_roomy_machine(small):
     p = make_plan(small, _machine())
     assert (p.threads, p.n_ctx, p.kv, p.lanes, p.replicas, p.kernels, p.device) == \
-        (4, 8192, "f16", 1, 1, "avx512-vnni", "cpu")
+        (4, 8192, "f16", 1, 1, "avx512_vnni", "cpu")
     assert kv_bytes_per_token(small, "f16") == 2 * 30 * 3 * 64 * 2
     assert p.memory["kv"] == 8192 * 23040 and p.engine_args() == ["--max-context", "8192", "--threads", "4",
                                                                    "--kv", "f16"]

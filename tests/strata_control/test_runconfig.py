@@ -26,7 +26,7 @@ def test_bom_tolerated_and_unknown_keys_reported_by_name(tmp_path):
     p.write_bytes(b"\xef\xbb\xbf" + json.dumps({"threads": 2, "colour": "blue", "idle_unload": 5,
                                                  "sampling": {"temperature": 0.2}}).encode())
     cfg, notices = rc.load(str(p))
-    assert cfg == {"threads": 2, "sampling": {"temperature": 0.2}}
+    assert cfg == {"threads": 2, "colour": "blue", "idle_unload": 5, "sampling": {"temperature": 0.2}}
     assert [n for n in notices if "'colour'" in n] and [n for n in notices if "'idle_unload'" in n]
     assert all(n.startswith("strata-m.json: unknown key") for n in notices)
 
@@ -67,3 +67,9 @@ def test_the_key_table_lists_every_key_once():
     table = rc.key_table().splitlines()
     assert len(table) == len(rc.KEYS) + 1
     assert all(any(line.startswith(k + " ") for line in table) for k in rc.KEYS)
+
+
+def test_the_readme_documents_every_key():
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md"), encoding="utf-8").read()
+    table = readme[readme.index("### Run config keys"):readme.index("### Model lifecycle")]
+    assert all(f"| `{k}` |" in table for k in rc.KEYS)
