@@ -94,12 +94,14 @@ def test_strata_chat_in_a_pseudo_terminal_with_the_real_model(tmp_path):
         t.send("What is the capital of France?\n")
         reply = t.read_until("\n> ")
         assert "Paris" in reply
-        t.send("/system You are a pirate.\n")
-        t.read_until("(system prompt set)")
         t.send("Count from 1 to 300, one number per line, \\\nwith no other text.\n")
-        t.read_until("4")                 # it is streaming
+        t.read_until("with no other text.")   # the terminal's echo of the two lines
+        t.read_until("1")                 # the reply is streaming
         t.send("\x03")                    # Ctrl+C: the reply stops, the chat goes on
         t.read_until("(stopped)")
+        t.read_until("> ")
+        t.send("/system You are a pirate.\n")
+        t.read_until("(system prompt set)")
         t.read_until("> ")
         t.send(f"/save {tmp_path / 'chat.json'}\n")
         t.read_until("(saved 5 messages")
