@@ -63,8 +63,12 @@ KEYS: dict[str, Key] = {
     "log": Key("str", "engine log file (default ~/.cache/strata/engine-PORT.log)"),
     "engine_silence_s": Key("number", "a request whose engine writes nothing this long is ended", 0, 86400,
                             editable=True),
-    "default_system_prompt": Key("str", "system prompt for chats without one (--system-prompt; \"model\" = the "
-                                 "template's own)"),
+    "system_prompt": Key("str", "system prompt for chats without one (--system-prompt; default \"model\" = the "
+                         "template's own, \"none\" = none)"),
+    "default_system_prompt": Key("str", "the older name of system_prompt"),
+    "chat_template": Key("str", "render prompts in this family whatever the model's template is (--chat-template; "
+                         "chatml)"),
+    "default_max_tokens": Key("int", "the reply cap of a request that names none (default 4096)", 1, 1 << 20),
     "sampling": Key("object", "default sampling: temperature, top_p, top_k, min_p, penalties, seed",
                     editable=True),
     "reasoning_effort": Key("str", "default effort: none, low, medium, high", editable=True),
