@@ -6,9 +6,11 @@ flags (`--model`, `--max-context`, `--threads`, `--batch`, then the config's `"a
 GGUF, or the byte tokenizer for the fake engine), the model name, and the security options. Flags win over
 the config, the config over defaults. Nothing here serves or spawns: `serve.server.run_server` does.
 
-Public surface: `build(ns) -> (Service, Options)`, `default_model_path()`, `packaged_model_path(name)` (`--model
-gemma`: the optional Gemma 3 270M package's assembled GGUF), `default_log_path(port)`, `private_dir(path)`,
-`private_file(path)`, `default_parallel()`, `chat_template(tok, ns, cfg, fake)`, `ENGINE_EXE`, `SetupError`.
+Public surface: `build(ns, cfg=None) -> (Service, Options)`, `load_config(ns)`, `check_flags(ns)`,
+`build_lifecycle(ns, cfg)`, `options(ns, cfg)`, `bind(opts)`, `launch_plan(model, want)`, `default_model_path()`,
+`packaged_model_path(name)` (`--model gemma`: the optional Gemma 3 270M package's assembled GGUF),
+`default_log_path(port)`, `private_dir(path)`, `private_file(path)`, `default_parallel()`,
+`chat_template(tok, ns, cfg, fake)`, `ENGINE_EXE`, `SetupError`.
 """
 from __future__ import annotations
 
@@ -76,6 +78,74 @@ def chat_template(tok, ns, cfg, fake: bool = False):
     if system != "model":
         template.default_system = None if system in ("none", "", None) else system
     return template
+
+CTX_FLAG_MAX = 1 << 20      # no GGUF model here trains on more than a million positions
+
+
+def launch_plan(model: str, want: dict):
+    """The launch plan for a model file on this machine; PlanRefused -> SetupError with the numbers."""
+    from strata_control.models import describe
+    from strata_control.plan import PlanRefused, machine_facts, make_plan
+    try:
+        plan = make_plan(describe(model), machine_facts(), want)
+    except PlanRefused as e:
+        raise SetupError(str(e)) from None
+    for n in plan.notices:
+        print(f"strata: {n}", file=sys.stderr)
+    return plan
+
+
+def build_lifecycle(ns, cfg: dict):
+    """The Lifecycle of `strata serve`: the model of the flags (built now, so its plan and tokenizer errors
+    stop the start) and every usable GGUF of the models folders (built on first use), each with its own run
+    config; lazy load and idle unload from the flags over the config."""
+    import argparse
+    from serve.lifecycle import Lifecycle, ModelEntry, loaded_line
+    from strata_control import models as models_mod, runconfig
+    svc, _ = build(ns, cfg)
+    main_model = getattr(ns, "model", None) or cfg.get("model") or default_model_path()
+    fake = getattr(ns, "tokenizer", None) == "bytes"
+    first = ModelEntry(svc.model_name, lambda: svc, aliases=list(cfg.get("aliases") or []),
+                       info={"n_ctx": 0, "config_path": getattr(ns, "config", None) or _config_home(svc),
+                             **({} if fake or not main_model else {"details": _details(models_mod.describe(main_model))})})
+    first.svc = svc
+    entries, taken = [first], set(first.aliases) | {first.name}
+    dirs = list(getattr(ns, "models_dir", None) or cfg.get("models_dirs") or
+                ([] if fake else [models_mod.DEFAULT_MODELS_DIR]))
+    seen = {os.path.realpath(main_model)} if main_model else set()
+    for m in models_mod.discover(models_dirs=dirs):
+        if not m.usable or os.path.realpath(m.path) in seen or m.id in taken:
+            continue
+        seen.add(os.path.realpath(m.path))
+        path = runconfig.find_run_config(m.path, m.id)
+        mcfg = {"model_name": m.id, **(load_config(argparse.Namespace(config=path)) if path else {})}
+        mns = argparse.Namespace(**{**vars(ns), "model": m.path, "config": path})
+        aliases = [a for a in mcfg.get("aliases") or [] if a not in taken]
+        entries.append(ModelEntry(mcfg["model_name"], _maker(mns, mcfg), aliases=aliases,
+                                  info={"n_ctx": m.n_ctx_train, "config_path": path or
+                                        runconfig.config_paths(None, m.id)[-1],
+                                        "details": _details(m)}))
+        taken |= {entries[-1].name, *aliases}
+    pick = lambda name, key: getattr(ns, name, None) if getattr(ns, name, None) is not None else cfg.get(key)
+    return Lifecycle(entries, lazy_load=bool(pick("lazy", "lazy_load")),
+                     idle_unload_s=float(pick("idle_unload", "idle_unload_s") or 0),
+                     lease_wait=bool(cfg.get("lease_wait")),
+                     on_loaded=lambda s: print(loaded_line(s), file=sys.stderr, flush=True))
+
+
+def _details(m) -> dict:
+    """What /v1/models shows of a model besides its name: from its GGUF metadata."""
+    return {"architecture": m.architecture, "quant": m.quant, "size_bytes": m.size_bytes,
+            "template": m.template}
+
+
+def _maker(ns, cfg):
+    return lambda: build(ns, cfg)[0]
+
+
+def _config_home(svc) -> str:
+    from strata_control import runconfig
+    return runconfig.config_paths(None, svc.model_name)[-1]
 
 
 def default_model_path() -> str | None:
@@ -147,14 +217,69 @@ def packaged_model_path(name: str) -> str | None:
         raise SetupError(f"--model {name}: cannot assemble the model file: {e}") from None
 
 
-def _config(ns) -> dict:
-    if not getattr(ns, "config", None):
+def _names(cfg, key) -> list[str]:
+    """A config list of names (`cors_origins`, `allowed_hosts`); one string is a list of one."""
+    value = cfg.get(key) or []
+    value = [value] if isinstance(value, str) else value
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise SetupError(f'config: "{key}" must be a list of non-empty strings, e.g. ["https://app.example"]')
+    return [v.strip() for v in value]
+
+
+def load_config(ns) -> dict:
+    """The run config: `--config FILE`, else the model's own `strata-<model>.json` (beside the model file or
+    in ~/.config/strata) when there is one. Notices (unknown keys by name, mended mistakes) are printed."""
+    from strata_control import runconfig
+    path = getattr(ns, "config", None)
+    model = getattr(ns, "model", None) or (None if getattr(ns, "tokenizer", None) == "bytes"
+                                            else default_model_path())
+    if not path and model:
+        from serve.config import default_model_name
+        path = runconfig.find_run_config(model, default_model_name(model))
+        if path:
+            print(f"strata: run config {path}", file=sys.stderr)
+    if not path:
         return {}
-    from serve.config import check_config, read_config
-    cfg, notices = check_config(read_config(ns.config))
+    cfg, notices = runconfig.load(path)
     for n in notices:
         print(f"strata: {n}", file=sys.stderr)
     return cfg
+
+
+def check_flags(ns) -> None:
+    """What is wrong whatever the model, said in one line before anything loads (SetupError; exit 2)."""
+    port, threads, ctx = getattr(ns, "port", None), getattr(ns, "threads", None), getattr(ns, "ctx", None)
+    replicas = getattr(ns, "replicas", None)
+    if port is not None and not 0 <= port <= 65535:
+        raise SetupError(f"--port {port}: ports are 0..65535 (0 = a free one)")
+    cores = os.cpu_count() or 1
+    if threads is not None and not 1 <= threads <= cores:
+        raise SetupError(f"--threads {threads}: this machine has {cores} CPUs; use 1..{cores}")
+    if ctx is not None and not 1 <= ctx <= CTX_FLAG_MAX:
+        raise SetupError(f"--ctx {ctx}: a context is 1..{CTX_FLAG_MAX} tokens (and at most the model's)")
+    if replicas is not None and replicas < 1:
+        raise SetupError(f"--replicas {replicas}: at least 1")
+
+
+def options(ns, cfg: dict) -> Options:
+    """The listening and security options from the flags over the run config."""
+    pick = lambda name, default=None: getattr(ns, name, None) if getattr(ns, name, None) is not None \
+        else cfg.get(name, default)
+    return Options(host=pick("host", "127.0.0.1"), port=int(pick("port", 8080)),
+                   api_keys=_keys(ns, cfg), cors_origins=_names(cfg, "cors_origins"),
+                   allowed_hosts=_names(cfg, "allowed_hosts"),
+                   parent_pid=getattr(ns, "parent_pid", None), quiet=bool(getattr(ns, "quiet", False)))
+
+
+def bind(opts: Options):
+    """Bind the listening socket before anything loads -> the server (not yet serving). A busy or
+    forbidden port is a SetupError in llama-server's words."""
+    from serve.server import make_server
+    try:
+        return make_server(None, opts)
+    except OSError as e:
+        raise SetupError(f"couldn't bind HTTP server socket {opts.host}:{opts.port}: "
+                         f"{e.strerror or e}") from None
 
 
 def _keys(ns, cfg) -> list[str]:
@@ -170,17 +295,34 @@ def _keys(ns, cfg) -> list[str]:
     return keys
 
 
-def _names(cfg, key) -> list[str]:
-    """A config list of names (`cors_origins`, `allowed_hosts`); one string is a list of one."""
-    value = cfg.get(key) or []
-    value = [value] if isinstance(value, str) else value
-    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-        raise SetupError(f'config: "{key}" must be a list of non-empty strings, e.g. ["https://app.example"]')
-    return [v.strip() for v in value]
+def _engine_args(model, fake: bool, cfg: dict, pick) -> tuple[list[str], int]:
+    """The engine's flags -> (args, lanes). A real model gets the launch plan's threads, context, KV type and
+    lanes; the fake test engine gets the flags as given (lanes clamped alike)."""
+    args = [] if model is None else ["--model", model]
+    ctx, threads, parallel = pick("ctx", "max_context"), pick("threads"), pick("parallel")
+    if parallel is None:
+        parallel = default_parallel()
+    if not fake:   # threads, context and KV type that fit this machine, lanes clamped (strata_control.plan)
+        plan = launch_plan(model, {"max_context": ctx, "threads": threads, "parallel": parallel,
+                                   "replicas": pick("replicas"), "kv": cfg.get("kv")})
+        args += plan.engine_args()
+        parallel = plan.lanes
+    else:
+        from strata_control.plan import clamp_lanes
+        parallel, notice = clamp_lanes(parallel)
+        if notice:
+            print(f"strata: {notice}", file=sys.stderr)
+        args += (["--max-context", str(int(ctx))] if ctx else []) + (["--threads", str(int(threads))] if threads
+                                                                     else [])
+        args += ["--batch", str(parallel)] if parallel >= 2 else []  # decode slots (serve/batch.py)
+    if cfg.get("chunk"):   # prompt tokens per evaluation (serve --calibrate measures it)
+        args += ["--chunk", str(int(cfg["chunk"]))]
+    return args + [str(a) for a in cfg.get("args") or []], parallel
 
 
-def build(ns):
-    cfg = _config(ns)
+def build(ns, cfg: dict | None = None):
+    """-> (Service, Options); `cfg` = `load_config(ns)` when the caller read it already."""
+    cfg = load_config(ns) if cfg is None else cfg
     pick = lambda name, key=None, default=None: (getattr(ns, name, None) if getattr(ns, name, None) is not None
                                                  else cfg.get(key or name, default))
     fake = getattr(ns, "tokenizer", None) == "bytes"
@@ -199,23 +341,8 @@ def build(ns):
     if not fake and argv == [ENGINE_EXE] and not os.access(ENGINE_EXE, os.X_OK):
         raise SetupError(f"the engine {ENGINE_EXE} is not built; run `./strata serve` (it builds it) or "
                          "`cmake -S . -B build -G Ninja && ninja -C build`")
-    args = []
-    if model is not None:
-        args += ["--model", model]
-    ctx, threads, parallel = pick("ctx", "max_context"), pick("threads"), pick("parallel")
-    if parallel is None:
-        parallel = default_parallel()
-    if ctx:
-        args += ["--max-context", str(int(ctx))]
-    if threads:
-        args += ["--threads", str(int(threads))]
-    if parallel is not None and not 1 <= int(parallel) <= 8:  # the engine's slot limit (PROTOCOL.md)
-        print(f"strata: --parallel {parallel}: lanes are 1..8; using {min(8, max(1, int(parallel)))}",
-              file=sys.stderr)
-        parallel = min(8, max(1, int(parallel)))
-    if parallel and int(parallel) >= 2:
-        args += ["--batch", str(int(parallel))]  # decode slots: requests run concurrently (serve/batch.py)
-    args += [str(a) for a in cfg.get("args") or []]
+    threads = pick("threads")
+    args, parallel = _engine_args(model, fake, cfg, pick)
     port = int(pick("port", default=8080))
     log = getattr(ns, "log", None) or cfg.get("log") or default_log_path(port)
     private_file(log)
@@ -226,7 +353,7 @@ def build(ns):
     n_replicas = int(pick("replicas", default=1) or 1)
     if n_replicas > 1:  # several engines, prefix-aware routing (serve/replicas.py); logs engine.log.r<i>
         from serve.replicas import ReplicaEngine
-        if not threads:  # the cores are shared out, so replicas do not oversubscribe them
+        if not threads and fake:  # the cores are shared out (the plan did it for a real model)
             args += ["--threads", str(max(1, (os.cpu_count() or 2) // n_replicas))]
         for i in range(n_replicas):
             private_file(f"{log}.r{i}")
@@ -267,8 +394,4 @@ def build(ns):
         except BadRequest as e:
             print(f"strata: shared settings {svc.settings_path}: {e.message}; starting without them",
                   file=sys.stderr)
-    opts = Options(host=pick("host", default="127.0.0.1"), port=port,
-                   api_keys=_keys(ns, cfg), cors_origins=_names(cfg, "cors_origins"),
-                   allowed_hosts=_names(cfg, "allowed_hosts"),
-                   parent_pid=getattr(ns, "parent_pid", None), quiet=bool(getattr(ns, "quiet", False)))
-    return svc, opts
+    return svc, options(ns, cfg)

@@ -4,7 +4,8 @@ Role: turn a file an operator wrote by hand into a dict the server can trust, or
 message that says where the mistake is and how to fix it. It knows no HTTP and starts nothing.
 
 Public surface: `ConfigError`, `read_config(path)`, `split_joined_args(args)`, `lift_reasoning_effort_arg(cfg)`,
-`check_config(cfg)`, `default_model_name(gguf_path_or_meta)`, `aliases(value)`, `ENGINE_VALUE_FLAGS`.
+`check_config(cfg)`, `default_model_name(gguf_path_or_meta)`, `aliases(value)`, `ENGINE_VALUE_FLAGS`,
+`write_private_json(path, value, keep_backup)`.
 """
 from __future__ import annotations
 
@@ -244,11 +245,20 @@ def load_shared_settings(path: str | None) -> tuple[Any, list[str]]:
 
 def save_shared_settings(path: str, defaults: dict) -> None:
     """Writes {"defaults": ...} atomically (a temporary file beside it, 0600, then rename)."""
+    write_private_json(path, {"defaults": defaults})
+
+
+def write_private_json(path: str, value, keep_backup: bool = False) -> None:
+    """Write `value` as JSON to `path` atomically (a temporary file beside it, 0600, then rename); with
+    `keep_backup` the file it replaces is kept as `path.bak`."""
     tmp = f"{path}.tmp{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"defaults": defaults}, f, indent=1)
+            json.dump(value, f, indent=1, ensure_ascii=False)
+            f.write("\n")
+        if keep_backup and os.path.exists(path):
+            os.replace(path, path + ".bak")
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -16,7 +16,7 @@ Calling convention (serve/anthropic.py mirrors it; the server routes by path and
   (`ctx.shutting_down()`), the stream ends with such a final error event too.
 - `count_tokens`-style handlers may use `service.count_tokens(req)`.
 
-Public surface: `chat_completions`, `completions`, `models`, `error_body`, `stream_error`, `parse_chat`.
+Public surface: `chat_completions`, `completions`, `models`, `model_entries`, `error_body`, `stream_error`, `parse_chat`.
 """
 from __future__ import annotations
 
@@ -398,11 +398,15 @@ def _completion_stream(service, prep, ctx, meta, include_usage, req):
     yield "data: [DONE]\n\n"
 
 
+def model_entries(name: str, aliases, loaded: bool, n_ctx: int, created: float, **extra) -> list[dict]:
+    """One `/v1/models` entry for a model and one per alias (`alias_of`); `extra` keys go on each."""
+    entry = {"id": name, "object": "model", "created": int(created), "owned_by": "strata",
+             "status": {"value": "loaded" if loaded else "unloaded"}, "meta": {"n_ctx": n_ctx},
+             "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]}, **extra}
+    return [entry] + [{**entry, "id": a, "alias_of": name} for a in aliases or []]
+
+
 def models(service, body, ctx) -> JsonReply:
-    ctx_n = service.engine.max_context or service.engine.known_ctx
-    entry = {"id": service.model_name, "object": "model", "created": int(service.started), "owned_by": "strata",
-             "status": {"value": "loaded" if service.engine.alive() else "unloaded"}, "meta": {"n_ctx": ctx_n},
-             "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]}}
-    data = [entry] + [{**entry, "id": a, "alias_of": service.model_name}
-                      for a in service.config.get("aliases") or []]
+    data = model_entries(service.model_name, service.config.get("aliases"), service.engine.alive(),
+                         service.engine.max_context or service.engine.known_ctx, service.started)
     return JsonReply(200, {"object": "list", "data": data})

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import hmac
 import io
 import json
 import os
@@ -34,11 +35,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from serve import openai as openai_api
-from serve import access, http_guard, llama_routes, llama_views, ollama, prometheus, responses, telemetry
+from serve import (access, http_guard, lifecycle_routes, llama_routes, llama_views, ollama, prometheus, responses,
+                   telemetry)
 from serve.errors import ServiceError
 from serve.config import save_shared_settings
 from serve.events import BadRequest
 from serve.http_guard import HttpError
+from serve.lifecycle import Lifecycle, LifecycleError
 from serve.replies import JsonReply, RequestContext, StreamReply
 
 try:
@@ -192,9 +195,22 @@ class Handler(BaseHTTPRequestHandler):
         access.check_host(self.headers, opts.host, opts.allowed_hosts, bool(opts.api_keys))
         if path in PUBLIC_PATHS or path in PAGES or path.startswith("/static/"):
             return False
-        key_checked = access.check_key(self.headers, opts.api_keys)
+        lease = path.startswith(lifecycle_routes.LEASE_PREFIX) and isinstance(self.server.service, Lifecycle)
+        if lease and self._lease_token_ok():   # the resource lease: the user-only token file's token
+            key_checked = False
+        elif lease and not opts.api_keys:
+            raise HttpError(401, "authentication_error", "a lease needs the API key or the token from the "
+                            "server's lease token file (strata ps --json shows where it is)")
+        else:
+            key_checked = access.check_key(self.headers, opts.api_keys)
         access.check_origin(self.headers, method, opts.cors_origins, bool(opts.api_keys))
         return key_checked
+
+    def _lease_token_ok(self) -> bool:
+        token = getattr(self.server.service, "lease_token", None)
+        auth = self.headers.get("Authorization") or ""
+        got = auth[7:].strip() if auth.lower().startswith("bearer ") else (self.headers.get("X-Api-Key") or "")
+        return bool(token) and hmac.compare_digest(got.encode("utf-8", "surrogateescape"), token.encode("utf-8"))
 
     def _check_own_page(self):
         ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
@@ -228,13 +244,53 @@ class Handler(BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_GET(self):
-        self._dispatch("GET")
+        try:
+            self._dispatch("GET")
+        finally:
+            self._leave_model()
 
     def do_POST(self):
-        self._dispatch("POST")
+        try:
+            self._dispatch("POST")
+        finally:
+            self._leave_model()
+
+    def _leave_model(self):
+        """The reply has ended: the model it ran on may be unloaded or switched now (serve/lifecycle.py)."""
+        ticket, self._ticket = getattr(self, "_ticket", None), None
+        if ticket is not None:
+            ticket.release()
+
+    def _route(self, route, path, method, body, ctx, svc):
+        """With a Lifecycle: its own routes get it; a model route runs on the model its body names (loaded on
+        demand, counted until the reply ends); every other route reads the loaded (or default) model's Service."""
+        if not isinstance(svc, Lifecycle):
+            if route in LIFECYCLE_ONLY:
+                raise HttpError(404, "not_found_error", f"{path}: this server has no model lifecycle")
+            return route(svc, body, ctx)
+        if route in LIFECYCLE_ONLY:
+            return route(svc, body, ctx)
+        override = lifecycle_routes.OVERRIDES.get(path)
+        reply = override(svc, body, ctx) if override is not None and method in ("GET", "HEAD") else None
+        if reply is not None:
+            return reply
+        if method == "POST" and path in lifecycle_routes.MODEL_ROUTES:
+            self._ticket = svc.enter(body.get("model") if isinstance(body.get("model"), str) else None)
+            reply = route(self._ticket.service, body, ctx)
+            # the model is free once the engine's work is done, before the client has the last bytes (so a
+            # client's next call, an unload say, never finds its own finished request still running)
+            if isinstance(reply, StreamReply):
+                reply.frames = _release_before_last(reply.frames, self._leave_model)
+            else:
+                self._leave_model()
+            return reply
+        return route(svc.view_service(), body, ctx)
 
     def do_DELETE(self):
-        self._dispatch("DELETE")
+        try:
+            self._dispatch("DELETE")
+        finally:
+            self._leave_model()
 
     def _dispatch(self, method):
         parts = urlsplit(self.path)
@@ -263,8 +319,8 @@ class Handler(BaseHTTPRequestHandler):
             ctx = RequestContext(cancelled=self._cancelled, shutting_down=self.server.stopping.is_set,
                                  headers=self.headers, path=path, query=query, trusted=access.trusted(
                                      self.server.opts.api_keys, key_checked, self.client_address[0]))
-            reply = route(svc, body, ctx)
-        except HttpError as e:
+            reply = self._route(route, path, method, body, ctx, svc)
+        except (HttpError, LifecycleError) as e:
             return self._error(path, e.status, e.err_type, e.message, e.param, e.code)
         except BadRequest as e:
             return self._error(path, e.status, "invalid_request_error", e.message, e.param, e.code)
@@ -326,6 +382,20 @@ class Handler(BaseHTTPRequestHandler):
             frames.close()  # stops the engine (STOP + drain) if the stream did not finish
             with srv.streams_lock:
                 srv.streams -= 1
+
+
+def _release_before_last(frames, release):
+    """`frames`, with `release()` called once the last frame is known (before it is written)."""
+    try:
+        prev = next(frames, None)
+        while prev is not None:
+            nxt = next(frames, None)
+            if nxt is None:
+                release()
+            yield prev
+            prev = nxt
+    finally:
+        frames.close()
 
 
 # ---------------------------------------------------------------- plain views
@@ -424,7 +494,10 @@ ERROR_DIALECTS = (("/api/", ollama), ("/completion", llama_routes), ("/infill", 
                   ("/apply-template", llama_routes), ("/tokenize", llama_routes), ("/detokenize", llama_routes))
 # Routes that change the server for every client: JSON only, and from this server's own page (or a client
 # that sends no Origin, such as curl), whatever the API key
-OWN_PAGE_ROUTES = {"/settings"}
+OWN_PAGE_ROUTES = {"/settings", "/config"}
+GET_ROUTES.update(lifecycle_routes.GET)    # load/unload, lease, /config: only with a Lifecycle (else 404)
+POST_ROUTES.update(lifecycle_routes.POST)
+LIFECYCLE_ONLY = frozenset([*lifecycle_routes.GET.values(), *lifecycle_routes.POST.values()])
 if anthropic_api is not None:
     POST_ROUTES["/v1/messages"] = _anthropic("messages")
     POST_ROUTES["/v1/messages/count_tokens"] = _anthropic("count_tokens")
@@ -443,9 +516,12 @@ def _health_ok(host, port, timeout_s=2.0) -> bool:
         return False
 
 
-def run_server(svc, opts: Options, start_engine=True) -> int:
-    """Serve until a signal or the parent's exit; returns the exit code."""
-    httpd = make_server(svc, opts)
+def run_server(svc, opts: Options, start_engine=True, httpd=None) -> int:
+    """Serve until a signal or the parent's exit; returns the exit code. `svc`: a Service, or a Lifecycle
+    (serve/lifecycle.py: it loads the default model unless lazy, and unloads idle ones). `httpd`: a server
+    bound already (bootstrap.bind: the port is taken before anything loads)."""
+    httpd = httpd or make_server(svc, opts)
+    httpd.service = svc
     host, port = httpd.server_address[:2]
     stop = threading.Event()
     server_thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2},

@@ -1,6 +1,7 @@
 """Machine figures for /metrics and /v1/status: CPU share and RAM, read through psutil when it is there.
 
-Public surface: `machine() -> dict` ({"cpu": percent, "ram_used": bytes, "ram_total": bytes, "gpu": None}).
+Public surface: `machine() -> dict` ({"cpu": percent, "ram_used": bytes, "ram_total": bytes, "gpu": None}),
+`process_rss() -> (server bytes, engines bytes)` (this process and its child processes).
 Values that cannot be read are None (never 0). Knows nothing of the server or the engine.
 """
 from __future__ import annotations
@@ -22,3 +23,21 @@ def machine() -> dict:
     except (OSError, psutil.Error):
         pass
     return out
+
+
+def process_rss() -> tuple[int | None, int | None]:
+    """(this process's RSS, the sum over its child processes: the engines) in bytes; None when unreadable."""
+    if psutil is None:
+        return None, None
+    try:
+        me = psutil.Process()
+        own = me.memory_info().rss
+    except (OSError, psutil.Error):
+        return None, None
+    engines = 0
+    for child in me.children(recursive=True):
+        try:
+            engines += child.memory_info().rss
+        except (OSError, psutil.Error):
+            pass
+    return own, engines

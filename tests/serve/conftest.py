@@ -44,6 +44,21 @@ class Running:
         return status, events, text
 
 
+def start_http(svc, started, **opts) -> Running:
+    """An in-process server over `svc` (a Service or a Lifecycle) on a free port, added to `started`."""
+    httpd = make_server(svc, Options(host="127.0.0.1", port=0, quiet=True, **opts))
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    run = Running(httpd, svc)
+    started.append(run)
+    return run
+
+
+def stop_http(run) -> None:
+    run.httpd.stopping.set()
+    run.httpd.shutdown()
+    run.httpd.server_close()
+
+
 @pytest.fixture
 def server(tmp_path):
     """server(script=None, **options) -> Running; everything is stopped after the test."""
@@ -54,17 +69,11 @@ def server(tmp_path):
                               log_path=str(tmp_path / "engine.log"), silence_s=silence_s)
         engine.start()
         svc = Service(engine, ByteTokenizer(), "fake-model", config=config or {})
-        httpd = make_server(svc, Options(host="127.0.0.1", port=0, quiet=True, **opts))
-        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        run = Running(httpd, svc)
-        started.append(run)
-        return run
+        return start_http(svc, started, **opts)
 
     yield start
     for run in started:
-        run.httpd.stopping.set()
-        run.httpd.shutdown()
-        run.httpd.server_close()
+        stop_http(run)
         run.svc.engine.close()
 
 

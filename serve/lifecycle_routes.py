@@ -1,0 +1,120 @@
+"""HTTP views over `serve/lifecycle.Lifecycle`: load/unload, every model's status, /health before a model is
+loaded, the resource lease, and GET/POST /config (a model's run config, editable keys only).
+
+Role: turn bodies into Lifecycle calls and Lifecycle answers into JSON; `serve/server.py` routes here and
+turns `LifecycleError` into its error answers. Every route takes `(lifecycle, body, ctx)`. `OVERRIDES` are
+routes the server already has for a single Service (`None` from one means "answer as the Service does").
+
+Public surface: `GET`, `POST` (path -> route, only with a Lifecycle), `OVERRIDES`, `MODEL_ROUTES`,
+`LEASE_PREFIX`.
+"""
+from __future__ import annotations
+
+import os
+
+from serve.config import ConfigError
+from serve.events import BadRequest
+from serve.lifecycle import LifecycleError
+from serve.openai import model_entries
+from serve.replies import JsonReply
+
+# POST routes that run a model: the request's `model` picks it (loaded on demand), counted while it runs
+MODEL_ROUTES = frozenset({"/v1/chat/completions", "/chat/completions", "/v1/completions", "/v1/messages",
+                          "/v1/responses", "/responses", "/api/chat", "/api/generate", "/completion",
+                          "/completions", "/infill"})  # every route whose body's `model` picks the model
+LEASE_PREFIX = "/v1/lease"
+
+
+def _model_field(body) -> str | None:
+    name = body.get("model")
+    if name is not None and not isinstance(name, str):
+        raise BadRequest("model: a string", param="model")
+    return name or None
+
+
+def health(lc, body, ctx):
+    """503 while a model loads or unloads; 200 with `loaded: false` while none is loaded (lazy load, idle
+    unload, unload, lease); else None (the loaded Service answers: 503 while its engine is down)."""
+    if lc.switching():
+        return JsonReply(503, {"status": "loading", "loaded": False, "model": lc.default.name, "service": "strata",
+                               "error": {"code": 503, "type": "unavailable_error", "message": "Loading model"}})
+    if lc.loaded():
+        return None
+    out = {"status": "ok", "loaded": False, "model": lc.default.name, "service": "strata"}
+    leases = lc.leases_view()["leases"]
+    if leases:
+        out["leased"] = leases
+    return JsonReply(200, out)
+
+
+def models(lc, body, ctx):
+    data = []
+    for entry, loaded in lc.models_view():
+        svc = entry.svc
+        n_ctx = (svc.engine.max_context or svc.engine.known_ctx) if svc is not None else entry.info.get("n_ctx", 0)
+        data += model_entries(entry.name, entry.aliases, loaded, n_ctx, svc.started if svc is not None else 0,
+                              **{k: v for k, v in entry.info.items() if k not in ("n_ctx", "config_path")})
+    return JsonReply(200, {"object": "list", "data": data})
+
+
+def load(lc, body, ctx):
+    return JsonReply(200, lc.load(_model_field(body)))
+
+
+def unload(lc, body, ctx):
+    return JsonReply(200, lc.unload(_model_field(body)))
+
+
+def lease(lc, body, ctx):
+    """{seconds, reason} grants a lease; {id, seconds} renews one."""
+    if "id" in body:
+        return JsonReply(200, lc.renew(body.get("id"), body.get("seconds")))
+    return JsonReply(200, lc.lease(body.get("seconds"), body.get("reason")))
+
+
+def lease_release(lc, body, ctx):
+    return JsonReply(200, lc.end_lease(body.get("id")))
+
+
+def leases(lc, body, ctx):
+    return JsonReply(200, lc.leases_view())
+
+
+def _config_entry(lc, name):
+    entry = lc.resolve(name)
+    path = entry.info.get("config_path")
+    if not path:
+        raise LifecycleError(404, "not_found_error", f"model {entry.name!r} has no run config file to edit; "
+                             "start with --config FILE", param="model")
+    return entry, path
+
+
+def config_get(lc, body, ctx):
+    from strata_control import runconfig
+    entry, path = _config_entry(lc, ctx.query.get("model"))
+    cfg = runconfig.read_config(path) if os.path.exists(path) else {}
+    return JsonReply(200, {"model": entry.name, "path": path, "editable": list(runconfig.EDITABLE),
+                           "config": {k: v for k, v in cfg.items() if k in runconfig.EDITABLE}})
+
+
+def config_post(lc, body, ctx):
+    """{"model"?, "changes": {key: value | null}}: every change checked first; the old file is kept as
+    `.bak`; used from the model's next load."""
+    from strata_control import runconfig
+    entry, path = _config_entry(lc, _model_field(body))
+    try:
+        current = runconfig.read_config(path) if os.path.exists(path) else {}
+        new = runconfig.edit(current, body.get("changes"))
+    except ConfigError as e:
+        raise BadRequest(str(e), param="changes") from None
+    runconfig.save_edit(path, new)
+    return JsonReply(200, {"model": entry.name, "path": path, "saved": True, "backup": path + ".bak",
+                           "config": {k: v for k, v in new.items() if k in runconfig.EDITABLE},
+                           "applies": "from the model's next load"})
+
+
+GET = {"/v1/lease": leases, "/config": config_get}
+POST = {"/v1/load": load, "/v1/unload": unload, "/v1/lease": lease, "/v1/lease/release": lease_release,
+        "/config": config_post}
+OVERRIDES = {"/health": health, "/api/health": health, "/v1/health": health, "/v1/models": models,
+             "/models": models}

@@ -1,0 +1,220 @@
+"""Launch plans: from the machine's facts and a model, how to run it, with one line of reason per decision.
+
+Role: decide threads, context (what fits: weights + KV cache at the chosen KV type), KV type, lanes (decode
+slots, clamped to 1..8 with one notice), replicas and the kernels, or refuse with the numbers when the model
+cannot fit. `make_plan` is pure: the machine comes in as a `Machine` (tests write their own); only
+`machine_facts()` looks at this computer.
+
+Memory model (the engine's, engine/kv_cache.h and engine/slots.cpp): each engine holds the weights (about the
+GGUF's size once repacked) plus one KV cache of n_ctx positions for its solo sequence and one per lane;
+K and V are each (n_layer, n_head_kv, n_ctx, head_dim) at 2 bytes (f16) or 34/32 bytes (q8_0) per value.
+
+Public surface: `Machine`, `machine_facts()`, `Plan`, `PlanRefused`, `make_plan(model, machine, want)`,
+`kv_bytes_per_token(model, kv)`, `clamp_lanes(asked)`, `LANES_MAX`, `CPU_CONTEXT_CAP`.
+"""
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass, field
+
+LANES_MAX = 8                  # the engine's slot limit (docs/PROTOCOL.md: --batch 1..8)
+CPU_CONTEXT_CAP = 8192         # the engine's default context cap on the CPU (engine/main.cpp)
+MIN_CONTEXT = 512              # a context smaller than this cannot hold a chat with its template; refuse
+CONTEXT_STEP = 256             # a context cut to fit is rounded down to this
+ENGINE_OVERHEAD_BYTES = 64 << 20   # per engine: code, thread stacks, scratch buffers, the tokenizer's tables
+RAM_USE_FRACTION = 0.9         # of the RAM free now: the rest stays for the system and the server itself
+KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32}   # bytes per cached value (a q8_0 block: 32 values + an f16 scale)
+MIB = 1 << 20
+
+
+class PlanRefused(ValueError):
+    """The model cannot run here as asked; the message gives the numbers."""
+
+
+@dataclass
+class Machine:
+    cores: int                          # logical CPUs
+    physical_cores: int
+    ram_bytes: int
+    free_ram_bytes: int
+    cpu_features: frozenset = frozenset()     # lower-case CPUID flags: "avx2", "avx512f", "avx512_vnni", ...
+    gpus: list = field(default_factory=list)  # [{"name", "memory_bytes", "present": bool}] as described
+    gpu_kernels: bool = False           # whether this build has GPU kernels (not in this wave)
+    os: str = ""
+
+
+def machine_facts() -> Machine:
+    """This computer, read from the OS (psutil when installed, else os/proc)."""
+    cores = os.cpu_count() or 1
+    physical, total, free = cores, 0, 0
+    try:
+        import psutil
+        physical = psutil.cpu_count(logical=False) or cores
+        vm = psutil.virtual_memory()
+        total, free = vm.total, vm.available
+    except ImportError:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.split()[1:]}
+        total, free = info.get("MemTotal", 0), info.get("MemAvailable", 0)
+    flags: set = set()
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    gpus = [{"name": name, "memory_bytes": 0, "present": True}
+            for name in sorted(os.listdir("/proc/driver/nvidia/gpus"))] \
+        if os.path.isdir("/proc/driver/nvidia/gpus") else []
+    return Machine(cores=cores, physical_cores=physical, ram_bytes=total, free_ram_bytes=free,
+                   cpu_features=frozenset(flags), gpus=gpus, os=f"{platform.system()} {platform.release()}")
+
+
+@dataclass
+class Plan:
+    model: str
+    threads: int
+    n_ctx: int
+    kv: str
+    lanes: int
+    replicas: int
+    kernels: str
+    device: str
+    memory: dict                        # bytes: weights, kv, overhead, total, budget
+    reasons: list = field(default_factory=list)    # one line per decision
+    notices: list = field(default_factory=list)    # values changed from what was asked
+
+    def engine_args(self) -> list[str]:
+        args = ["--max-context", str(self.n_ctx), "--threads", str(self.threads), "--kv", self.kv]
+        return args + (["--batch", str(self.lanes)] if self.lanes >= 2 else [])
+
+    def view(self) -> dict:
+        return {"model": self.model, "threads": self.threads, "context": self.n_ctx, "kv": self.kv,
+                "lanes": self.lanes, "replicas": self.replicas, "kernels": self.kernels, "device": self.device,
+                "memory_mib": {k: round(v / MIB) for k, v in self.memory.items()},
+                "reasons": list(self.reasons), "notices": list(self.notices)}
+
+    def render(self) -> str:
+        m = {k: round(v / MIB) for k, v in self.memory.items()}
+        head = (f"plan for {self.model}: threads {self.threads}, context {self.n_ctx}, kv {self.kv}, "
+                f"lanes {self.lanes}, replicas {self.replicas}, kernels {self.kernels}, {self.device}; "
+                f"RAM {m['total']} MiB of {m['budget']} MiB usable "
+                f"(weights {m['weights']}, KV {m['kv']}, overhead {m['overhead']})")
+        return "\n".join([head, *(f"  - {r}" for r in self.reasons), *(f"  ! {n}" for n in self.notices)])
+
+
+def kv_bytes_per_token(model, kv: str) -> float:
+    """K and V for one position of one sequence, all layers."""
+    return 2 * model.n_layer * model.n_head_kv * model.head_dim * KV_BYTES[kv]
+
+
+def _kernels(features) -> tuple[str, str]:
+    if "avx512_vnni" in features or "avx512vnni" in features:
+        return "avx512_vnni", "the CPU has AVX-512 VNNI: the row-group kernels with vpdpwssd"
+    if "avx2" in features:
+        return "avx2", "the CPU has AVX2 (no AVX-512 VNNI): the AVX2 kernels"
+    return "scalar", "the CPU has neither AVX2 nor AVX-512: the scalar kernels (slow)"
+
+
+def _device(machine: Machine) -> tuple[str, str]:
+    if not machine.gpus:
+        return "cpu", "no GPU described: the CPU"
+    names = ", ".join(str(g.get("name", "?")) for g in machine.gpus)
+    if not any(g.get("present", True) for g in machine.gpus):
+        return "cpu", f"GPU described ({names}) but not present: the CPU"
+    if not machine.gpu_kernels:
+        return "cpu", f"GPU present ({names}) but this build has no GPU kernels: the CPU"
+    return "gpu", f"GPU {names}"
+
+
+def clamp_lanes(asked) -> tuple[int, str | None]:
+    """--parallel N -> (lanes in 1..LANES_MAX, the one notice when it was clamped, else None); None -> 1."""
+    if asked is None:
+        return 1, None
+    lanes = min(LANES_MAX, max(1, int(asked)))
+    return lanes, (None if lanes == int(asked) else f"--parallel {asked}: lanes are 1..{LANES_MAX}; using {lanes}")
+
+
+def _lanes(asked, notices) -> tuple[int, str]:
+    lanes, notice = clamp_lanes(asked)
+    if asked is None:
+        return 1, "lanes 1: one request decodes at a time (--parallel N for more)"
+    if notice:
+        notices.append(notice)
+    return lanes, f"lanes {lanes}: " + ("clamped to the engine's range" if notice else "as asked")
+
+
+def _threads(asked, machine: Machine, replicas: int) -> tuple[int, str]:
+    share = max(1, machine.physical_cores // replicas)
+    if asked is None:
+        return share, (f"threads {share}: the physical cores" if replicas == 1 else
+                       f"threads {share}: {machine.physical_cores} physical cores shared by {replicas} replicas")
+    if not 1 <= int(asked) <= machine.cores:
+        raise PlanRefused(f"--threads {asked}: this machine has {machine.cores} CPUs; use 1..{machine.cores}")
+    return int(asked), f"threads {asked}: as asked"
+
+
+def make_plan(model, machine: Machine, want: dict | None = None) -> Plan:
+    """The launch plan for `model` (a strata_control.models.ModelInfo) on `machine`.
+
+    `want`: the merged run config and flags (`max_context`, `threads`, `parallel`, `replicas`, `kv`; None =
+    decide). Raises PlanRefused with the numbers when it cannot run or fit."""
+    want = want or {}
+    if not model.usable:
+        raise PlanRefused(f"{model.id}: {model.problem}")
+    notices: list[str] = []
+    replicas = int(want.get("replicas") or 1)
+    if replicas < 1:
+        raise PlanRefused(f"--replicas {replicas}: at least 1")
+    lanes, lanes_why = _lanes(want.get("parallel"), notices)
+    threads, threads_why = _threads(want.get("threads"), machine, replicas)
+    kernels, kernels_why = _kernels(machine.cpu_features)
+    device, device_why = _device(machine)
+    reasons = [device_why, kernels_why, threads_why, lanes_why]
+    n_ctx, kv, ctx_why, memory = _fit(model, machine, want, lanes, replicas)
+    reasons += ctx_why
+    if replicas > 1:
+        reasons.append(f"replicas {replicas}: as asked; each holds its own weights and KV cache")
+    return Plan(model=model.id, threads=threads, n_ctx=n_ctx, kv=kv, lanes=lanes, replicas=replicas,
+                kernels=kernels, device=device, memory=memory, reasons=reasons, notices=notices)
+
+
+def _fit(model, machine: Machine, want: dict, lanes: int, replicas: int):
+    """-> (n_ctx, kv, reasons, memory): the largest context up to the asked/default one that fits, f16 KV
+    first, q8_0 when f16 does not fit (and the head size allows it)."""
+    train = model.n_ctx_train or CPU_CONTEXT_CAP
+    asked_ctx, asked_kv = want.get("max_context"), want.get("kv")
+    if asked_ctx is not None and not MIN_CONTEXT <= int(asked_ctx) <= train:
+        raise PlanRefused(f"--ctx {asked_ctx}: {model.id} takes {MIN_CONTEXT}..{train} tokens "
+                          f"(its training context is {train})")
+    target = int(asked_ctx) if asked_ctx is not None else min(train, CPU_CONTEXT_CAP)
+    sequences = 1 + (lanes if lanes >= 2 else 0)   # the solo sequence and one per lane
+    budget = int(machine.free_ram_bytes * RAM_USE_FRACTION)
+    fixed = replicas * (model.size_bytes + ENGINE_OVERHEAD_BYTES)
+    kinds = [asked_kv] if asked_kv else ["f16"] + (["q8_0"] if model.head_dim % 32 == 0 else [])
+    per_token = {k: kv_bytes_per_token(model, k) * sequences * replicas for k in kinds}
+    memory = lambda kv, n: {"weights": replicas * model.size_bytes, "kv": int(per_token[kv] * n),
+                            "overhead": replicas * ENGINE_OVERHEAD_BYTES,
+                            "total": fixed + int(per_token[kv] * n), "budget": budget}
+    why_seq = f"{sequences} sequence{'s' if sequences > 1 else ''} x {replicas} engine{'s' if replicas > 1 else ''}"
+    for kv in kinds:
+        if fixed + per_token[kv] * target <= budget:
+            src = "as asked" if asked_ctx is not None else f"the model's {train}, at most {CPU_CONTEXT_CAP}"
+            kv_why = f"kv {kv}: " + ("as asked" if asked_kv else "f16 fits" if kv == "f16" else
+                                     "f16 does not fit at this context, q8_0 does (about half the bytes)")
+            return target, kv, [f"context {target}: {src}; fits ({why_seq})", kv_why], memory(kv, target)
+    if asked_ctx is None:   # cut the default context to what fits, smallest KV type
+        kv = kinds[-1]
+        n = int((budget - fixed) / per_token[kv]) // CONTEXT_STEP * CONTEXT_STEP if budget > fixed else 0
+        if n >= MIN_CONTEXT:
+            return n, kv, [f"context {n}: cut from {target} to fit {budget // MIB} MiB usable ({why_seq})",
+                           f"kv {kv}: the smallest cache type"], memory(kv, n)
+    kv = kinds[-1]
+    need = memory(kv, asked_ctx or MIN_CONTEXT)
+    raise PlanRefused(f"{model.id} does not fit: needs {need['total'] // MIB} MiB (weights "
+                      f"{need['weights'] // MIB}, KV {need['kv'] // MIB} at {asked_ctx or MIN_CONTEXT} tokens, "
+                      f"{kv}, {why_seq}, overhead {need['overhead'] // MIB}) but {budget // MIB} MiB are usable "
+                      f"({machine.free_ram_bytes // MIB} MiB free now)")

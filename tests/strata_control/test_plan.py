@@ -1,0 +1,90 @@
+"""strata_control.plan: every decision over machine descriptions written here (no real machine involved)."""
+import pytest
+
+from strata_control.models import describe
+from strata_control.plan import MIB, Machine, PlanRefused, kv_bytes_per_token, make_plan
+from tests.strata_control.ggufs import write_model
+
+GIB = 1 << 30
+
+
+def _machine(**kw):
+    base = dict(cores=8, physical_cores=4, ram_bytes=16 * GIB, free_ram_bytes=12 * GIB,
+                cpu_features=frozenset({"avx2", "avx512f", "avx512_vnni"}))
+    return Machine(**{**base, **kw})
+
+
+@pytest.fixture
+def small(tmp_path):
+    """SmolLM2-135M's shape: 30 layers, 3 KV heads of 64: 23,040 bytes of f16 KV per token."""
+    return describe(str(write_model(tmp_path / "small.gguf", pad_bytes=90 * MIB)))
+
+
+def test_defaults_on_a_roomy_machine(small):
+    p = make_plan(small, _machine())
+    assert (p.threads, p.n_ctx, p.kv, p.lanes, p.replicas, p.kernels, p.device) == \
+        (4, 8192, "f16", 1, 1, "avx512_vnni", "cpu")
+    assert kv_bytes_per_token(small, "f16") == 2 * 30 * 3 * 64 * 2
+    assert p.memory["kv"] == 8192 * 23040 and p.engine_args() == ["--max-context", "8192", "--threads", "4",
+                                                                   "--kv", "f16"]
+    assert len(p.reasons) >= 5 and all("\n" not in r for r in p.reasons) and p.notices == []
+    assert "plan for small" in p.render()
+
+
+def test_odd_lane_counts_are_clamped_with_one_notice(small):
+    for asked, lanes in ((0, 1), (-3, 1), (9, 8), (64, 8)):
+        p = make_plan(small, _machine(), {"parallel": asked})
+        assert p.lanes == lanes and len(p.notices) == 1 and f"--parallel {asked}" in p.notices[0]
+    p = make_plan(small, _machine(), {"parallel": 3})
+    assert p.lanes == 3 and p.notices == [] and p.engine_args()[-2:] == ["--batch", "3"]
+    assert p.memory["kv"] == 4 * 8192 * 23040  # the solo sequence and three lanes
+
+
+def test_small_ram_picks_q8_0_then_cuts_the_context(small):
+    # f16 at 8192 x 9 sequences = 1620 MiB of KV; q8_0 = 861 MiB
+    need_f16 = 90 * MIB + 64 * MIB + 9 * 8192 * 23040
+    p = make_plan(small, _machine(free_ram_bytes=int(need_f16 / 0.9) - MIB), {"parallel": 8})
+    assert (p.kv, p.n_ctx) == ("q8_0", 8192) and "f16 does not fit" in p.reasons[-1]
+    p = make_plan(small, _machine(free_ram_bytes=600 * MIB), {"parallel": 8})
+    assert p.kv == "q8_0" and 512 <= p.n_ctx < 8192 and p.n_ctx % 256 == 0
+    assert p.memory["total"] <= p.memory["budget"] and "cut from 8192" in p.reasons[4]
+
+
+def test_a_model_that_does_not_fit_is_refused_with_the_numbers(small):
+    with pytest.raises(PlanRefused) as e:
+        make_plan(small, _machine(free_ram_bytes=120 * MIB))
+    assert "needs" in str(e.value) and "108 MiB are usable" in str(e.value) and "weights 90" in str(e.value)
+    with pytest.raises(PlanRefused, match="needs .* MiB"):   # an asked context is never cut
+        make_plan(small, _machine(free_ram_bytes=400 * MIB), {"max_context": 8192, "kv": "f16", "parallel": 8})
+
+
+def test_threads_and_context_out_of_range_are_refused(small):
+    with pytest.raises(PlanRefused, match="this machine has 8 CPUs"):
+        make_plan(small, _machine(), {"threads": 9})
+    with pytest.raises(PlanRefused, match="--threads 0"):
+        make_plan(small, _machine(), {"threads": 0})
+    with pytest.raises(PlanRefused, match="512..8192"):
+        make_plan(small, _machine(), {"max_context": 100000})
+    assert make_plan(small, _machine(), {"threads": 8, "max_context": 2048}).n_ctx == 2048
+
+
+def test_many_cores_and_replicas_share_the_physical_cores(small):
+    p = make_plan(small, _machine(cores=128, physical_cores=64), {"replicas": 4})
+    assert p.threads == 16 and p.replicas == 4 and p.memory["weights"] == 4 * small.size_bytes
+    assert any("64 physical cores shared by 4 replicas" in r for r in p.reasons)
+
+
+def test_a_gpu_described_but_absent_or_without_kernels_means_the_cpu(small):
+    p = make_plan(small, _machine(gpus=[{"name": "H100", "memory_bytes": 80 * GIB, "present": False}]))
+    assert p.device == "cpu" and "described (H100) but not present" in p.reasons[0]
+    p = make_plan(small, _machine(gpus=[{"name": "H100", "present": True}]))
+    assert p.device == "cpu" and "no GPU kernels" in p.reasons[0]
+    p = make_plan(small, _machine(cpu_features=frozenset({"avx2"})))
+    assert p.kernels == "avx2"
+    assert make_plan(small, _machine(cpu_features=frozenset())).kernels == "scalar"
+
+
+def test_an_unsupported_model_is_refused_with_its_reason(tmp_path):
+    m = describe(str(write_model(tmp_path / "g.gguf", arch="gemma2")))
+    with pytest.raises(PlanRefused, match="architecture 'gemma2'"):
+        make_plan(m, _machine())
