@@ -143,6 +143,13 @@ def note_rejected(svc, method: str, path: str, status: int, message: str) -> Non
         live.reject(method, path, status, message)
 
 
+def _summary(handler) -> str:
+    """A handler's docstring's first paragraph, whitespace folded, at most 200 characters."""
+    doc = (getattr(handler, "__doc__", None) or "").strip().split("\n\n")[0]
+    text = " ".join(doc.split())
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
 def routes_view(get_routes: dict, post_routes: dict, pages: dict) -> list[dict]:
     """Every route the server answers: {method, path, dialect, what}, read from its route tables."""
     out = []
@@ -155,9 +162,7 @@ def routes_view(get_routes: dict, post_routes: dict, pages: dict) -> list[dict]:
                                "llama.cpp" if path in LLAMA_PATHS else "Strata")
             if path == "/metrics":
                 dialect = "Strata JSON / vLLM Prometheus"
-            doc = (getattr(handler, "__doc__", None) or "").strip().splitlines()
-            out.append({"method": method, "path": path, "dialect": dialect,
-                        "what": doc[0] if doc and not doc[0].startswith("(") else ""})
+            out.append({"method": method, "path": path, "dialect": dialect, "what": _summary(handler)})
     for path in sorted(pages):
         out.append({"method": "GET", "path": path, "dialect": "web app", "what": "page: " + pages[path]})
     return out

@@ -39,6 +39,7 @@ function newChat() {
 
 function openChat(id) {
   state.chat = state.store.chats[id];
+  document.body.classList.remove("list-open");
   localStorage.setItem(CURRENT_KEY, id);
   saveStore();
   renderList();
@@ -115,10 +116,10 @@ function actionButton(label, act, title) {
   return b;
 }
 
-function messageView(m, i) {
+function messageView(m, i, live = false) {
   const div = el("div", `msg ${m.role}${m.failed ? " failed" : ""}`);
   div.dataset.i = i;
-  fillMessage(div, m, false);
+  fillMessage(div, m, live);
   return div;
 }
 
@@ -151,6 +152,7 @@ function fillMessage(div, m, live) {
     if (live && !m.content && !m.reasoning && !(m.toolCalls || []).length) div.appendChild(el("span", "cursor", "▍"));
   }
   if (m.error) div.appendChild(el("div", "error", m.error));
+  if (m.failed && m.role === "user") div.appendChild(el("div", "note", "this turn failed: it is left out of what later questions send"));
   if (m.stopped) div.appendChild(el("div", "note", "stopped"));
   if (m.figures) div.appendChild(el("div", "figures", m.figures));
   if (!live) {
@@ -243,7 +245,7 @@ async function ask() {
   chat.messages.push(m);
   const i = chat.messages.length - 1;
   const log = document.getElementById("log");
-  const div = messageView(m, i);
+  const div = messageView(m, i, true);
   log.appendChild(div);
   document.getElementById("empty").hidden = true;
   state.stick = true;

@@ -5,6 +5,7 @@
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 const CHART_W = 300, CHART_H = 90;   // the SVG's own units; it stretches to the card's width
+const WINDOW_MIN = 60;               // a chart spans at least this many samples (a minute), newest at the right
 
 // [id, title, [[series, legend]], unit formatter, fixed maximum or null]
 const CHARTS = [
@@ -52,7 +53,8 @@ function linePaths(values, n, top) {
   let cur = [];
   values.forEach((v, i) => {
     if (v === null || v === undefined) { if (cur.length) paths.push(cur); cur = []; return; }
-    const x = n > 1 ? (i / (n - 1)) * CHART_W : CHART_W;
+    const span = Math.max(WINDOW_MIN, n) - 1;
+    const x = CHART_W - ((n - 1 - i) / span) * CHART_W;
     const y = CHART_H - 4 - (Math.max(0, v) / top) * (CHART_H - 8);
     cur.push(`${x.toFixed(1)},${y.toFixed(1)}`);
   });
