@@ -30,11 +30,11 @@ function renderInline(escaped) {
   const hold = html => { held.push(html); return `\u0000${held.length - 1}\u0000`; };
   let s = escaped.replace(/(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)/g, (m, ticks, body) =>
     hold(`<code>${body.trim() === "" ? body : body.replace(/^ (.*) $/, "$1")}</code>`));
-  s = s.replace(/\[([^\]\n]+)\]\(([^)\s]+)\)/g, (m, label, url) => {
+  s = s.replace(/\[([^\]\n]+)\]\(([^)\s\u0000]+)\)/g, (m, label, url) => {
     const href = safeHref(url);
     return href ? hold(`<a href="${href}" target="_blank" rel="noopener noreferrer">${label}</a>`) : m;
   });
-  s = s.replace(/(^|[\s(])(https?:\/\/[^\s<]+[^\s<.,;:!?)'"&])/g,
+  s = s.replace(/(^|[\s(])(https?:\/\/[^\s<\u0000]+[^\s<.,;:!?)'"&\u0000])/g,
     (m, pre, url) => pre + hold(`<a href="${url}" target="_blank" rel="noopener noreferrer">${url}</a>`));
   s = s.replace(/\*\*(?=\S)([\s\S]*?\S)\*\*/g, "<strong>$1</strong>")
     .replace(/(^|[^\w])__(?=\S)([\s\S]*?\S)__(?!\w)/g, "$1<strong>$2</strong>")

@@ -233,6 +233,9 @@ MODEL = model_path()
 @pytest.mark.skipif(not (os.access(ENGINE, os.X_OK) and MODEL), reason="needs the built engine and the model")
 def test_real_model_answers_in_the_page(page, tmp_path):
     with real_server(ENGINE, MODEL, tmp_path, 1024) as s:
+        assert s.post("/settings", {"defaults": {"temperature": 0}},
+                      headers={"Content-Type": "application/json"})[0] == 200   # greedy: one answer
+        page.set_default_timeout(4 * WAIT_MS)   # the real model on a shared 2-core machine
         page.goto(f"http://127.0.0.1:{s.port}/")
         ask(page, "What is the capital of France?")
         answers_done(page, 1)
