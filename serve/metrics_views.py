@@ -218,7 +218,7 @@ def about_view(svc, routes: list[dict]) -> dict:
     engine["loaded"] = svc.engine.alive()
     vm_total = telemetry.machine().get("ram_total")
     machine = {"os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
-               "cpu": platform.processor() or platform.machine(), "cores_logical": os.cpu_count(),
+               "cpu": telemetry.cpu_model(), "cores_logical": os.cpu_count(),
                "ram_total": vm_total, "gpus": [g.get("name") for g in
                                                (ensure_sampler(svc).latest().get("gpus") or [])]}
     return {"model": model_card(svc), "engine": engine, "machine": machine, "routes": routes,

@@ -20,6 +20,7 @@ Readers (each returns plain dicts; a value that cannot be read is None, never 0)
 
 Public surface: `machine() -> dict` (the figures now), `Sampler(probe=None)` (`.start()`, `.stop()`,
 `.latest()`, `.history()`), `NvmlReader(path=None)`, `amd_gpus(root)`, `parse_ioreg(text)`, `apple_gpus()`,
+`gpu_summary(gpus)`, `cpu_model()`, `owned_probe(owner, make_figures)`,
 `SAMPLE_S`, `HISTORY_SAMPLES`.
 """
 from __future__ import annotations
@@ -236,6 +237,30 @@ class _suppress:
                                                                    issubclass(kind, psutil.Error)))
 
 
+def gpu_summary(gpus: list[dict]) -> dict:
+    """The machine's GPUs as one: mean utilisation, memory summed, the hottest temperature, power summed
+    (each None when no GPU reports it)."""
+    def known(key):
+        return [g[key] for g in gpus if g.get(key) is not None]
+    util, used, total, temp, power = (known(k) for k in ("util", "mem_used", "mem_total", "temp", "power"))
+    return {"gpu_util": sum(util) / len(util) if util else None, "gpu_mem_used": sum(used) if used else None,
+            "gpu_mem_total": sum(total) if total else None, "gpu_temp": max(temp) if temp else None,
+            "gpu_power": sum(power) if power else None}
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name (Linux /proc/cpuinfo), else what the platform says."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine() or None
+
+
 # ------------------------------------------------------------------------------------------------ sampler
 class Sampler:
     """A daemon thread that samples the machine (and `probe()`, a dict of extra figures, when given) every
@@ -266,10 +291,11 @@ class Sampler:
         gpus = self.gpus()
         figures["gpus"] = gpus
         flat = {k: v for k, v in figures.items() if k != "gpus"}
-        for g in gpus:
-            i = g["index"] if len(gpus) == 1 else f"{g['vendor']}{g['index']}"
-            for key in ("util", "mem_used", "temp", "power"):
-                flat[f"gpu_{key}" if len(gpus) == 1 else f"gpu{i}_{key}"] = g[key]
+        flat.update(gpu_summary(gpus))
+        if len(gpus) > 1:  # each GPU also on its own: gpu<vendor><index>_<figure>
+            for g in gpus:
+                for key in ("util", "mem_used", "temp", "power"):
+                    flat[f"gpu{g['vendor']}{g['index']}_{key}"] = g[key]
         flat.update(extra)
         with self._lock:
             keep = self.times.maxlen

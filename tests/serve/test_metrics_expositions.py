@@ -10,6 +10,7 @@ import pytest
 from serve import metrics_views, server as server_mod
 from tests.serve.conftest import chat
 from tests.serve.test_batch_http import slot_server  # noqa: F401  (fixture)
+from tests.serve.test_telemetry import nvml_stub  # noqa: F401  (fixture)
 
 parser = pytest.importorskip("prometheus_client.parser", reason="prometheus-client (requirements-test.txt) "
                              "is the independent parser every exposition must satisfy")
@@ -128,6 +129,36 @@ def test_requests_processing_counts_every_lane(slot_server):  # noqa: F811
     fams = families(_get_text(s, "/metrics/prometheus"))
     assert sample(fams, "llamacpp:requests_processing") == 0
     assert sample(fams, "llamacpp:n_busy_slots_per_decode") > 1.0  # steps were shared by several slots
+
+
+def test_solo_engine_one_processing_one_deferred(server):
+    s = server({"turns": [{"text": "slow", "repeat": 100, "token_delay_s": 0.01}]})
+    threads = [threading.Thread(target=lambda: s.post("/v1/chat/completions", chat("hi"), timeout=60))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    seen = set()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (1, 1) not in seen:
+        fams = families(_get_text(s, "/metrics/prometheus"))
+        seen.add((sample(fams, "llamacpp:requests_processing"), sample(fams, "llamacpp:requests_deferred")))
+        time.sleep(0.02)
+    for t in threads:
+        t.join(60)
+    assert (1, 1) in seen and all(p <= 1 for p, _ in seen)
+
+
+def test_a_gpu_reaches_metrics_json_and_text(server, nvml_stub, monkeypatch):
+    monkeypatch.setenv("STRATA_NVML_LIB", nvml_stub)
+    s = server()
+    metrics_views.ensure_sampler(s.svc)
+    status, m, _ = s.request("GET", "/metrics")
+    assert [g["name"] for g in m["hardware"]["gpus"]] == ["Stub GPU A", "Stub GPU B"]
+    assert m["history"]["series"]["gpu_util"][-1] == 41.5
+    fams = families(_get_text(s, "/metrics?format=prometheus"))
+    assert sample(fams, "strata:gpu_util_percent", gpu="nvidia1", model_name="fake-model") == 42.0
+    assert sample(fams, "strata:gpu_power_watts", gpu="nvidia0") == 250.5
+    assert all(x.labels["gpu"] != "nvidia1" for x in fams["strata:gpu_power_watts"].samples)  # unknown: left out
 
 
 def test_rejected_requests_are_counted_and_listed(server):

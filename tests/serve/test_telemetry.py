@@ -112,6 +112,9 @@ def test_sampler_series_are_bounded_and_carry_probe_and_gpu(nvml_stub, tmp_path)
     assert h["series"]["decode_tok_s"] == [4.0, 5.0, 6.0, 7.0, 8.0]
     assert all(len(v) == 5 for v in h["series"].values())
     assert h["series"]["gpunvidia0_util"][-1] == 41.0 and h["series"]["gpunvidia1_power"][-1] is None
+    # the two as one for the Monitor's charts: mean utilisation, memory summed, hottest, power of those known
+    assert (h["series"]["gpu_util"][-1], h["series"]["gpu_mem_used"][-1], h["series"]["gpu_temp"][-1],
+            h["series"]["gpu_power"][-1]) == (41.5, 3 << 30, 62.0, 250.5)
     assert h["series"]["cpu"][-1] is None or 0.0 <= h["series"]["cpu"][-1] <= 100.0
     assert h["series"]["ram_total"][-1] > 0
     assert len(s.latest()["gpus"]) == 2

@@ -90,12 +90,20 @@ def test_question_streams_and_renders_markdown_safely(server, page):
     assert page.is_visible("#send") and not page.is_visible("#stop")
 
 
-def test_stop_mid_answer_keeps_the_chat_usable(server, page):
-    story = " ".join(f"w{i}" for i in range(1500))   # no repeats: the loop guard must not end it first
-    s = server({"turns": [{"text": story, "token_delay_s": 0.005}, {"text": "Short."}]})
+def test_stop_mid_answer_and_the_view_follows_unless_scrolled_up(server, page):
+    story = "\n".join(f"line {i}" for i in range(1500))   # no repeats: the loop guard must not end it first
+    s = server({"turns": [{"text": story, "token_delay_s": 0.004}, {"text": "Short."}]})
     page.goto(f"http://127.0.0.1:{s.port}/")
     ask(page, "Tell me a long story")
-    page.wait_for_function("document.querySelector('.msg.assistant .md.body').textContent.length > 40")
+    page.wait_for_function("document.querySelector('.msg.assistant .md.body').textContent.length > 400")
+    gap = "(() => { const l = document.getElementById('log'); return l.scrollHeight - l.scrollTop - l.clientHeight; })()"
+    page.wait_for_timeout(100)
+    assert page.evaluate(gap) < 48                              # pinned to the bottom while it streams
+    page.evaluate("document.getElementById('log').scrollTop = 0")
+    height = page.evaluate("document.getElementById('log').scrollHeight")
+    page.wait_for_function(f"document.getElementById('log').scrollHeight > {height} + 100")
+    assert page.evaluate("document.getElementById('log').scrollTop") < 48   # the reader scrolled up: left there
+    assert page.is_visible("#stop")                               # Stop stays in reach (the composer is fixed)
     page.click("#stop")
     page.wait_for_selector(".msg.assistant .note")
     assert page.inner_text(".msg.assistant .note") == "stopped"
