@@ -34,10 +34,6 @@ LLAMA_PATHS = ("/props", "/slots", "/tokenize", "/detokenize", "/metrics/prometh
 
 
 # ------------------------------------------------------------------------------------------------ live
-def _engines(engine) -> list:
-    return [r.engine for r in getattr(engine, "replicas", None) or []] or [engine]
-
-
 def live_counts(svc) -> dict:
     """Requests running / waiting and slot use now, whatever the number of lanes.
     processing: requests that hold the turn or a slot; deferred: queued for the solo turn or for the
@@ -45,7 +41,7 @@ def live_counts(svc) -> dict:
     slots have (busy slots: prompt + generated; idle slots: the conversation they keep)."""
     snap = svc.live.snapshot()
     waiting_ctl, held, room = 0, 0, 0
-    for e in _engines(svc.engine):
+    for e in llama_views.engines(svc.engine):
         batch = getattr(e, "batch", None)
         ctx = e.max_context or e.known_ctx or 0
         if batch is not None and e.alive() and e.batched():
@@ -58,7 +54,7 @@ def live_counts(svc) -> dict:
             room += ctx
     st = svc.status_view()
     if st.get("busy") and not any(getattr(e, "batch", None) is not None and e.batched()
-                                  for e in _engines(svc.engine)):
+                                  for e in llama_views.engines(svc.engine)):
         held += int(st.get("prompt_tokens") or 0) + int(st.get("generated") or 0)
     slots = llama_views.slots(svc)
     processing = max(0, snap["running"] - waiting_ctl)
@@ -169,7 +165,7 @@ def routes_view(get_routes: dict, post_routes: dict, pages: dict) -> list[dict]:
 
 
 def _model_path(engine) -> str | None:
-    args = list(getattr(_engines(engine)[0], "args", []) or [])
+    args = list(getattr(llama_views.engines(engine)[0], "args", []) or [])
     for i, a in enumerate(args[:-1]):
         if a == "--model":
             return args[i + 1]
@@ -179,7 +175,7 @@ def _model_path(engine) -> str | None:
 def model_card(svc) -> dict:
     """Architecture, quantisation, context, template family, file size: from the engine's INFO and the GGUF
     header (read once per file)."""
-    info = dict(_engines(svc.engine)[0].info or {})
+    info = dict(llama_views.engines(svc.engine)[0].info or {})
     path = _model_path(svc.engine)
     card = {"name": svc.model_name, "architecture": svc.arch or info.get("arch"), "file": None,
             "file_bytes": None, "quant": None, "context": svc.engine.max_context or svc.engine.known_ctx,
@@ -211,10 +207,10 @@ def model_card(svc) -> dict:
 def about_view(svc, routes: list[dict]) -> dict:
     """GET /about.json: the model card, the engine's build and kernels, the machine, every route, uptime."""
     import platform
-    info = dict(_engines(svc.engine)[0].info or {})
+    info = dict(llama_views.engines(svc.engine)[0].info or {})
     engine = {k: info.get(k) for k in ("engine", "backend", "kernels", "threads", "kv", "chunk", "batch_slots",
                                        "conversation_cache_slots")}
-    engine["engines"] = len(_engines(svc.engine))
+    engine["engines"] = len(llama_views.engines(svc.engine))
     engine["loaded"] = svc.engine.alive()
     vm_total = telemetry.machine().get("ram_total")
     machine = {"os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),

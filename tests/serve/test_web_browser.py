@@ -201,8 +201,80 @@ def test_edit_resend_regenerate_and_copy(server, page):
     assert page.evaluate("navigator.clipboard.readText()") == "Three."
 
 
+def test_conversations_rename_delete_export(server, page):
+    s = server({"turns": [{"text": "Answer."}]})
+    page.goto(f"http://127.0.0.1:{s.port}/")
+    ask(page, "Keep this one")
+    answers_done(page, 1)
+    page.click("#new")
+    ask(page, "Drop this one")
+    answers_done(page, 1)
+    page.once("dialog", lambda d: d.accept("Renamed chat"))
+    page.locator("#chats li", has_text="Keep this one").locator("button[data-act=rename]").click()
+    page.wait_for_selector("#chats li .name:text-is('Renamed chat')")
+    with page.expect_download() as dl:
+        page.locator("#chats li", has_text="Renamed chat").locator("button[data-act=export]").click()
+    exported = json.loads(open(dl.value.path(), encoding="utf-8").read())
+    assert exported["title"] == "Renamed chat"
+    assert [m["content"] for m in exported["messages"]] == ["Keep this one", "Answer."]
+    page.once("dialog", lambda d: d.accept())
+    page.locator("#chats li", has_text="Drop this one").locator("button[data-act=delete]").click()
+    page.wait_for_function("document.querySelectorAll('#chats li').length === 1")
+    page.reload()
+    assert page.locator("#chats li .name").all_inner_texts() == ["Renamed chat"]
+    assert page.inner_text(".msg.user .text") == "Keep this one"
+
+
+def test_reasoning_collapses_and_tool_calls_render_as_blocks(server, page):
+    s = server()
+    frames = [{"reasoning_content": "Weighing **options**", "reasoning": "Weighing **options**"},
+              {"content": "Calling a tool."},
+              {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                               "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}]
+    body = "".join(f"data: {json.dumps({'choices': [{'index': 0, 'delta': d}]})}\n\n" for d in frames)
+    body += "data: " + json.dumps({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 9}}) + "\n\n"
+    body += "data: [DONE]\n\n"
+    page.route("**/v1/chat/completions", lambda route: route.fulfill(
+        status=200, headers={"Content-Type": "text/event-stream"}, body=body))
+    page.goto(f"http://127.0.0.1:{s.port}/")
+    ask(page, "Weather?")
+    answers_done(page, 1)
+    details = page.locator(".msg.assistant details.reasoning")
+    assert details.locator("strong").text_content() == "options"
+    assert not details.evaluate("d => d.open")                   # collapsed once the answer came
+    details.locator("summary").click()
+    assert details.evaluate("d => d.open")
+    assert page.inner_text(".msg.assistant .tool .tool-name") == "tool call: get_weather"
+    assert json.loads(page.inner_text(".msg.assistant .tool pre")) == {"city": "Paris"}
+    assert "9 tokens" in page.inner_text(".msg.assistant .figures")
+
+
+def test_theme_switch_and_phone_width(server, page):
+    s = server({"turns": [{"text": "A reply with a long code line:\n\n```\n" + "x" * 300 + "\n```"}]})
+    page.set_viewport_size({"width": 390, "height": 760})
+    page.goto(f"http://127.0.0.1:{s.port}/")
+    first = page.evaluate("document.documentElement.dataset.theme")
+    page.click("#theme")
+    other = "dark" if first == "light" else "light"
+    assert page.evaluate("document.documentElement.dataset.theme") == other
+    ask(page, "hi")
+    answers_done(page, 1)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390   # nothing pushes the page sideways
+    assert page.is_hidden("#sidebar") or page.evaluate(
+        "document.getElementById('sidebar').getBoundingClientRect().right") <= 0
+    page.click("#toggle-list")
+    page.wait_for_function("document.getElementById('sidebar').getBoundingClientRect().left >= 0")
+    page.reload()
+    assert page.evaluate("document.documentElement.dataset.theme") == other
+    for path in ("/monitor", "/about"):
+        page.goto(f"http://127.0.0.1:{s.port}{path}")
+        page.wait_for_timeout(300)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390, path
+
+
 def test_monitor_charts_move_under_load(server, page):
-    s = server({"turns": [{"text": "busy ", "repeat": 300, "token_delay_s": 0.005}]})
+    s = server({"turns": [{"text": " ".join(f"b{i}" for i in range(300)), "token_delay_s": 0.002}]}, ctx=512)
+    assert s.post("/v1/chat/completions", chat("x" * 2000))[0] == 400    # a rejected one for the table
     page.goto(f"http://127.0.0.1:{s.port}/monitor")
     page.wait_for_selector("#chart-tok svg polyline", state="attached")
     before = page.get_attribute("#chart-tok", "data-points")
@@ -217,7 +289,8 @@ def test_monitor_charts_move_under_load(server, page):
         page.wait_for_function("""() => { const v = document.querySelector('#chart-tok .value').textContent;
             return parseFloat(v.split('/')[0].replace(/,/g, '')) > 0; }""")
         page.wait_for_function(f"document.querySelector('#chart-tok').dataset.points !== '{before}'")
-        page.wait_for_function("document.querySelectorAll('#rows tr').length > 0")
+        page.wait_for_function("document.querySelectorAll('#rows tr:not(.rejected)').length > 0")
+        assert "rejected 400" in page.inner_text("#rows tr.rejected")
     finally:
         stop.set()
         t.join(30)
