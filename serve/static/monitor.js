@@ -77,13 +77,21 @@ function drawChart(card, hist, series, fmt, fixedMax, latest) {
   }
   all.forEach((values, s) => {
     for (const pts of linePaths(values, n, top)) {
-      svg.appendChild(svgEl("polyline", { class: `line s${s}`, points: pts.join(" ") }));
+      if (pts.length === 1) {  // a lone sample (a TTFT in a quiet minute) is a dot
+        const [cx, cy] = pts[0].split(",");
+        svg.appendChild(svgEl("circle", { class: `dot s${s}`, cx, cy, r: 2.5 }));
+      } else {
+        svg.appendChild(svgEl("polyline", { class: `line s${s}`, points: pts.join(" ") }));
+      }
     }
   });
   const label = svgEl("text", { x: 3, y: 11 });
   label.textContent = fmt(top);
   svg.appendChild(label);
-  const last = all.map(v => v.length ? v[v.length - 1] : null);
+  const last = all.map(v => {  // the latest known sample (sparse series such as TTFT keep their last one)
+    for (let i = v.length - 1; i >= 0; i--) if (v[i] !== null && v[i] !== undefined) return v[i];
+    return null;
+  });
   card.querySelector(".value").textContent = last.map(v => (v === null || v === undefined) ? "–" : fmt(v)).join(" / ");
   card.dataset.points = String(all.reduce((a, v) => a + v.filter(x => x !== null && x !== undefined).length, 0));
 }
