@@ -272,6 +272,7 @@ class Sampler:
         self.host = _HostReader()
         self.nvml = NvmlReader(nvml_path)
         self.amd_root = amd_root
+        self._read_lock = threading.Lock()  # guards the readers' and the probe's delta state: one sample at a time
         self._lock = threading.Lock()       # guards times, series, last
         self.times: deque = deque(maxlen=keep)
         self.series: dict[str, deque] = {}
@@ -284,11 +285,12 @@ class Sampler:
 
     def sample(self) -> dict | None:
         """Take one sample now (the thread calls this every SAMPLE_S); None when the probe says stop."""
-        extra = self.probe() if self.probe is not None else {}
-        if extra is None:
-            return None
-        figures = self.host.read()
-        gpus = self.gpus()
+        with self._read_lock:
+            extra = self.probe() if self.probe is not None else {}
+            if extra is None:
+                return None
+            figures = self.host.read()
+            gpus = self.gpus()
         figures["gpus"] = gpus
         flat = {k: v for k, v in figures.items() if k != "gpus"}
         flat.update(gpu_summary(gpus))
