@@ -17,9 +17,11 @@ async function aboutPage() {
   nav("About");
   let a;
   try {
-    a = await (await fetch("/about.json")).json();
+    const r = await apiFetch("/about.json");
+    if (r.status === 401) throw new Error("this server needs an API key: set it in the Chat page's Settings");
+    a = await r.json();
   } catch (e) {
-    document.getElementById("status").textContent = "server unreachable";
+    document.getElementById("status").textContent = e.message.includes("API key") ? e.message : "server unreachable";
     return;
   }
   const m = a.model, e = a.engine, h = a.machine;

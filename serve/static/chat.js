@@ -261,13 +261,14 @@ async function ask() {
     if (state.stick) log.scrollTop = log.scrollHeight;
   };
   try {
-    const r = await fetch("/v1/chat/completions", {
+    const r = await apiFetch("/v1/chat/completions", {
       method: "POST", headers: { "Content-Type": "application/json" }, signal: controller.signal,
       body: JSON.stringify(body),
     });
     if (!r.ok) {
       let msg = `${r.status} ${r.statusText}`;
       try { const err = await r.json(); msg = (err.error && err.error.message) || msg; } catch (e) { /* keep */ }
+      if (r.status === 401) msg += " (this server needs an API key: set it in Settings)";
       throw new Error(msg);
     }
     const reader = r.body.getReader(), dec = new TextDecoder(), sse = new SSEParser();
@@ -316,8 +317,9 @@ async function openSettings() {
   const f = dlg.querySelector("form");
   document.getElementById("settings-error").textContent = "";
   f.elements.system.value = state.chat.system || "";
+  f.elements.api_key.value = localStorage.getItem(API_KEY_KEY) || "";
   try {
-    const s = await (await fetch("/settings")).json();
+    const s = await (await apiFetch("/settings")).json();
     for (const [k] of SETTINGS_FIELDS) f.elements[k].value = s.defaults[k] ?? "";
   } catch (e) {
     document.getElementById("settings-error").textContent = "could not read /settings";
@@ -338,6 +340,9 @@ async function saveSettings(e) {
   e.preventDefault();
   const f = e.target;
   const errEl = document.getElementById("settings-error");
+  const key = f.elements.api_key.value.trim();
+  if (key) localStorage.setItem(API_KEY_KEY, key);
+  else localStorage.removeItem(API_KEY_KEY);
   const defaults = {};
   for (const [k, kind] of SETTINGS_FIELDS) {
     const raw = f.elements[k].value.trim();
@@ -347,7 +352,7 @@ async function saveSettings(e) {
     defaults[k] = kind === "int" ? Math.trunc(v) : v;
   }
   try {
-    const r = await fetch("/settings", { method: "POST", headers: { "Content-Type": "application/json" },
+    const r = await apiFetch("/settings", { method: "POST", headers: { "Content-Type": "application/json" },
                                          body: JSON.stringify({ defaults }) });
     const out = await r.json();
     if (!r.ok) { errEl.textContent = (out.error && out.error.message) || `${r.status}`; return; }
@@ -391,7 +396,7 @@ function chatPage() {
   document.getElementById("toggle-list").onclick = () => document.body.classList.toggle("list-open");
   document.getElementById("settings").querySelector("form").onsubmit = saveSettings;
   document.getElementById("settings-cancel").onclick = () => document.getElementById("settings").close();
-  fetch("/v1/models").then(r => r.json()).then(m => { state.models = (m.data || []).map(x => x.id); })
+  apiFetch("/v1/models").then(r => r.json()).then(m => { state.models = (m.data || []).map(x => x.id); })
     .catch(() => { state.models = []; });
   setBusy(false);
   input.focus();

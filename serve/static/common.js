@@ -3,6 +3,15 @@
 "use strict";
 
 const THEME_KEY = "strata.theme";
+const API_KEY_KEY = "strata.apiKey";   // a server started with --api-key: the key this browser sends
+
+// fetch on this server, with the API key when this browser has one (the pages themselves are public)
+function apiFetch(url, options = {}) {
+  const key = localStorage.getItem(API_KEY_KEY);
+  const headers = { ...(options.headers || {}) };
+  if (key) headers.Authorization = `Bearer ${key}`;
+  return fetch(url, { ...options, headers });
+}
 
 function applyTheme(theme) {
   const t = theme || localStorage.getItem(THEME_KEY) ||

@@ -148,7 +148,9 @@ function monitorPage() {
   for (const [id, title, series] of CHARTS) box.appendChild(chartCard(id, title, series));
   async function tick() {
     try {
-      const m = await (await fetch("/metrics", { headers: { Accept: "application/json" } })).json();
+      const r = await apiFetch("/metrics", { headers: { Accept: "application/json" } });
+      if (r.status === 401) throw new Error("this server needs an API key: set it in the Chat page's Settings");
+      const m = await r.json();
       const hist = m.history || { t: [], series: {} };
       const latest = {};
       for (const [k, v] of Object.entries(hist.series)) latest[k] = v[v.length - 1];
@@ -162,7 +164,7 @@ function monitorPage() {
       requestRows(m);
       document.getElementById("status").textContent = "";
     } catch (err) {
-      document.getElementById("status").textContent = "server unreachable";
+      document.getElementById("status").textContent = err.message.includes("API key") ? err.message : "server unreachable";
     }
   }
   tick();

@@ -181,6 +181,24 @@ def test_context_error_then_a_normal_question_works(server, page, tmp_path):
     assert b"xxxx" not in sent                                 # the failed turn left the history
 
 
+def test_a_server_with_an_api_key_works_once_the_page_has_it(server, page):
+    s = server({"turns": [{"text": "Keyed."}]}, api_keys=["sesame"])
+    page.goto(f"http://127.0.0.1:{s.port}/")
+    ask(page, "hello")
+    page.wait_for_selector(".msg.assistant .error")
+    assert "API key" in page.inner_text(".msg.assistant .error")
+    page.click("#open-settings")
+    page.wait_for_selector("#settings[open]")
+    page.fill("input[name=api_key]", "sesame")
+    page.click("#settings-save")
+    page.wait_for_selector("#settings", state="hidden")
+    ask(page, "hello again")
+    answers_done(page, 2)
+    assert page.locator(".msg.assistant").nth(1).locator(".md.body").inner_text() == "Keyed."
+    page.goto(f"http://127.0.0.1:{s.port}/about")
+    page.wait_for_selector("#routes tr")
+
+
 def test_edit_resend_regenerate_and_copy(server, page):
     s = server({"turns": [{"text": "One."}, {"text": "Two."}, {"text": "Three."}]})
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
