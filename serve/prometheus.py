@@ -175,7 +175,7 @@ def render_vllm(svc) -> str:
                 snap["ttft"], m)
     o.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
                 snap["itl"], m)
-    o.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+    o.histogram("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
                 snap["e2e"], m)
     live = svc.metrics_view()["live"]
     o.family("strata:model_loaded", "gauge", "1 when the engine is running.", [(m, int(svc.engine.alive()))])

@@ -36,6 +36,17 @@ VLLM_TYPES = {"vllm:num_requests_running": "gauge", "vllm:num_requests_waiting":
               "vllm:inter_token_latency_seconds": "histogram", "vllm:e2e_request_latency_seconds": "histogram"}
 
 
+VLLM_HELP = {  # vLLM's own help texts (vllm/v1/metrics/loggers.py)
+    "vllm:num_requests_running": "Number of requests in model execution batches.",
+    "vllm:num_requests_waiting": "Number of requests waiting to be processed.",
+    "vllm:kv_cache_usage_perc": "KV-cache usage. 1 means 100 percent usage.",
+    "vllm:prompt_tokens": "Number of prefill tokens processed.",
+    "vllm:generation_tokens": "Number of generation tokens processed.",
+    "vllm:time_to_first_token_seconds": "Histogram of time to first token in seconds.",
+    "vllm:inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
+    "vllm:e2e_request_latency_seconds": "Histogram of end to end request latency in seconds."}
+
+
 def families(text):
     return {f.name: f for f in parser.text_string_to_metric_families(text)}
 
@@ -91,6 +102,7 @@ def test_vllm_text_by_accept_or_query_and_json_stays_default(server):
         fams = families(text)
         for name, kind in VLLM_TYPES.items():
             assert fams[name].type == kind, name
+            assert fams[name].documentation == VLLM_HELP.get(name, fams[name].documentation), name
             assert all(x.labels.get("model_name") == "fake-model" for x in fams[name].samples), name
         # histogram counts match the requests: 3 finished, 3 first tokens, (4 + the end token - 1) gaps each
         assert sample(fams, "vllm:e2e_request_latency_seconds", "_count", model_name="fake-model") == 3

@@ -340,3 +340,7 @@ def test_real_model_answers_in_the_page(page, tmp_path):
         answers_done(page, 1)
         assert "Paris" in page.inner_text(".msg.assistant .md.body")
         assert "tok/s" in page.inner_text(".msg.assistant .figures")
+        page.goto(f"http://127.0.0.1:{s.port}/about")            # the model card from INFO and the GGUF
+        page.wait_for_selector("#routes tr")
+        card = page.inner_text("#model-card")
+        assert "Q4_1" in card and "llama" in card and "MiB" in card
