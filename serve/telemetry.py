@@ -43,6 +43,7 @@ except ImportError:
 
 SAMPLE_S = 1.0            # one sample a second: the Monitor's charts move at this rate
 HISTORY_SAMPLES = 300     # five minutes of samples per series (bounded: a deque of this length)
+CHILDREN_REFRESH_S = 10.0  # the child list (the engine) is re-read this often: the scan reads every /proc entry
 APPLE_IOREG_TIMEOUT_S = 2.0   # ioreg answers in milliseconds; a hung one must not stall the sampler
 NVML_LIB = "libnvidia-ml.so.1"
 AMD_DRM_ROOT = "/sys/class/drm"
@@ -179,6 +180,14 @@ class _HostReader:
     def __init__(self):
         self.prev: dict | None = None
         self.proc = psutil.Process() if psutil else None
+        self.kids: list = []
+        self.kids_at = float("-inf")
+
+    def _children(self) -> list:
+        now = time.monotonic()
+        if now - self.kids_at >= CHILDREN_REFRESH_S or any(not k.is_running() for k in self.kids):
+            self.kids, self.kids_at = self.proc.children(recursive=True), now
+        return self.kids
 
     def _counters(self) -> dict:
         c = {"t": time.monotonic(), "cpu": psutil.cpu_times()}
@@ -200,7 +209,7 @@ class _HostReader:
             out["ram_used"], out["ram_total"] = vm.total - vm.available, vm.total
         with _suppress():
             out["rss_server"] = self.proc.memory_info().rss
-            kids = self.proc.children(recursive=True)
+            kids = self._children()
             out["rss_engine"] = sum(_rss(k) for k in kids) if kids else None
         with _suppress():
             now = self._counters()

@@ -141,3 +141,21 @@ def test_machine_figures():
     time.sleep(0.05)
     cpu = telemetry.machine()["cpu"]
     assert cpu is None or 0.0 <= cpu <= 100.0
+
+
+def test_engine_rss_follows_the_children(monkeypatch):
+    import sys
+    r = telemetry._HostReader()
+    r.read()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert child.pid not in [k.pid for k in r._children()]   # the list is kept between refreshes
+        monkeypatch.setattr(telemetry, "CHILDREN_REFRESH_S", 0.0)
+        out = r.read()
+        assert child.pid in [k.pid for k in r.kids] and out["rss_engine"] > 0
+    finally:
+        child.kill()
+        child.wait()
+    monkeypatch.setattr(telemetry, "CHILDREN_REFRESH_S", 3600.0)
+    r.read()                                                  # a child that ended makes the list be read again
+    assert child.pid not in [k.pid for k in r.kids]
