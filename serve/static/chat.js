@@ -24,7 +24,8 @@ function loadStore() {
 }
 
 function saveStore() {
-  try { localStorage.setItem(STORE_KEY, JSON.stringify(state.store)); }
+  const keep = (k, v) => (k === "showReasoning" || k === "pending" ? undefined : v);
+  try { localStorage.setItem(STORE_KEY, JSON.stringify(state.store, keep)); }
   catch (e) { showNotice("this browser's storage is full: delete or export old conversations"); }
 }
 
@@ -131,8 +132,12 @@ function fillMessage(div, m, live) {
   } else {
     if (m.reasoning) {
       const d = el("details", "reasoning");
-      d.open = live && !m.content;
-      d.appendChild(el("summary", "", live && !m.content ? "Thinking…" : "Thinking"));
+      // open while only thinking streams, closed once the answer comes, unless the reader chose (kept while
+      // the message is redrawn; not saved)
+      d.open = m.showReasoning !== undefined ? m.showReasoning : live && !m.content;
+      const summary = el("summary", "", live && !m.content ? "Thinking…" : "Thinking");
+      summary.addEventListener("click", () => { m.showReasoning = !d.open; });   // before the toggle
+      d.appendChild(summary);
       const body = el("div", "md");
       body.innerHTML = renderMarkdown(m.reasoning);
       d.appendChild(body);

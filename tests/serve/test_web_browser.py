@@ -262,6 +262,8 @@ def test_reasoning_collapses_and_tool_calls_render_as_blocks(server, page):
     assert not details.evaluate("d => d.open")                   # collapsed once the answer came
     details.locator("summary").click()
     assert details.evaluate("d => d.open")
+    page.evaluate("renderChat()")                                # a redraw keeps the reader's choice
+    assert page.locator(".msg.assistant details.reasoning").evaluate("d => d.open")
     assert page.inner_text(".msg.assistant .tool .tool-name") == "tool call: get_weather"
     assert json.loads(page.inner_text(".msg.assistant .tool pre")) == {"city": "Paris"}
     assert "9 tokens" in page.inner_text(".msg.assistant .figures")
