@@ -36,8 +36,8 @@ LLAMA_PATHS = ("/props", "/slots", "/tokenize", "/detokenize", "/metrics/prometh
 # ------------------------------------------------------------------------------------------------ live
 def live_counts(svc) -> dict:
     """Requests running / waiting and slot use now, whatever the number of lanes.
-    processing: requests that hold the turn or a slot; deferred: queued for the solo turn or for the
-    control lines (a prompt read) behind another one; context_use: KV positions held over the positions the
+    processing: requests that hold the turn or a slot; deferred: queued for the solo turn, for the
+    control lines (a prompt read) behind another one, or for a free slot; context_use: KV positions held over the positions the
     slots have (busy slots: prompt + generated; idle slots: the conversation they keep)."""
     snap = svc.live.snapshot()
     waiting_ctl, held, room = 0, 0, 0
@@ -45,7 +45,8 @@ def live_counts(svc) -> dict:
         batch = getattr(e, "batch", None)
         ctx = e.max_context or e.known_ctx or 0
         if batch is not None and e.alive() and e.batched():
-            waiting_ctl += int(batch.stats().get("waiting") or 0)
+            stats = batch.stats()  # waiting: for the control lines; admitting: for a free slot
+            waiting_ctl += int(stats.get("waiting") or 0) + int(stats.get("admitting") or 0)
             view = batch.slot_view()
             room += ctx * max(1, len(view))
             held += sum(int(v.get("held_tokens") or 0) if v.get("state") == "idle" else
