@@ -28,6 +28,7 @@ FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9:
 # the module a route's handler lives in -> the wire dialect it speaks (a module not listed shows its name)
 DIALECTS = {"serve.openai": "OpenAI", "serve.anthropic": "Anthropic", "serve.ollama": "Ollama",
             "serve.responses": "OpenAI Responses", "serve.llama_views": "llama.cpp"}
+STRATA_PATHS = ("/api/health", "/v1/health")   # Strata's own aliases under other dialects' prefixes
 PATH_DIALECTS = (("/v1/messages", "Anthropic"), ("/v1/responses", "OpenAI Responses"), ("/api/", "Ollama"))
 LLAMA_PATHS = ("/props", "/slots", "/tokenize", "/detokenize", "/metrics/prometheus", "/health", "/completion",
                "/infill", "/embedding", "/apply-template")
@@ -155,8 +156,9 @@ def routes_view(get_routes: dict, post_routes: dict, pages: dict) -> list[dict]:
             module = getattr(handler, "__module__", "") or ""
             dialect = DIALECTS.get(module)
             if dialect is None:  # a handler of the server itself (a wrapper, a plain view): by its path
-                dialect = next((d for prefix, d in PATH_DIALECTS if path.startswith(prefix)),
-                               "llama.cpp" if path in LLAMA_PATHS else "Strata")
+                dialect = "Strata" if path in STRATA_PATHS else next(
+                    (d for prefix, d in PATH_DIALECTS if path.startswith(prefix)),
+                    "llama.cpp" if path in LLAMA_PATHS else "Strata")
             if path == "/metrics":
                 dialect = "Strata JSON / vLLM Prometheus"
             out.append({"method": method, "path": path, "dialect": dialect, "what": _summary(handler)})

@@ -231,6 +231,7 @@ def test_about_json_lists_every_route_with_its_dialect(server, monkeypatch):
     assert listed[("POST", "/v1/chat/completions")] == "OpenAI"
     assert listed[("POST", "/api/chat")] == "Ollama"
     assert listed[("GET", "/props")] == "llama.cpp"
+    assert listed[("GET", "/api/health")] == "Strata"
     assert listed[("GET", "/")] == "web app"
     if ("POST", "/v1/messages") in listed:
         assert listed[("POST", "/v1/messages")] == "Anthropic"
