@@ -37,17 +37,18 @@ LLAMA_PATHS = ("/props", "/slots", "/tokenize", "/detokenize", "/metrics/prometh
 # ------------------------------------------------------------------------------------------------ live
 def live_counts(svc) -> dict:
     """Requests running / waiting and slot use now, whatever the number of lanes.
-    processing: requests that hold the turn or a slot; deferred: queued for the solo turn, for the
-    control lines (a prompt read) behind another one, or for a free slot; context_use: KV positions held over the positions the
-    slots have (busy slots: prompt + generated; idle slots: the conversation they keep)."""
+    deferred: requests waiting for the engine (a solo engine's control lines, or a free decode slot);
+    processing: the running requests that are not waiting; context_use: KV positions held over the positions
+    the slots have (busy slots: prompt + generated; idle slots: the conversation they keep)."""
     snap = svc.live.snapshot()
-    waiting_ctl, held, room = 0, 0, 0
+    waiting, held, room = 0, 0, 0
     for e in llama_views.engines(svc.engine):
+        waiting += int(getattr(e, "queued", 0) or 0)   # solo requests waiting for the control lines
         batch = getattr(e, "batch", None)
         ctx = e.max_context or e.known_ctx or 0
         if batch is not None and e.alive() and e.batched():
-            stats = batch.stats()  # waiting: for the control lines; admitting: for a free slot
-            waiting_ctl += int(stats.get("waiting") or 0) + int(stats.get("admitting") or 0)
+            stats = batch.stats()  # waiting: for a free slot (and admitting, where a scheduler counts it apart)
+            waiting += int(stats.get("waiting") or 0) + int(stats.get("admitting") or 0)
             view = batch.slot_view()
             room += ctx * max(1, len(view))
             held += sum(int(v.get("held_tokens") or 0) if v.get("state") == "idle" else
@@ -59,8 +60,7 @@ def live_counts(svc) -> dict:
                                   for e in llama_views.engines(svc.engine)):
         held += int(st.get("prompt_tokens") or 0) + int(st.get("generated") or 0)
     slots = llama_views.slots(svc)
-    processing = max(0, snap["running"] - waiting_ctl)
-    return {"running": snap["running"], "processing": processing, "deferred": svc.queued + waiting_ctl,
+    return {"running": snap["running"], "processing": max(0, snap["running"] - waiting), "deferred": waiting,
             "slots_total": len(slots), "slots_busy": sum(1 for s in slots if s["is_processing"]),
             "context_use": held / room if room else None, "snapshot": snap}
 
