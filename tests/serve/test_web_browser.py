@@ -71,12 +71,17 @@ def answers_done(pg, n):
 def test_question_streams_and_renders_markdown_safely(server, page):
     s = server({"turns": [{"text": MARKDOWN_ANSWER, "token_delay_s": 0.01}]})
     page.goto(f"http://127.0.0.1:{s.port}/")
+    # every length the answer's text had on screen, recorded as the page changes (no timing involved)
+    page.evaluate("""() => { window.__lengths = [];
+        new MutationObserver(() => { const b = document.querySelector('.msg.assistant .md.body');
+            if (b) window.__lengths.push(b.textContent.length); })
+        .observe(document.getElementById('log'), {childList: true, subtree: true, characterData: true}); }""")
     ask(page, "Show me markdown " + HOSTILE)
     page.wait_for_selector("#stop:visible")           # streaming: Stop is shown in place of Send
-    page.wait_for_function("document.querySelector('.msg.assistant .md.body').textContent.length > 0")
-    partial = page.inner_text(".msg.assistant .md.body")
-    assert 0 < len(partial) < len("Here is bold text. one two print('hi')")  # seen while it streams
     answers_done(page, 1)
+    lengths = page.evaluate("window.__lengths")
+    final = len(page.text_content(".msg.assistant .md.body"))
+    assert len({n for n in lengths if 0 < n < final}) >= 2, lengths   # it was drawn piece by piece
     assert page.inner_text(".msg.assistant .md.body strong") == "bold"
     assert page.locator(".msg.assistant li").count() == 2
     assert page.inner_text(".msg.assistant .code .lang") == "python"
