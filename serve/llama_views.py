@@ -4,7 +4,8 @@ Clients written for llama-server (its web UI, editors' plugins, benchmark script
 the default sampling and the slot count from /props and poll /slots for `is_processing`. These views are
 computed from the Service and its engine(s) on every call; nothing here changes state.
 
-Public surface: props(svc, query) -> (status, body); slots(svc) -> list.
+Public surface: props(svc, query) -> (status, body); slots(svc) -> list; total_slots(engine); engines(engine)
+(the engine processes behind a service).
 """
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ ENGINE_VERSION_DEFAULT = "0.1.0"
 def _engines(engine) -> list:
     """The engine processes behind the service: a ReplicaEngine's replicas, else the one engine."""
     return [r.engine for r in getattr(engine, "replicas", None) or []] or [engine]
+
+
+engines = _engines  # the same list for the other views (serve/metrics_views.py)
 
 
 def total_slots(engine) -> int:

@@ -35,8 +35,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from serve import openai as openai_api
-from serve import (access, http_guard, lifecycle_routes, llama_routes, llama_views, ollama, prometheus, responses,
-                   telemetry)
+from serve import (access, http_guard, lifecycle_routes, llama_routes, llama_views, metrics_views, ollama,
+                   prometheus, responses, telemetry)
 from serve.errors import ServiceError
 from serve.config import save_shared_settings
 from serve.events import BadRequest
@@ -171,6 +171,7 @@ class Handler(BaseHTTPRequestHandler):
             body = {"type": "error", "error": {"type": err_type, "message": message}}
         else:
             body = api.error_body(status, err_type, message, param, code)
+        metrics_views.note_rejected(self.server.service, getattr(self, "command", None), path, status, message)
         self._send(status, body)
 
     def _cancelled(self):
@@ -430,15 +431,15 @@ def _status(svc, body, ctx):
 
 
 def _metrics(svc, body, ctx):
+    """JSON for the Monitor; Prometheus text with vLLM names for ?format=prometheus or a text Accept"""
     accept = ctx.headers.get("Accept") or ""
     if ctx.query.get("format") == "prometheus" or "text/plain" in accept or "openmetrics" in accept:
-        return _prometheus(svc, body, ctx)
-    out = svc.metrics_view(all_requests=ctx.query.get("requests") == "all")
-    out["hardware"] = telemetry.machine()
-    return JsonReply(200, out)
+        return (prometheus.CONTENT_TYPE, prometheus.render_vllm(svc))
+    return JsonReply(200, metrics_views.metrics_json(svc, all_requests=ctx.query.get("requests") == "all"))
 
 
 def _prometheus(svc, body, ctx):
+    """Prometheus text with llama.cpp's names"""
     return (prometheus.CONTENT_TYPE, prometheus.render(svc))
 
 
@@ -472,6 +473,8 @@ GET_ROUTES = {"/health": _health, "/api/health": _health, "/v1/health": _health,
               "/v1/status": _status, "/status": lambda s, b, c: JsonReply(200, s.status_view()),
               "/metrics": _metrics, "/metrics/prometheus": _prometheus, "/settings": _settings_get,
               "/props": llama_routes.props, "/slots": lambda s, b, c: JsonReply(200, llama_views.slots(s))}
+GET_ROUTES["/about.json"] = lambda s, b, c: JsonReply(200, metrics_views.about_view(  # the About page's facts
+    s, metrics_views.routes_view(GET_ROUTES, POST_ROUTES, PAGES)))
 POST_ROUTES = {"/v1/chat/completions": openai_api.chat_completions, "/chat/completions": openai_api.chat_completions,
                "/v1/completions": openai_api.completions, "/settings": _settings_post}
 GET_ROUTES.update({"/api/version": ollama.version, "/api/tags": ollama.tags, "/api/ps": ollama.ps})
@@ -532,6 +535,7 @@ def run_server(svc, opts: Options, start_engine=True, httpd=None) -> int:
     failed = []
 
     def boot():
+        metrics_views.ensure_sampler(svc)  # the Monitor's charts have a history from the start
         if start_engine:
             try:
                 svc.start_engine()  # then its supervisor restarts an engine that dies while idle

@@ -37,6 +37,7 @@ from serve.engine_protocol import (CTX_SLACK, EngineBadLine, EngineClient, Engin
                                    EngineRefused, EngineStarting, EngineStuck)
 from serve.errors import EngineFault, ServiceError, ServiceUnavailable
 from serve.supervisor import Supervisor
+from serve.live_figures import LiveFigures
 from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Event, KIND_CONTENT, KIND_PING)
 from serve.template import ChatTemplate
 from serve.thinking_pass import ReplyPasses, encode_written, merge_figures, reply_timings
@@ -166,6 +167,7 @@ class _Run:
     is_cancelled: object
     first_at: float | None = None
     pass_out: int = 0   # tokens of the current pass
+    tracker: object = None  # LiveFigures.Tracker: per-token latency and decode-share figures
 
 
 def check_stop(value) -> list[str]:
@@ -208,6 +210,8 @@ class Service:
         self.last_timings: dict = {}
         self.started = time.time()
         self.shutting_down = threading.Event()
+        self.live = LiveFigures()           # running now, latency histograms, rejections (own lock)
+        self.sampler = None                 # telemetry.Sampler, started by serve/metrics_views.py on first use
 
     # ---------------------------------------------------------------- shared Chat settings
     def settings_view(self) -> dict:
@@ -418,6 +422,7 @@ class Service:
     def _run(self, prep: Prepared, cancelled=None):
         t0 = time.monotonic()
         record = {"time": time.time(), "prompt_tokens": prep.prompt_tokens, "api": getattr(prep.req, "api", "")}
+        tracker = self.live.begin(t0)
         if getattr(prep.req, "notes", None):
             record["notes"] = list(prep.req.notes)  # e.g. an unknown tool_choice taken as auto
         try:
@@ -426,7 +431,7 @@ class Service:
                 self.status = {"busy": True, "phase": "reading the prompt", "prompt_tokens": prep.prompt_tokens,
                                "generated": 0, "started": time.time(), "first_token": None, "tail": "",
                                "max_tokens": prep.max_new}
-            done = yield from self._generate(prep, cancelled, record, t0)
+            done = yield from self._generate(prep, cancelled, record, t0, tracker)
         except GeneratorExit:
             record.setdefault("finish", "cancel")  # the consumer left (the engine was stopped and drained)
             raise
@@ -436,9 +441,10 @@ class Service:
             raise
         finally:
             self._finish(record, t0)
+            tracker.end(record)
         yield done
 
-    def _generate(self, prep: Prepared, cancelled, record, t0):
+    def _generate(self, prep: Prepared, cancelled, record, t0, tracker=None):
         parser = None
         if prep.chat:
             parser = OutputParser(prep.req.tools, prep.thinking, prep.forced_opening,
@@ -446,7 +452,7 @@ class Service:
         # budget, answer room, forced call after thinking, close retry: when a pass ends (serve/thinking_pass.py)
         run = _Run(_StopMatcher(list(prep.req.stop or [])), parser, ReplyPasses(
             prep, self.tok, parser, self._budget_default()), self.tok.stream_decoder(), _LoopGuard(self.repeat_stop),
-            lambda: self.shutting_down.is_set() or (cancelled is not None and cancelled()))
+            lambda: self.shutting_down.is_set() or (cancelled is not None and cancelled()), tracker=tracker)
         passes, stop = run.passes, run.stop
         figures: dict = {}
         finish, retried = None, False
@@ -509,6 +515,8 @@ class Service:
                                 if passes.passes == 1 else None)
                     continue
                 run.pass_out += 1
+                if run.tracker is not None:
+                    run.tracker.token()
                 if run.first_at is None:
                     run.first_at = time.monotonic()
                     with self._lock:
