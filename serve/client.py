@@ -12,8 +12,10 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 
 CALL_TIMEOUT_S = 30.0       # a JSON route answers in well under this (a load waits for READY: see LOAD_TIMEOUT_S)
@@ -152,22 +154,26 @@ def start_server(model: str | None, extra_args=()) -> tuple[subprocess.Popen, Se
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.Popen(args, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
+    lines: queue.Queue = queue.Queue()  # the console's lines, read on a thread so the wait below has its limit
+
+    def read():
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)  # the console closed: the server has ended
+    threading.Thread(target=read, daemon=True, name="server-console").start()
     end = time.monotonic() + SERVER_START_S
     seen = []
-    while time.monotonic() < end:
-        line = proc.stdout.readline()
-        if not line and proc.poll() is not None:
+    while (left := end - time.monotonic()) > 0:
+        try:
+            line = lines.get(timeout=left)
+        except queue.Empty:
+            break
+        if line is None:
+            proc.wait(timeout=5)
             raise ClientError("the server did not start: " + " | ".join(s.strip() for s in seen[-5:]))
         seen.append(line)
         if line.startswith("strata: listening on http://"):
-            port = int(line.strip().rsplit(":", 1)[1])
-            _drain_in_background(proc)
-            return proc, Server("127.0.0.1", port)
+            return proc, Server("127.0.0.1", int(line.strip().rsplit(":", 1)[1]))  # the thread keeps draining
     proc.kill()
-    raise ClientError(f"the server did not listen within {SERVER_START_S:.0f} s")
-
-
-def _drain_in_background(proc) -> None:
-    """Keep reading the started server's console so it never blocks on a full pipe (the lines are dropped)."""
-    import threading
-    threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True, name="chat-server-out").start()
+    raise ClientError(f"the server did not listen within {SERVER_START_S:.0f} s: "
+                      + " | ".join(s.strip() for s in seen[-5:]))

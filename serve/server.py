@@ -535,7 +535,8 @@ def run_server(svc, opts: Options, start_engine=True, httpd=None) -> int:
     failed = []
 
     def boot():
-        metrics_views.ensure_sampler(svc)  # the Monitor's charts have a history from the start
+        # the Monitor's charts have a history from the start (a Lifecycle's views read its loaded model's Service)
+        metrics_views.ensure_sampler(svc.view_service() if hasattr(svc, "view_service") else svc)
         if start_engine:
             try:
                 svc.start_engine()  # then its supervisor restarts an engine that dies while idle

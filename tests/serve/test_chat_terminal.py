@@ -5,6 +5,7 @@ import io
 import json
 import os
 import pty
+import re
 import select
 import sys
 import time
@@ -91,9 +92,11 @@ def test_strata_chat_in_a_pseudo_terminal_with_the_real_model(tmp_path):
     try:
         t.read_until("/help for commands")
         t.read_until("> ")
-        t.send("What is the capital of France?\n")
-        reply = t.read_until("\n> ")
-        assert "Paris" in reply
+        # "Hi": the greeting is stable under the default sampling (temperature 0.2 with the template's system
+        # prompt); a fact question is not: the 135M model's top two first tokens there are close
+        t.send("Hi\n")
+        reply = t.read_until("\n> ").split("\n", 1)[-1]  # past the terminal's echo of the question
+        assert re.search(r"\b(hello|hi|hey|greetings)\b", reply, re.I), reply
         t.send("Count from 1 to 300, one number per line, \\\nwith no other text.\n")
         t.read_until("with no other text.")   # the terminal's echo of the two lines
         t.read_until("1")                 # the reply is streaming
