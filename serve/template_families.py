@@ -52,7 +52,8 @@ class FamilyTemplate:
         self.bos = self.BOS[family]
 
     def render(self, messages: list[Message], tools: list[ToolSpec] | None = None, thinking: bool | None = None,
-               add_generation_prompt: bool = True, bos: bool = True):
+               add_generation_prompt: bool = True, bos: bool = True, effort: str | None = None):
+        # `effort`: these families have no thinking block, so every reasoning effort renders the same prompt
         if not messages:
             raise BadRequest("messages: at least one message is needed", param="messages")
         if tools:
@@ -104,6 +105,6 @@ class NoTemplate:
     default_system: str | None = None
     tool_format = "json"
 
-    def render(self, messages, tools=None, thinking=None, add_generation_prompt=True):
+    def render(self, messages, tools=None, thinking=None, add_generation_prompt=True, effort=None):
         raise BadRequest("messages: this model has no chat template; use /v1/completions, or start the server "
                          f"with --chat-template FAMILY ({', '.join(FAMILIES)})", param="messages")

@@ -18,15 +18,15 @@ def test_unsupported_and_unreadable_files_are_listed_with_the_reason(tmp_path):
     d = tmp_path / "models"
     (d / "sub").mkdir(parents=True)
     write_model(d / "a-gemma.gguf", arch="gemma2")
-    write_model(d / "b-five.gguf", file_type=8)
-    write_model(d / "c-llama3.gguf", template=LLAMA3)
+    write_model(d / "b-five.gguf", file_type=19)
+    write_model(d / "c-llama3.gguf", template="[INST] {{ m.content }} [/INST]")
     (d / "sub" / "d-broken.gguf").write_bytes(b"GGUF\x03\x00")
     (d / "notes.txt").write_text("not a model")
     rows = {m.id: m.problem for m in discover(models_dirs=[str(d)])}
     assert set(rows) == {"a-gemma", "b-five", "c-llama3", "d-broken"}
     assert "architecture 'gemma2'" in rows["a-gemma"]
-    assert "quantization Q5_0" in rows["b-five"]
-    assert "template family 'llama3'" in rows["c-llama3"]
+    assert "quantization IQ2_XXS" in rows["b-five"]
+    assert "template family 'mistral'" in rows["c-llama3"]
     assert rows["d-broken"].startswith("unreadable")
 
 
