@@ -27,8 +27,8 @@ import subprocess
 import threading
 import time
 
-from serve.batch import BatchPath, conversation_slots  # noqa: F401  (conversation_slots: callers' surface)
-from serve.engine_protocol import (CTX_SLACK, ENGINE_SILENCE_S, HEARTBEAT_S, MAX_LINE_BYTES, POLL_S,  # noqa: F401
+from serve.batch import BatchPath
+from serve.engine_protocol import (ENGINE_SILENCE_S, HEARTBEAT_S, MAX_LINE_BYTES, POLL_S,  # noqa: F401
                                    Allowance, EngineBadLine, EngineDied, EngineNonFinite, EngineProcess,
                                    EngineRefused, EngineSilent, EngineStarting, EngineStuck, parse_done,
                                    parse_kv, parse_progress, parse_token, start_pump)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 
 POLL_S = 1.0            # how often the engine is looked at (a death is noticed within this)
 BACKOFF_FIRST_S = 1.0   # the first restart waits this long (a crash loop does not spin)
