@@ -424,10 +424,16 @@ def _status(svc, body, ctx):
                            "dialects": ["/v1/chat/completions", "/v1/completions", "/v1/responses", "/api/chat",
                                         "/api/generate", "/completion", "/infill"] +
                            (["/v1/messages"] if anthropic_api is not None else []),
-                           "activity": {"requests": svc.totals["requests"], "in_flight": int(
-                               bool(svc.status.get("busy"))) + svc.queued},
+                           "activity": _activity(svc),
                            "live": svc.status_view(), "last_timings": svc.last_timings,
                            "machine": telemetry.machine()})
+
+
+def _activity(svc) -> dict:
+    """Requests served, running (in_flight: being answered or waiting), and how many of those wait."""
+    live = metrics_views.live_counts(svc)
+    return {"requests": svc.totals["requests"], "in_flight": live["running"], "waiting": live["deferred"],
+            "slots_busy": live["slots_busy"], "slots_total": live["slots_total"]}
 
 
 def _metrics(svc, body, ctx):

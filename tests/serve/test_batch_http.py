@@ -3,6 +3,7 @@ Interleaved streaming and plain clients, some leaving early: 0 crossed or empty 
 import json
 import sys
 import threading
+import time
 
 import pytest
 
@@ -102,3 +103,33 @@ def test_clients_that_leave_do_not_cross_the_next_replies(slot_server):
     for c in leavers:
         c.close()
     assert not _clients(s, 3, 3)
+
+
+def test_status_counts_every_request_in_flight(slot_server):
+    """/v1/status's activity counts the requests being answered and waiting (it once said 0 or 1)."""
+    s = slot_server({"slots": 2, "repeat": 400, "step_delay_s": 0.005, "token_delay_s": 0.001})
+    ts = [threading.Thread(target=s.post, args=("/v1/chat/completions", chat(f"busy{i}"))) for i in range(4)]
+    for t in ts:
+        t.start()
+    seen = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        act = s.request("GET", "/v1/status")[1]["activity"]
+        seen.append(act)
+        if act["in_flight"] == 4 and act["waiting"] == 2 and act["slots_busy"] == 2:
+            break
+        time.sleep(0.05)
+    for t in ts:
+        t.join(60)
+    assert seen[-1]["in_flight"] == 4 and seen[-1]["waiting"] == 2, seen[-3:]
+    assert seen[-1]["slots_total"] == 2
+    assert _until_idle(s)["in_flight"] == 0
+
+
+def _until_idle(s):
+    for _ in range(100):
+        act = s.request("GET", "/v1/status")[1]["activity"]
+        if act["in_flight"] == 0:
+            return act
+        time.sleep(0.05)
+    return act
