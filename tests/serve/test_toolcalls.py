@@ -296,19 +296,30 @@ def test_call_ids():
 
 
 def test_long_values_parse_in_linear_time():
-    """A 60 KB argument fed in 4-character pieces (as tokens come) takes well under a second in any form;
-    a parser that rescans its buffer per piece takes seconds here."""
+    """An argument fed in 4-character pieces (as tokens come) costs about as much per byte at 64 KB as at
+    8 KB, in every form: CPU time of the larger over the smaller stays near their size ratio (8), where a
+    parser that rescans its buffer per piece grows with its square (64). CPU time, best of three: the
+    machine's load does not move it."""
     import time
-    body = json.dumps({"k": ["x\n<" * 20] * 700})
-    texts = ["<tool_call>\n<function=run>\n<parameter=data>\n" + body + "\n</parameter>\n</function>\n</tool_call>",
-             "<tool_call>\n<function=write_file>\n<parameter=content>\n" + body + "\n</parameter>\n</function>\n"
-             "</tool_call>",
-             '<tool_call>\n{"name": "run", "arguments": {"data": ' + body + "}}\n</tool_call>"]
-    for text in texts:
-        start = time.perf_counter()
-        got = summary(parse([text[i:i + 4] for i in range(0, len(text), 4)]))
-        assert time.perf_counter() - start < 2.0
-        assert len(got["calls"]) == 1
+
+    def texts(n):
+        body = json.dumps({"k": ["x\n<" * 20] * n})
+        return ["<tool_call>\n<function=run>\n<parameter=data>\n" + body + "\n</parameter>\n</function>\n</tool_call>",
+                "<tool_call>\n<function=write_file>\n<parameter=content>\n" + body + "\n</parameter>\n</function>\n"
+                "</tool_call>",
+                '<tool_call>\n{"name": "run", "arguments": {"data": ' + body + "}}\n</tool_call>"]
+
+    def cost(text):
+        best = float("inf")
+        for _ in range(3):
+            start = time.process_time()
+            got = summary(parse([text[i:i + 4] for i in range(0, len(text), 4)]))
+            best = min(best, time.process_time() - start)
+            assert len(got["calls"]) == 1
+        return best
+
+    for small, large in zip(texts(90), texts(720)):
+        assert cost(large) < 20 * max(cost(small), 1e-3), "parsing grows faster than the text"
 
 
 @settings(max_examples=150, deadline=None)
