@@ -41,7 +41,7 @@ const char* const USAGE =
     "  --turn-token ID              the turn-opening token (default: the model's <|im_start|>)\n"
     "  --eos-ids A,B                tokens that end a reply (default: the model's end-of-turn and end-of-text)\n"
     "  --chunk N                    solo prompt tokens per evaluation (default 512)\n"
-    "  --step-tokens N              tokens one slot step carries: decode entries, then prompt chunks (default 128)\n"
+    "  --step-tokens N              tokens one slot step carries: decode entries, then prompt chunks (default 64)\n"
     "  --kv f16|q8_0                KV cache type (default f16)\n"
     "  --seed N                     seed of requests that bring none (default: random)\n"
     "  --backend cpu|cuda           compute backend (default cpu)\n";

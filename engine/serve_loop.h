@@ -19,7 +19,7 @@
 #include "model.h"
 
 // --step-tokens default: measured (tools/bench_serving.py), see docs/PROTOCOL.md.
-constexpr int64_t STEP_TOKENS_DEFAULT = 128;
+constexpr int64_t STEP_TOKENS_DEFAULT = 64;
 
 struct engine_config {
     int32_t n_ctx = 0;               // --max-context, resolved
