@@ -119,8 +119,8 @@ def ban_eos_bias(model):
 class Ours:
     """One figure at a time from our engine: prefill(n, seed) and decode(seed) return tok/s."""
 
-    def __init__(self, binary, model, threads):
-        self.eng = Engine(binary, model, threads)
+    def __init__(self, binary, model, threads, extra_args=()):
+        self.eng = Engine(binary, model, threads, extra_args)
         self.ban = ban_eos_bias(model)
         self.eng.gen(1, prompts(1, 32))  # warm the mapping and the scratch
 
@@ -211,6 +211,11 @@ def format_table(rows, threads, kernels):
     return "\n".join(lines)
 
 
+def engine_flags(args):
+    """Extra engine flags of our side (--act-bits 8)."""
+    return ["--act-bits", str(args.act_bits)] if args.act_bits != 16 else []
+
+
 def roofline_report(args, decode_tok_s, peer_tok_s=None):
     """The bandwidth probe and decode tok/s as a fraction of the bound it gives (tools/decode_roofline.py)."""
     sys.path.insert(0, REPO_ROOT)
@@ -223,13 +228,14 @@ def phases_report(args):
     """--phases: best decode tok/s of --runs, the roofline, and where one decode step's time goes."""
     sys.path.insert(0, REPO_ROOT)
     from tools import decode_roofline
-    ours = Ours(args.engine, args.model, args.threads)
+    ours = Ours(args.engine, args.model, args.threads, engine_flags(args))
     try:
         decode = max(ours.decode(7 + r) for r in range(args.runs))
         gen_args = (DECODE_TOKENS, prompts(7, DECODE_PROMPT_TOKENS), "logit_bias=" + ours.ban)
     finally:
         ours.close()
-    timing = decode_roofline.measure_phases(Engine, args.engine, args.model, args.threads, gen_args, args.runs)
+    engine_cls = lambda *a, **kw: Engine(*a, extra_args=engine_flags(args), **kw)
+    timing = decode_roofline.measure_phases(engine_cls, args.engine, args.model, args.threads, gen_args, args.runs)
     print("threads=%d  decode %d tokens after %d, greedy" % (args.threads, DECODE_TOKENS, DECODE_PROMPT_TOKENS))
     print(roofline_report(args, decode))
     if timing is None:
@@ -246,6 +252,8 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=3, help="runs per figure; the best is kept")
     ap.add_argument("--engine", default=os.path.join(REPO_ROOT, "build", "strata-engine"))
     ap.add_argument("--no-peer", action="store_true", help="skip llama.cpp")
+    ap.add_argument("--act-bits", type=int, choices=[16, 8], default=16,
+                    help="our engine's matmul activations (8: the opt-in 8-bit mode)")
     ap.add_argument("--phases", action="store_true",
                     help="only decode: the bandwidth bound and where one step's time goes (STRATA_STEP_TIMING)")
     args = ap.parse_args(argv)
@@ -258,7 +266,7 @@ def main(argv=None):
         return 2
     if args.phases:
         return phases_report(args)
-    sides = [Ours(args.engine, args.model, args.threads)]
+    sides = [Ours(args.engine, args.model, args.threads, engine_flags(args))]
     if not args.no_peer and importlib.util.find_spec("llama_cpp") is not None:
         sides.append(Peer(args.model, args.threads))
     try:
