@@ -1,5 +1,6 @@
 // engine/kernels.cpp — scalar kernel set, CPU dispatch and the matmul driver (contract in kernels.h).
 #include "kernels.h"
+#include "kernels_act8.h"
 #include "kernels_kquant.h"
 
 #include <cmath>
@@ -7,6 +8,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "step_timer.h"
 #include "threadpool.h"
 
 #if defined(__x86_64__)
@@ -220,9 +222,11 @@ void quantize_range(void* ctx, int64_t t0, int64_t t1, int) {
     const mm_job& j = *static_cast<mm_job*>(ctx);
     const int64_t k = j.w->n_cols, nb = k / QK32;
     mm_scratch& s = *j.scratch;
+    const bool act8 = j.w->act_bits == 8;
     for (int64_t t = t0; t < t1; ++t) {
         int16_t* qs = s.qs.data() + t * k;
-        j.ks->quantize_q16(j.x + t * j.x_stride, k, qs, s.d.data() + t * nb, s.dsum.data() + t * nb);
+        if (act8) quantize_act8(j.x + t * j.x_stride, k, qs, s.qs8.data() + t * k, s.d.data() + t * nb, s.dsum.data() + t * nb);
+        else j.ks->quantize_q16(j.x + t * j.x_stride, k, qs, s.d.data() + t * nb, s.dsum.data() + t * nb);
         int32_t* is = s.isum.data() + t * nb;
         for (int64_t b = 0; b < nb; ++b) {
             int32_t sum = 0;
@@ -233,12 +237,14 @@ void quantize_range(void* ctx, int64_t t0, int64_t t1, int) {
 }
 
 // Row-group layout, per group of 16 rows and block b of 32 columns (weight_group_bytes / nb bytes):
-//   float dw[16]                       the rows' block scales
-//   float off[16]                      Q4_1 only: m + 8 dw
+//   float dw[16]                       Q4_0, Q8_0: the rows' block scales
+//   uint16 d[16], uint16 m[16]         Q4_1: the rows' d and m as stored (half), so the packed copy reads no
+//                                      more bytes than the file's blocks; kernels take off = m + 8 d with
+//                                      one fma (8 d is exact, so it rounds as a float add would)
 //   Q4_0/Q4_1: 4 chunks of 32 uint16 words; word 2r + e of chunk c holds, in its nibble n (bits 4n..4n+3),
 //              the 4-bit value of element 2 (4c + n) + e of row r (as stored: 0..15, not centred)
 //   Q8_0:      16 chunks of 32 int8; byte 2r + e of chunk j is element 2j + e of row r
-constexpr size_t group_scale_bytes(ggml_type t) { return t == GGML_TYPE_Q4_1 ? 128 : 64; }
+constexpr size_t group_scale_bytes(ggml_type) { return 64; }
 constexpr size_t group_quant_bytes(ggml_type t) { return t == GGML_TYPE_Q8_0 ? 512 : 256; }
 
 int nibble(const uint8_t* qs, int i) { return i < 16 ? (qs[i] & 0xF) : (qs[i - 16] >> 4); }
@@ -308,8 +314,8 @@ void weight_pack(const weight_view& w, uint8_t* out) {
                 const uint8_t* qs;
                 if (w.type == GGML_TYPE_Q4_1) {
                     const block_q4_1& blk = reinterpret_cast<const block_q4_1*>(row)[b];
-                    dw[r] = fp16_to_fp32(blk.d);
-                    dw[MM_GROUP_ROWS + r] = fp16_to_fp32(blk.m) + 8.0f * dw[r];
+                    std::memcpy(o + 2 * r, &blk.d, 2);
+                    std::memcpy(o + 32 + 2 * r, &blk.m, 2);
                     qs = blk.qs;
                 } else {
                     const block_q4_0& blk = reinterpret_cast<const block_q4_0*>(row)[b];
@@ -359,18 +365,32 @@ static act_q16 quantize_acts(threadpool* pool, mm_job* j) {
     if (scratch->d.size() < size_t(n_tok * nb)) scratch->d.resize(size_t(n_tok * nb));
     if (scratch->dsum.size() < size_t(n_tok * nb)) scratch->dsum.resize(size_t(n_tok * nb));
     if (scratch->isum.size() < size_t(n_tok * nb)) scratch->isum.resize(size_t(n_tok * nb));
+    const bool act8 = j->w->act_bits == 8;
+    if (act8 && scratch->qs8.size() < size_t(n_tok * k)) scratch->qs8.resize(size_t(n_tok * k));
+    const int32_t outer = step_mark(STEP_QUANTIZE);
     if (n_tok >= MM_PARALLEL_QUANT_TOKENS) {
         threadpool_run(pool, n_tok, quantize_range, j);
     } else {
         quantize_range(j, 0, n_tok, 0);
     }
-    return act_q16{scratch->qs.data(), scratch->d.data(), scratch->dsum.data(), k, scratch->isum.data()};
+    step_mark(outer);
+    return act_q16{scratch->qs.data(), scratch->d.data(), scratch->dsum.data(), k, scratch->isum.data(),
+                   act8 ? scratch->qs8.data() : nullptr};
+}
+
+// The row-group kernel for w's packed copy (8-bit layout or not), nullptr when it has none.
+static mm_group_fn packed_fn(const kernel_set& ks, const weight_view& w) {
+    if (!w.packed) return nullptr;
+    return w.packed8 ? group8_fn(w.type) : group_fn(ks, w.type);
 }
 
 void matmul_fused(threadpool* pool, const kernel_set& ks, const weight_view* const* ws, float* const* ys, int n_w,
                   const float* x, int64_t x_stride, int64_t n_tok, mm_scratch* scratch) {
     bool fuse = n_w <= MM_MAX_FUSED;
-    for (int i = 0; i < n_w; ++i) fuse = fuse && kernels_uses_q16(ws[i]->type) && ws[i]->n_cols == ws[0]->n_cols;
+    for (int i = 0; i < n_w; ++i) {
+        fuse = fuse && kernels_uses_q16(ws[i]->type) && ws[i]->n_cols == ws[0]->n_cols &&
+               ws[i]->act_bits == ws[0]->act_bits;
+    }
     if (!fuse) {
         for (int i = 0; i < n_w; ++i) matmul(pool, ks, *ws[i], x, x_stride, n_tok, ys[i], scratch);
         return;
@@ -379,7 +399,7 @@ void matmul_fused(threadpool* pool, const kernel_set& ks, const weight_view* con
     mm_multi_job j{&ks, ws, ys, n_w, {0}, quantize_acts(pool, &q), n_tok, {}};
     bool grouped = true;
     for (int i = 0; i < n_w; ++i) {
-        j.group[i] = ws[i]->packed ? group_fn(ks, ws[i]->type) : nullptr;
+        j.group[i] = packed_fn(ks, *ws[i]);
         grouped = grouped && j.group[i] != nullptr;
     }
     const int64_t unit = grouped ? MM_GROUP_ROWS : 1;
@@ -393,7 +413,7 @@ void matmul(threadpool* pool, const kernel_set& ks, const weight_view& w, const 
     const int64_t k = w.n_cols;
     if (kernels_uses_q16(w.type)) {
         j.act = quantize_acts(pool, &j);
-        j.group = w.packed ? group_fn(ks, w.type) : nullptr;
+        j.group = packed_fn(ks, w);
         if (j.group) {
             threadpool_run(pool, w.n_rows / MM_GROUP_ROWS, mm_group_range, &j);
             return;

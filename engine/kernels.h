@@ -35,6 +35,10 @@ struct weight_view {
     const uint8_t* data = nullptr;
     // The same weight in the row-group layout (weight_pack), when the model packed it; data stays valid.
     const uint8_t* packed = nullptr;
+    // Activations this weight's matmuls quantise to: 16 (the default) or 8 (`--act-bits 8`,
+    // engine/kernels_act8.h). packed8: `packed` holds the 8-bit layout (weight_pack8), not weight_pack's.
+    int32_t act_bits = 16;
+    bool packed8 = false;
 };
 
 // Activations of n_tok tokens quantised to 16-bit blocks of 32.
@@ -44,14 +48,15 @@ struct act_q16 {
     const float* dsum = nullptr;  // (n_tok, K/32) d * (sum of the block's qs)
     int64_t k = 0;                // K
     const int32_t* isum = nullptr; // (n_tok, K/32) sum of the block's qs (set by the matmul driver)
+    const int8_t* qs8 = nullptr;   // (n_tok, K) the same values as int8, when quantised to 8 bits
 };
 
 // Most tokens one row kernel handles at once (the matmul walks a chunk in tiles of this many).
 constexpr int MM_TOK_TILE = 8;
 
 // Row-group kernels (kernel sets that have them) work on weights repacked at load time: rows in groups of
-// MM_GROUP_ROWS, and per group and block of 32 columns the 16 rows' float scales (Q4_1: then the 16 offsets
-// m + 8 d) followed by the quants interleaved so that one vector load yields element pair (2j, 2j+1) of all
+// MM_GROUP_ROWS, and per group and block of 32 columns the 16 rows' float scales (Q4_1: their d and m as
+// halves) followed by the quants interleaved so that one vector load yields element pair (2j, 2j+1) of all
 // 16 rows (layout in kernels.cpp, weight_pack). One integer dot product then covers 16 rows x 2 elements,
 // the block's exact integer sums of the 16 rows land in one vector, and the float scaling is one multiply
 // and one fma per (group, block, token) instead of per (row, block, token). Each output's value depends only
@@ -117,6 +122,7 @@ struct mm_scratch {
     std::vector<float> d;
     std::vector<float> dsum;
     std::vector<int32_t> isum;
+    std::vector<int8_t> qs8;  // 8-bit activations (weights with act_bits 8)
     std::vector<float> rows;  // (n_threads, K) dequantised weight rows for the generic path
 };
 

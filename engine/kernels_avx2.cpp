@@ -290,7 +290,7 @@ using pair16 = int32_t __attribute__((may_alias, aligned(4)));
 
 template <int KIND, int T>
 void group_half(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int half, float* y, size_t y_stride) {
-    constexpr size_t SB = KIND == 1 ? 128 : 64, QB = KIND == 2 ? 512 : 256, GB = SB + QB;
+    constexpr size_t SB = 64, QB = KIND == 2 ? 512 : 256, GB = SB + QB;
     const int16_t* aq = a.qs + t0 * a.k;
     const float* ad = a.d + t0 * nb;
     const float* as = a.dsum + t0 * nb;
@@ -323,13 +323,17 @@ void group_half(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int 
                 dot(4 * c + 3, _mm256_srli_epi16(w, 12));
             }
         }
-        const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(gb) + 8 * half);
+        __m256 dw, off = _mm256_setzero_ps();
+        if constexpr (KIND == 1) {  // half d and m; off = m + 8 d (8 d exact: one rounding, as a float add)
+            dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(gb) + half));
+            const __m256 m = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(gb + 32) + half));
+            off = _mm256_fmadd_ps(dw, _mm256_set1_ps(8.0f), m);
+        } else {
+            dw = _mm256_load_ps(reinterpret_cast<const float*>(gb) + 8 * half);
+        }
         for (int t = 0; t < T; ++t) {
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(dw, _mm256_set1_ps(ad[t * nb + b])), acc[t]);
-            if constexpr (KIND == 1) {
-                const __m256 off = _mm256_load_ps(reinterpret_cast<const float*>(gb + 64) + 8 * half);
-                acc[t] = _mm256_fmadd_ps(off, _mm256_set1_ps(as[t * nb + b]), acc[t]);
-            }
+            if constexpr (KIND == 1) acc[t] = _mm256_fmadd_ps(off, _mm256_set1_ps(as[t * nb + b]), acc[t]);
         }
     }
     for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + size_t(t) * y_stride + 8 * half, acc[t]);

@@ -149,7 +149,7 @@ using pair16 = int32_t __attribute__((may_alias, aligned(4)));
 
 template <int KIND, int T>
 void group_kernel(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, float* y, size_t y_stride) {
-    constexpr size_t SB = KIND == 1 ? 128 : 64, QB = KIND == 2 ? 512 : 256, GB = SB + QB;
+    constexpr size_t SB = 64, QB = KIND == 2 ? 512 : 256, GB = SB + QB;
     constexpr int NACC = T >= 4 ? 1 : (T == 1 ? 4 : 2);
     const int16_t* aq = a.qs + t0 * a.k;
     const float* ad = a.d + t0 * nb;
@@ -186,15 +186,18 @@ void group_kernel(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, fl
                 dot(4 * c + 3, _mm512_srli_epi16(w, 12));
             }
         }
-        const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(gb));
+        __m512 dw, off = _mm512_setzero_ps();
+        if constexpr (KIND == 1) {  // half d and m; off = m + 8 d (8 d exact: one rounding, as a float add)
+            dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(gb)));
+            off = _mm512_fmadd_ps(dw, _mm512_set1_ps(8.0f), _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(gb + 32))));
+        } else {
+            dw = _mm512_load_ps(reinterpret_cast<const float*>(gb));
+        }
         for (int t = 0; t < T; ++t) {
             __m512i sum = s[t][0];
             for (int k = 1; k < NACC; ++k) sum = _mm512_add_epi32(sum, s[t][k]);
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(ad[t * nb + b])), acc[t]);
-            if constexpr (KIND == 1) {
-                const __m512 off = _mm512_load_ps(reinterpret_cast<const float*>(gb + 64));
-                acc[t] = _mm512_fmadd_ps(off, _mm512_set1_ps(as[t * nb + b]), acc[t]);
-            }
+            if constexpr (KIND == 1) acc[t] = _mm512_fmadd_ps(off, _mm512_set1_ps(as[t * nb + b]), acc[t]);
         }
     }
     for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + size_t(t) * y_stride, acc[t]);

@@ -15,12 +15,14 @@
 #include <utility>
 #include <vector>
 
+#include "bandwidth.h"
 #include "gguf.h"
 #include "grammar.h"
 #include "model.h"
 #include "protocol.h"
 #include "serve_loop.h"
 #include "slots.h"
+#include "threadpool.h"
 
 namespace {
 
@@ -44,7 +46,12 @@ const char* const USAGE =
     "  --step-tokens N              tokens one slot step carries: decode entries, then prompt chunks (default 64)\n"
     "  --kv f16|q8_0                KV cache type (default f16)\n"
     "  --seed N                     seed of requests that bring none (default: random)\n"
-    "  --backend cpu|cuda           compute backend (default cpu)\n";
+    "  --act-bits 16|8              matmul activations in 16-bit blocks (default) or 8-bit (faster prefill and\n"
+    "                               multi-token steps, less exact; engine/kernels_act8.h)\n"
+    "  --backend cpu|cuda           compute backend (default cpu)\n"
+    "usage: strata-engine --probe-bandwidth [--threads N] [--model FILE.gguf] [--probe-mib N]\n"
+    "  prints one PROBE line: read GB/s on the engine's thread pool over an N MiB buffer (default 256) and,\n"
+    "  with a model, the bytes one decode token reads and the decode bound they give\n";
 
 int usage(const std::string& why) {
     if (!why.empty()) std::fprintf(stderr, "strata-engine: %s\n", why.c_str());
@@ -72,6 +79,9 @@ bool parse_int_flag(const std::string& text, int64_t lo, int64_t hi, int64_t* ou
 
 struct flags {
     bool serve = false;
+    bool probe = false;          // --probe-bandwidth
+    int64_t probe_mib = 256;     // far past any last-level cache
+    int32_t act_bits = 16;
     std::string model;
     int64_t max_context = 0;
     int64_t threads = 0;
@@ -96,6 +106,10 @@ int parse_flags(int argc, char** argv, flags* f) {
         const std::string a = argv[i];
         if (a == "--serve") {
             f->serve = true;
+            continue;
+        }
+        if (a == "--probe-bandwidth") {
+            f->probe = true;
             continue;
         }
         if (a == "-h" || a == "--help") {
@@ -146,6 +160,12 @@ int parse_flags(int argc, char** argv, flags* f) {
         } else if (a == "--seed") {
             if (!parse_int_flag(v, 0, INT64_MAX, &f->seed)) return bad();
             f->has_seed = true;
+        } else if (a == "--act-bits") {
+            if (v == "16") f->act_bits = 16;
+            else if (v == "8") f->act_bits = 8;
+            else return bad();
+        } else if (a == "--probe-mib") {
+            if (!parse_int_flag(v, 16, 1 << 16, &f->probe_mib)) return bad();
         } else if (a == "--backend") {
             if (v != "cpu" && v != "cuda") return bad();
             f->backend = v;
@@ -153,7 +173,8 @@ int parse_flags(int argc, char** argv, flags* f) {
             return usage("unknown flag " + a);
         }
     }
-    if (!f->serve) return usage("--serve is required (the engine has no other mode)");
+    if (f->probe) return -1;
+    if (!f->serve) return usage("--serve is required (or --probe-bandwidth)");
     if (f->model.empty()) return usage("--model FILE.gguf is required");
     return -1;
 }
@@ -167,12 +188,52 @@ std::string join_ids(const std::vector<int32_t>& ids) {
     return s;
 }
 
+// Passes the probe times (the fastest counts): enough to ride out a busy neighbour for a moment.
+constexpr int PROBE_PASSES = 10;
+
+// --probe-bandwidth: the model (when given) is loaded first for its decode bytes and freed, then the probe
+// runs on a pool of the same thread count.
+int run_probe(const flags& f) {
+    const int32_t n_threads = f.threads > 0 ? static_cast<int32_t>(f.threads) : physical_cores();
+    size_t decode_bytes = 0, kv_per_pos = 0;
+    if (!f.model.empty()) {
+        model_params mp;
+        mp.path = f.model;
+        mp.n_threads = 1;
+        std::string err;
+        strata_model* model = model_load(mp, &err);
+        if (model == nullptr) {
+            std::fprintf(stderr, "%s\n", err.c_str());
+            return 1;
+        }
+        decode_bytes = model_decode_bytes(model);
+        kv_per_pos = model_kv_bytes_per_pos(model);
+        model_free(model);
+    }
+    threadpool* pool = threadpool_init(n_threads);
+    const bandwidth_result r = bandwidth_probe(pool, size_t(f.probe_mib) << 20, PROBE_PASSES);
+    threadpool_free(pool);
+    if (r.gb_s <= 0.0) {
+        std::fprintf(stderr, "strata-engine: the probe could not allocate its buffer\n");
+        return 1;
+    }
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "PROBE reader=%s threads=%d buffer_mib=%lld passes=%d read_gb_s=%.2f mean_gb_s=%.2f "
+                  "decode_bytes=%zu kv_bytes_per_pos=%zu bound_tok_s=%.1f",
+                  r.reader, r.n_threads, static_cast<long long>(f.probe_mib), r.n_passes, r.gb_s, r.mean_gb_s,
+                  decode_bytes, kv_per_pos, decode_bytes > 0 ? r.gb_s * 1e9 / double(decode_bytes) : 0.0);
+    protocol_write_line(line);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     flags f;
     const int rc = parse_flags(argc, argv, &f);
     if (rc >= 0) return rc;
+    if (f.probe) return run_probe(f);
     if (f.backend == "cuda") {
         std::fprintf(stderr, "strata-engine: --backend cuda: this engine has no CUDA backend (built for the CPU)\n");
         return 1;
@@ -183,6 +244,7 @@ int main(int argc, char** argv) {
     mp.n_threads = f.threads > 0 ? static_cast<int32_t>(f.threads) : physical_cores();
     // a solo chunk plus every slot's decode entry, or one slot step
     mp.n_batch = static_cast<int32_t>(std::max(f.chunk, f.step_tokens)) + SLOTS_MAX;
+    mp.act_bits = f.act_bits;
     std::string err;
     strata_model* model = model_load(mp, &err);
     if (model == nullptr) {
@@ -246,7 +308,7 @@ int main(int argc, char** argv) {
                         " backend=cpu kernels=" + model_kernel_name() + " kv=" + (cfg.kv == KV_TYPE_F16 ? "f16" : "q8_0") +
                         " chunk=" + std::to_string(cfg.chunk) +
                         " step_tokens=" + std::to_string(cfg.step_tokens) + " logit_bias=1 grammar=" +
-                        (vocab ? "1" : "0"));
+                        (vocab ? "1" : "0") + " act_bits=" + std::to_string(info.act_bits));
     protocol_write_line("INFO model_name=" + protocol_message(info.name.empty() ? "-" : info.name) +
                         " n_layer=" + std::to_string(info.n_layer) + " n_embd=" + std::to_string(info.n_embd) +
                         " weights_mib=" + std::to_string(info.weights_bytes >> 20) +

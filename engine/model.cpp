@@ -19,8 +19,10 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "kernels_act8.h"
 #include "kv_cache.h"
 #include "model_impl.h"
+#include "step_timer.h"
 #include "threadpool.h"
 
 namespace {
@@ -89,12 +91,16 @@ void widen_weights(strata_model* m) {
 // (one 64-byte aligned allocation); the mapped pages of the originals are then released to the page cache
 // (the embedding rows are read from the mapping again on demand). Without memory for the copy the model
 // runs on the row kernels.
-void pack_weights(strata_model* m) {
+// With 8-bit activations (act_bits 8) a matrix whose type has an 8-bit row-group kernel on this CPU gets the
+// 8-bit layout instead (weight_pack8, kernels_act8.h).
+void pack_weights(strata_model* m, int32_t act_bits) {
     std::vector<weight_view*> ws;
     size_t total = 0;
     for (weight_view* w : matmul_weights(m)) {
+        w->act_bits = act_bits;
+        w->packed8 = act_bits == 8 && group8_fn(w->type) != nullptr;
         const size_t n = weight_packed_bytes(w->type, w->n_cols, w->n_rows);
-        if (n == 0 || !group_fn(*m->ks, w->type)) continue;
+        if (n == 0 || !(w->packed8 || group_fn(*m->ks, w->type))) continue;
         ws.push_back(w);
         total += n;
     }
@@ -103,7 +109,8 @@ void pack_weights(strata_model* m) {
     if (!m->packed) return;
     size_t off = 0;
     for (weight_view* w : ws) {
-        weight_pack(*w, m->packed + off);
+        if (w->packed8) weight_pack8(*w, m->packed + off);
+        else weight_pack(*w, m->packed + off);
         w->packed = m->packed + off;
         off += weight_packed_bytes(w->type, w->n_cols, w->n_rows);
     }
@@ -323,7 +330,7 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     m->pool = threadpool_init(n_threads);
     m->ks = &kernels_get();
     widen_weights(m);
-    pack_weights(m);
+    pack_weights(m, params.act_bits == 8 ? 8 : 16);
 
     model_info& info = m->info;
     info.arch = arch_name;
@@ -338,6 +345,7 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     info.n_head_kv = hp.n_head_kv;
     info.head_dim = hp.head_dim;
     info.n_threads = threadpool_n_threads(m->pool);
+    info.act_bits = params.act_bits == 8 ? 8 : 16;
     info.bos_id = read_id(f, "tokenizer.ggml.bos_token_id", hp.n_vocab);
     info.eos_id = read_id(f, "tokenizer.ggml.eos_token_id", hp.n_vocab);
     info.eot_id = read_id(f, "tokenizer.ggml.eot_token_id", hp.n_vocab);
@@ -377,6 +385,18 @@ void model_free(strata_model* m) {
 const model_info& model_get_info(const strata_model* m) { return m->info; }
 
 const char* model_kernel_name() { return kernels_get().name; }
+
+size_t model_decode_bytes(const strata_model* m) {
+    size_t n = m->tok_embd.row_bytes;
+    for (weight_view* w : matmul_weights(const_cast<strata_model*>(m))) {
+        n += w->packed ? weight_packed_bytes(w->type, w->n_cols, w->n_rows) : size_t(w->n_rows) * w->row_bytes;
+    }
+    return n;
+}
+
+size_t model_kv_bytes_per_pos(const strata_model* m) {
+    return size_t(2) * size_t(m->hp.n_layer) * size_t(m->hp.n_embd_kv()) * sizeof(uint16_t);
+}
 
 kv_cache* kv_cache_init(const strata_model* m, int32_t n_ctx, kv_type type) {
     return kv_cache_create(m->hp.n_layer, n_ctx, m->hp.n_head_kv, m->hp.head_dim, type);
@@ -625,6 +645,8 @@ bool check_batch(const strata_model* m, const eval_batch& b, std::string* err) {
 
 int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string* err) {
     if (!check_batch(m, b, err)) return -1;
+    // step_mark: decode phase marks (STRATA_STEP_TIMING=1, engine/step_timer.h); a branch when off
+    const int32_t outer = step_mark(STEP_NORMS);
     const model_hparams& hp = m->hp;
     model_scratch& s = m->s;
     const kernel_set& ks = *m->ks;
@@ -655,22 +677,32 @@ int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string*
     for (int32_t il = 0; il < hp.n_layer; ++il) {
         const layer_weights& l = m->layers[size_t(il)];
         f.layer = il;
+        step_mark(STEP_NORMS);
         run_entries(m, n, norm_range, &f);
         const weight_view* qkv[3] = {&l.wq, &l.wk, &l.wv};
         float* qkv_out[3] = {s.q.data(), s.k.data(), s.v.data()};
+        step_mark(step_phase_of(l.wq.type));
         matmul_fused(m->pool, ks, qkv, qkv_out, 3, s.xn.data(), E, n, &s.mm);
+        step_mark(STEP_NORMS);
         run_entries(m, n, qk_range, &f);
+        step_mark(STEP_ATTENTION);
         threadpool_run(m->pool, n_tiles * hp.n_head_kv, attn_range, &f);
+        step_mark(step_phase_of(l.wo.type));
         matmul(m->pool, ks, l.wo, s.att.data(), hp.n_embd_q(), n, s.tmp.data(), &s.mm);
+        step_mark(STEP_NORMS);
         f.post_ffn = false;
         if (!l.attn_post_norm.empty()) run_entries(m, n, post_norm_range, &f);
         run_entries(m, n, add_range, &f);
         run_entries(m, n, ffn_norm_range, &f);
         const weight_view* gu[2] = {&l.w_gate, &l.w_up};
         float* gu_out[2] = {s.gate.data(), s.up.data()};
+        step_mark(step_phase_of(l.w_gate.type));
         matmul_fused(m->pool, ks, gu, gu_out, 2, s.xn.data(), E, n, &s.mm);
+        step_mark(STEP_NORMS);
         run_entries(m, n, swiglu_range, &f);
+        step_mark(step_phase_of(l.w_down.type));
         matmul(m->pool, ks, l.w_down, s.gate.data(), hp.n_ff, n, s.tmp.data(), &s.mm);
+        step_mark(STEP_NORMS);
         f.post_ffn = true;
         if (!l.ffn_post_norm.empty()) run_entries(m, n, post_norm_range, &f);
         run_entries(m, n, add_range, &f);
@@ -682,11 +714,13 @@ int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string*
         rmsnorm_row(s.x.data() + size_t(i) * size_t(E), m->output_norm.data(), s.xn.data() + size_t(n_out) * size_t(E), E, hp.rms_eps);
         ++n_out;
     }
+    step_mark(STEP_LM_HEAD);
     if (n_out > 0 && logits) matmul(m->pool, ks, m->output, s.xn.data(), E, n_out, logits, &s.mm);
     if (n_out > 0 && logits && hp.logit_softcap > 0.0f) {
         const float c = hp.logit_softcap;
         for (size_t i = 0; i < size_t(n_out) * size_t(hp.n_vocab); ++i) logits[i] = c * std::tanh(logits[i] / c);
     }
+    step_mark(outer);
     return 0;
 }
 

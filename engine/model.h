@@ -27,6 +27,7 @@ struct model_params {
     std::string path;        // the GGUF file
     int32_t n_threads = 0;   // 0 = physical cores
     int32_t n_batch = 512;   // most tokens one model_eval call may carry (scratch is sized for it)
+    int32_t act_bits = 16;   // matmul activations: 16-bit blocks, or 8 (opt-in; engine/kernels_act8.h)
 };
 
 // What the protocol loop needs to know about the loaded model (filled from GGUF metadata).
@@ -48,6 +49,7 @@ struct model_info {
     int32_t im_start_id = -1;  // "<|im_start|>" looked up in the vocabulary
     int32_t endoftext_id = -1; // "<|endoftext|>" looked up in the vocabulary
     size_t weights_bytes = 0;  // bytes of tensor data mapped
+    int32_t act_bits = 16;     // model_params.act_bits as applied
 };
 
 // Loads the model. On failure returns nullptr and sets *err to one line naming the file, the tensor (when
@@ -92,6 +94,12 @@ int model_eval(strata_model* model, const eval_batch& batch, float* logits, std:
 // Convenience for the common case: one sequence, tokens[0..n) at positions pos0.., logits of the last.
 int model_eval_seq(strata_model* model, kv_cache* kv, const int32_t* tokens, int32_t n, int32_t pos0,
                    float* logits_last, std::string* err);
+
+// Bytes one decode token reads from the weights: every matrix of the forward pass once (its row-group copy
+// when it has one) and one embedding row; the KV cache comes on top (kv_bytes_per_pos per position seen).
+size_t model_decode_bytes(const strata_model* model);
+// Bytes of K and V that one cached position adds to a decode step's reads (f16 cache).
+size_t model_kv_bytes_per_pos(const strata_model* model);
 
 // CPU features found at start and the kernel set chosen ("avx512_vnni", "avx2", "scalar").
 const char* model_kernel_name();

@@ -20,10 +20,13 @@ bool cand_better(const std::pair<float, int32_t>& a, const std::pair<float, int3
     return a.second < b.second;
 }
 
+bool penalties_on(const sampler_params& p) {
+    return p.penalty_repeat != 1.0f || p.penalty_freq != 0.0f || p.penalty_present != 0.0f;
+}
+
 void apply_penalties(const sampler_params& p, const int32_t* history, int32_t n_history, int32_t n_vocab,
                      float* work) {
-    const bool on = p.penalty_repeat != 1.0f || p.penalty_freq != 0.0f || p.penalty_present != 0.0f;
-    if (!on || p.penalty_last_n == 0 || n_history <= 0) return;
+    if (!penalties_on(p) || p.penalty_last_n == 0 || n_history <= 0) return;
     const int32_t n_look = p.penalty_last_n < 0 ? n_history : std::min(n_history, p.penalty_last_n);
     std::unordered_map<int32_t, int32_t> counts;
     counts.reserve(static_cast<size_t>(n_look) * 2);
@@ -36,6 +39,41 @@ void apply_penalties(const sampler_params& p, const int32_t* history, int32_t n_
         if (p.penalty_repeat != 1.0f) l = l > 0.0f ? l / p.penalty_repeat : l * p.penalty_repeat;
         l -= static_cast<float>(count) * p.penalty_freq + p.penalty_present;
     }
+}
+
+// Greedy without a mask or penalties, in one pass over the logits and no copy: the argmax over the ids
+// without a bias, then each biased id with its summed bias. Candidates compare as the general path's scan
+// does (higher value, on a tie the lower id; NaN never wins), so the token is the same.
+sample_status greedy_direct(const sampler_params& p, const float* logits, int32_t n_vocab, int32_t* token_out) {
+    auto biased = [&](int32_t id) {
+        for (const auto& [b_id, bias] : p.logit_bias) {
+            if (b_id == id) return true;
+        }
+        return false;
+    };
+    int32_t best = -1;
+    float best_v = 0.0f;
+    for (int32_t i = 0; i < n_vocab; ++i) {
+        const float v = logits[i];
+        if (!std::isfinite(v)) return SAMPLE_NONFINITE;
+        if ((best < 0 || v > best_v) && !biased(i)) {
+            best = i;
+            best_v = v;
+        }
+    }
+    for (const auto& [id, unused] : p.logit_bias) {
+        if (id < 0 || id >= n_vocab) continue;
+        float v = logits[id];
+        for (const auto& [b_id, bias] : p.logit_bias) v += b_id == id ? bias : 0.0f;
+        if (std::isnan(v)) continue;
+        if (best < 0 || v > best_v || (v == best_v && id < best)) {
+            best = id;
+            best_v = v;
+        }
+    }
+    if (best < 0) return SAMPLE_NONFINITE;
+    *token_out = best;
+    return SAMPLE_OK;
 }
 
 }  // namespace
@@ -54,6 +92,7 @@ sample_status sampler_sample(const sampler_params& p, const float* logits, int32
 sample_status sampler_sample_masked(const sampler_params& p, const float* logits, int32_t n_vocab,
                                     const int32_t* history, int32_t n_history, int64_t pos, uint64_t seed,
                                     const uint32_t* allow, sampler_scratch* s, int32_t* token_out) {
+    if (p.temperature <= 0.0f && allow == nullptr && !penalties_on(p)) return greedy_direct(p, logits, n_vocab, token_out);
     for (int32_t i = 0; i < n_vocab; ++i) {
         if (!std::isfinite(logits[i])) return SAMPLE_NONFINITE;
     }

@@ -15,6 +15,7 @@
 #include "prefill/pf_timer.h"
 #include "protocol.h"
 #include "sampler.h"
+#include "step_timer.h"
 #include "session.h"
 #include "slots.h"
 #include "stdin_reader.h"
@@ -326,8 +327,11 @@ void serve_loop::run_gen(const command& cmd_in, int64_t seq) {
     int32_t tok = r.first;
     const char* finish = "length";
     std::string err;
+    step_timer_begin();
     for (;;) {
+        step_mark(STEP_EMIT);
         protocol_write_line("T " + std::to_string(tok));
+        step_mark(STEP_OTHER);
         generated += 1;
         if (std::find(cfg_.eos_ids.begin(), cfg_.eos_ids.end(), tok) != cfg_.eos_ids.end()) {
             finish = "stop";
@@ -346,8 +350,10 @@ void serve_loop::run_gen(const command& cmd_in, int64_t seq) {
             break;
         }
         live_.tokens.push_back(tok);
+        step_mark(STEP_SAMPLE);
         const sample_status st = grammar_sample(gm.get(), cmd.sampling, logits_.data(), info_.n_vocab,
                                                 live_.tokens.data(), p + 1, p + 1, cmd.sampling.seed, &scratch_, &tok);
+        step_mark(STEP_OTHER);
         if (st == SAMPLE_NO_TOKEN) {
             finish = "stop";  // the grammar allows nothing more
             break;
@@ -359,6 +365,7 @@ void serve_loop::run_gen(const command& cmd_in, int64_t seq) {
         }
     }
     const double decode_ms = ms_between(t_dec, clock_type::now());
+    step_timer_finish(generated - 1);  // the evaluated steps: the first token came with the prompt
     protocol_write_line(done_line(generated, n, r.prompt_ms, decode_ms, finish, r.reused, r.read));
     std::fprintf(stderr, "strata: GEN prompt=%d reused=%d read=%d generated=%d finish=%s prompt_ms=%.1f decode_tok_s=%.1f\n",
                  n, r.reused, r.read, generated, finish, r.prompt_ms,

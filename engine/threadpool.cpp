@@ -1,6 +1,8 @@
 // engine/threadpool.cpp — spin-then-wait worker pool (contract in threadpool.h).
 #include "threadpool.h"
 
+#include "step_timer.h"
+
 #include <sched.h>
 
 #include <atomic>
@@ -96,6 +98,7 @@ void threadpool_run(threadpool* pool, int64_t n_items, threadpool_fn fn, void* c
         if (n_items > 0) fn(ctx, 0, n_items, 0);
         return;
     }
+    step_count_job();
     pool->fn = fn;
     pool->ctx = ctx;
     pool->n_items = n_items;
@@ -103,9 +106,11 @@ void threadpool_run(threadpool* pool, int64_t n_items, threadpool_fn fn, void* c
     pool->generation.fetch_add(1, std::memory_order_acq_rel);
     pool->generation.notify_all();
     run_range(pool, 0);
+    const int32_t outer = step_mark(STEP_WAIT);
     for (int left = pool->pending.load(std::memory_order_acquire); left != 0;) {
         left = spin_then_wait(pool->pending, left);
     }
+    step_mark(outer);
 }
 
 int threadpool_physical_cores() {

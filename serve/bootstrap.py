@@ -295,6 +295,15 @@ def _keys(ns, cfg) -> list[str]:
     return keys
 
 
+def _act_bits_args(bits) -> list[str]:
+    """--act-bits / run config act_bits -> the engine flag (16, the engine's default, adds none)."""
+    if bits is None or bits == 16:
+        return []
+    if bits != 8:
+        raise SetupError(f"act_bits {bits}: 16 or 8")
+    return ["--act-bits", "8"]
+
+
 def _engine_args(model, fake: bool, cfg: dict, pick) -> tuple[list[str], int]:
     """The engine's flags -> (args, lanes). A real model gets the launch plan's threads, context, KV type and
     lanes; the fake test engine gets the flags as given (lanes clamped alike)."""
@@ -317,6 +326,7 @@ def _engine_args(model, fake: bool, cfg: dict, pick) -> tuple[list[str], int]:
         args += ["--batch", str(parallel)] if parallel >= 2 else []  # decode slots (serve/batch.py)
     if cfg.get("chunk"):   # prompt tokens per evaluation (serve --calibrate measures it)
         args += ["--chunk", str(int(cfg["chunk"]))]
+    args += _act_bits_args(pick("act_bits"))
     return args + [str(a) for a in cfg.get("args") or []], parallel
 
 

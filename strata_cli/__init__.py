@@ -74,6 +74,9 @@ def _serve_args(s) -> None:
     s.add_argument("--chat-template", metavar="FAMILY", choices=["chatml", "llama3", "gemma"],
                    help="render chats in this family (chatml, llama3, gemma) whatever the model's template is; "
                    "needed for chat routes on a model without a template")
+    s.add_argument("--act-bits", type=int, choices=[16, 8], metavar="16|8",
+                   help="engine matmul activations in 16-bit blocks (default) or 8-bit: faster prompt reads, "
+                   "logits less exact (README: Benchmarks)")
     s.add_argument("--parent-pid", type=int, metavar="PID", help="shut down when this process is gone")
     s.add_argument("--engine", metavar="CMD", help="engine command (default build/strata-engine)")
     s.add_argument("--tokenizer", choices=["gguf", "bytes"], default="gguf",

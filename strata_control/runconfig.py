@@ -47,6 +47,8 @@ KEYS: dict[str, Key] = {
                  65536),
     "replicas": Key("int", "engines with prefix-aware routing (--replicas)", 1, 64),
     "kv": Key("f16|q8_0", "KV cache type (default f16; q8_0 when f16 does not fit)"),
+    "act_bits": Key("int", "matmul activations: 16 (default) or 8 (--act-bits; faster prompt reads, less exact "
+                    "logits)", 8, 16),
     "lazy_load": Key("bool", "load the model on the first request that needs it (--lazy)", editable=True),
     "idle_unload_s": Key("number", "unload a model idle this long, 0 = never (--idle-unload)", 0, 1e9,
                          editable=True),

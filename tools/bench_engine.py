@@ -8,10 +8,14 @@ over 64 tokens after a 6000-token prompt (where attention over the cache dominat
 (`llama_cpp.Llama(model_path, n_ctx, n_threads, n_batch=512)`, eval and greedy sampling timed here). Both
 sides get the same prompts (random valid token ids; a fresh prompt per run so no prefix cache helps), take
 turns run by run (the machine is shared: drifting load hits both), and the best of --runs is kept. Prints
-one table with the ratios ours / llama.cpp.
+one table with the ratios ours / llama.cpp, then the read bandwidth of the engine's thread pool
+(`strata-engine --probe-bandwidth`) and decode tok/s as a fraction of the bound it gives (bytes one token
+reads / bandwidth; tools/decode_roofline.py). `--phases`: only decode, with the table of where one decode
+step's time goes (the engine's STRATA_STEP_TIMING=1 marks).
 
 Knows nothing of the server: only the engine's protocol (docs/PROTOCOL.md) and llama_cpp's Python API.
-Public surface: main(argv), Ours, Peer, measure(sides, runs), format_table(rows, threads, kernels).
+Public surface: main(argv), Ours, Peer, measure(sides, runs), format_table(rows, threads, kernels),
+roofline_report(args, decode_tok_s, peer_tok_s), phases_report(args).
 """
 
 import argparse
@@ -27,6 +31,7 @@ import time
 PREFILL_SIZES = (128, 512, 2048)
 DECODE_TOKENS = 256
 DECODE_PROMPT_TOKENS = 16
+DECODE_MEAN_POS = DECODE_PROMPT_TOKENS + DECODE_TOKENS // 2  # cached positions a tg256 step sees on average
 LONG_PROMPT_TOKENS = 6000         # the long-context decode test: this much context first
 LONG_DECODE_TOKENS = 64
 N_CTX = 8192                      # room for the longest prompt plus decode, both engines
@@ -55,10 +60,11 @@ def prompts(seed, n):
 class Engine:
     """Our engine over pipes; one reader thread feeds a queue so that every read has a timeout."""
 
-    def __init__(self, binary, model, threads):
+    def __init__(self, binary, model, threads, extra_args=(), env=None, stderr=subprocess.DEVNULL):
         self.proc = subprocess.Popen(
-            [binary, "--serve", "--model", model, "--threads", str(threads), "--max-context", str(N_CTX)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+            [binary, "--serve", "--model", model, "--threads", str(threads), "--max-context", str(N_CTX),
+             *extra_args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, bufsize=1,
+            env=env)
         self.lines = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
         self.wait_for("READY")
@@ -113,8 +119,8 @@ def ban_eos_bias(model):
 class Ours:
     """One figure at a time from our engine: prefill(n, seed) and decode(seed) return tok/s."""
 
-    def __init__(self, binary, model, threads):
-        self.eng = Engine(binary, model, threads)
+    def __init__(self, binary, model, threads, extra_args=()):
+        self.eng = Engine(binary, model, threads, extra_args)
         self.ban = ban_eos_bias(model)
         self.eng.gen(1, prompts(1, 32))  # warm the mapping and the scratch
 
@@ -205,6 +211,40 @@ def format_table(rows, threads, kernels):
     return "\n".join(lines)
 
 
+def engine_flags(args):
+    """Extra engine flags of our side (--act-bits 8)."""
+    return ["--act-bits", str(args.act_bits)] if args.act_bits != 16 else []
+
+
+def roofline_report(args, decode_tok_s, peer_tok_s=None):
+    """The bandwidth probe and decode tok/s as a fraction of the bound it gives (tools/decode_roofline.py)."""
+    sys.path.insert(0, REPO_ROOT)
+    from tools import decode_roofline
+    probe = decode_roofline.probe_bandwidth(args.engine, args.model, args.threads)
+    return decode_roofline.format_roofline(probe, decode_tok_s, DECODE_MEAN_POS, peer_tok_s)
+
+
+def phases_report(args):
+    """--phases: best decode tok/s of --runs, the roofline, and where one decode step's time goes."""
+    sys.path.insert(0, REPO_ROOT)
+    from tools import decode_roofline
+    ours = Ours(args.engine, args.model, args.threads, engine_flags(args))
+    try:
+        decode = max(ours.decode(7 + r) for r in range(args.runs))
+        gen_args = (DECODE_TOKENS, prompts(7, DECODE_PROMPT_TOKENS), "logit_bias=" + ours.ban)
+    finally:
+        ours.close()
+    engine_cls = lambda *a, **kw: Engine(*a, extra_args=engine_flags(args), **kw)
+    timing = decode_roofline.measure_phases(engine_cls, args.engine, args.model, args.threads, gen_args, args.runs)
+    print("threads=%d  decode %d tokens after %d, greedy" % (args.threads, DECODE_TOKENS, DECODE_PROMPT_TOKENS))
+    print(roofline_report(args, decode))
+    if timing is None:
+        print("no step timing line from the engine (built before engine/step_timer.cpp?)")
+        return 1
+    print(decode_roofline.format_phases(timing))
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=default_model())
@@ -212,6 +252,10 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=3, help="runs per figure; the best is kept")
     ap.add_argument("--engine", default=os.path.join(REPO_ROOT, "build", "strata-engine"))
     ap.add_argument("--no-peer", action="store_true", help="skip llama.cpp")
+    ap.add_argument("--act-bits", type=int, choices=[16, 8], default=16,
+                    help="our engine's matmul activations (8: the opt-in 8-bit mode)")
+    ap.add_argument("--phases", action="store_true",
+                    help="only decode: the bandwidth bound and where one step's time goes (STRATA_STEP_TIMING)")
     args = ap.parse_args(argv)
     if not args.model or not os.path.exists(args.model):
         print("no model: pass --model", file=sys.stderr)
@@ -220,7 +264,9 @@ def main(argv=None):
         print("no engine at %s: build it first (cmake -S . -B build -G Ninja && ninja -C build)" % args.engine,
               file=sys.stderr)
         return 2
-    sides = [Ours(args.engine, args.model, args.threads)]
+    if args.phases:
+        return phases_report(args)
+    sides = [Ours(args.engine, args.model, args.threads, engine_flags(args))]
     if not args.no_peer and importlib.util.find_spec("llama_cpp") is not None:
         sides.append(Peer(args.model, args.threads))
     try:
@@ -236,6 +282,8 @@ def main(argv=None):
             kernels = word.split("=", 1)[1]
     rows = [(k, v[0], v[1] if len(v) > 1 else None) for k, v in figures.items()]
     print(format_table(rows, args.threads, kernels))
+    tg = figures["tg%d" % DECODE_TOKENS]
+    print(roofline_report(args, tg[0], tg[1] if len(tg) > 1 else None))
     return 0
 
 

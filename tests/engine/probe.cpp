@@ -8,7 +8,7 @@
 // every entry; then N_GEN - 1 greedy tokens are fed one at a time. OUT.bin gets float32 rows of n_vocab:
 // one per prompt position (with `last`: only the last prompt position's), then one per fed greedy token
 // (n_prompt + N_GEN - 1 rows, or N_GEN). stdout: the N_GEN
-// greedy tokens, comma-separated. Exit 1 with the reason on stderr when the model or an eval fails.
+// greedy tokens, comma-separated. STRATA_PROBE_ACT_BITS=8 loads the model with 8-bit activations. Exit 1 with the reason on stderr when the model or an eval fails.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -65,6 +65,8 @@ int logits(int argc, char** argv) {
     mp.path = argv[1];
     mp.n_threads = 2;
     mp.n_batch = DUMP_CHUNK;
+    // STRATA_PROBE_ACT_BITS=8: the engine's --act-bits 8 (tests/engine/test_act_bits.py)
+    if (const char* bits = std::getenv("STRATA_PROBE_ACT_BITS")) mp.act_bits = std::atoi(bits);
     std::string err;
     strata_model* m = model_load(mp, &err);
     if (!m) return fail(err);

@@ -129,6 +129,25 @@ void test_sampler() {
     std::vector<float> nan_l = l;
     nan_l[3] = std::nanf("");
     CHECK(sampler_sample(greedy, nan_l.data(), N_VOCAB, nullptr, 0, 0, 0, &s, &t) == SAMPLE_NONFINITE);
+    // greedy without a mask takes the one-pass path; an all-allowing mask takes the general one: the same
+    // token over logits with ties and biases (repeated ids, -inf, +large, out of range)
+    std::vector<uint32_t> all((N_VOCAB + 31) / 32, 0xFFFFFFFFu);
+    uint64_t rng = 12345;
+    auto next = [&]() { rng = rng * 6364136223846793005ull + 1442695040888963407ull; return uint32_t(rng >> 33); };
+    for (int trial = 0; trial < 400; ++trial) {
+        std::vector<float> tl(N_VOCAB);
+        for (float& v : tl) v = float(int(next() % 9)) * 0.5f;  // many ties
+        sampler_params g;
+        for (int k = 0; k < int(next() % 5); ++k) {
+            const int32_t id = int32_t(next() % (N_VOCAB + 2)) - 1;
+            const float bias = next() % 4 == 0 ? -std::numeric_limits<float>::infinity() : float(int(next() % 7) - 3) * 0.5f;
+            g.logit_bias.push_back({id, bias});
+        }
+        int32_t fast = -1, general = -1;
+        const sample_status a1 = sampler_sample(g, tl.data(), N_VOCAB, nullptr, 0, 0, 0, &s, &fast);
+        const sample_status a2 = sampler_sample_masked(g, tl.data(), N_VOCAB, nullptr, 0, 0, 0, all.data(), &s, &general);
+        CHECK(a1 == a2 && fast == general);
+    }
     // the uniform draw is in [0, 1)
     for (int64_t pos = 0; pos < 1000; ++pos) {
         const double u = sampler_uniform(7, pos);

@@ -1,0 +1,31 @@
+// engine/kernels_act8.h — the opt-in 8-bit activation mode (`strata-engine --act-bits 8`).
+//
+// Contract:
+//  - A weight with act_bits 8 has its matmuls quantise the activations to 8-bit blocks of 32: d = max|x| / 127,
+//    q = nearbyint(x / d) in [-127, 127], kept both as int16 (act_q16.qs: every row kernel and the 16-bit
+//    row-group kernels take them unchanged, with exact integer sums) and as int8 (act_q16.qs8: the 8-bit
+//    row-group kernels). Same dsum / isum as the 16-bit blocks.
+//  - The 8-bit row-group layout (weight_pack8, same size as weight_pack's) puts 4 consecutive elements of a
+//    row in one 32-bit lane, so one vpdpbusd (u8 x s8 -> int32, AVX-512 VNNI) covers 16 rows x 4 elements,
+//    twice as many as the 16-bit kernels' vpdpwssd. Per group of 16 rows and block b of 32 columns:
+//      float dw[16] (Q4_0, Q8_0) or half d[16], m[16] (Q4_1)   as weight_pack
+//      Q4_0/Q4_1: 4 vectors of 64 bytes; byte 4r + i of vector c holds element 8c + i of row r in its low
+//                 nibble and element 8c + 4 + i in its high one (stored 0..15)
+//      Q8_0:      8 vectors of 64 bytes; byte 4r + i of vector j is element 4j + i of row r, plus 128 (u8)
+//    The integer sums start at -8 (Q4) or -128 (Q8_0) times the block's activation sum; the float steps are
+//    the 16-bit row-group kernels', so the 8-bit kernel and the 16-bit kernel over the same 8-bit activations
+//    give the same bits (tests/engine/kernels_test.cpp).
+//  - group8_fn is non-null only where the CPU has the 8-bit kernels (AVX-512 VNNI); elsewhere the model packs
+//    the 16-bit layout and the mode still quantises to 8 bits (same results, no speed-up).
+#pragma once
+
+#include "kernels.h"
+
+// x[0..k) -> 8-bit blocks: qs (int16) and qs8 (int8) hold the same values; d, dsum as quantize_q16.
+void quantize_act8(const float* x, int64_t k, int16_t* qs, int8_t* qs8, float* d, float* dsum);
+// Writes w in the 8-bit row-group layout (weight_packed_bytes bytes, 64-byte aligned).
+void weight_pack8(const weight_view& w, uint8_t* out);
+// The 8-bit row-group kernel of this type for the chosen kernel set, nullptr when there is none.
+mm_group_fn group8_fn(ggml_type type);
+// The AVX-512 VNNI kernels (nullptr when not compiled in); index 0 Q4_0, 1 Q4_1, 2 Q8_0.
+const mm_group_fn* kernels_act8_avx512();

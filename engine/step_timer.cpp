@@ -1,0 +1,83 @@
+// engine/step_timer.cpp — see step_timer.h.
+#include "step_timer.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace {
+
+int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+bool timing_wanted() {
+    const char* v = std::getenv("STRATA_STEP_TIMING");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+}  // namespace
+
+step_timer_state g_step_timer = [] {
+    step_timer_state s;
+    s.on = timing_wanted();
+    return s;
+}();
+
+int32_t step_mark_on(int32_t phase) {
+    step_timer_state& s = g_step_timer;
+    const int64_t t = now_ns();
+    const int32_t prev = s.cur;
+    if (prev >= 0 && prev < STEP_PHASE_COUNT) s.totals_ns[prev] += t - s.t_ns;
+    s.cur = phase;
+    s.t_ns = t;
+    return prev;
+}
+
+int32_t step_phase_of(ggml_type type) {
+    switch (type) {
+    case GGML_TYPE_Q4_0: return STEP_MM_Q4_0;
+    case GGML_TYPE_Q4_1: return STEP_MM_Q4_1;
+    case GGML_TYPE_Q8_0: return STEP_MM_Q8_0;
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+    case GGML_TYPE_Q6_K: return STEP_MM_KQUANT;
+    default: return STEP_MM_FLOAT;
+    }
+}
+
+const char* step_phase_name(int32_t phase) {
+    static const char* names[STEP_PHASE_COUNT] = {"mm_q4_0",   "mm_q4_1", "mm_q8_0", "mm_kquant", "mm_float",
+                                                  "lm_head",   "quantize", "attention", "norms",   "wait",
+                                                  "sample",    "emit",    "other"};
+    return phase >= 0 && phase < STEP_PHASE_COUNT ? names[phase] : "?";
+}
+
+void step_timer_begin() {
+    step_timer_state& s = g_step_timer;
+    if (!s.on) return;
+    for (int64_t& t : s.totals_ns) t = 0;
+    s.n_jobs = 0;
+    s.cur = STEP_OTHER;
+    s.t0_ns = s.t_ns = now_ns();
+}
+
+int64_t step_timer_finish(int64_t n_steps) {
+    step_timer_state& s = g_step_timer;
+    if (!s.on) return 0;
+    step_mark_on(STEP_OTHER);
+    const int64_t total = s.t_ns - s.t0_ns;
+    std::string line = "step timing: steps=" + std::to_string(n_steps);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " total_ms=%.3f jobs=%lld", double(total) / 1e6, static_cast<long long>(s.n_jobs));
+    line += buf;
+    for (int32_t p = 0; p < STEP_PHASE_COUNT; ++p) {
+        std::snprintf(buf, sizeof buf, " %s=%.3f", step_phase_name(p), double(s.totals_ns[p]) / 1e6);
+        line += buf;
+    }
+    std::fprintf(stderr, "%s\n", line.c_str());
+    return total;
+}

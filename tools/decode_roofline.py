@@ -1,0 +1,109 @@
+"""Decode against the memory wall: the engine's read bandwidth, the decode bound it gives, and where the time
+of one decode step goes. Used by tools/bench_engine.py (its --phases flag and its roofline rows).
+
+Role: measurement helpers, no policy. probe_bandwidth runs `strata-engine --probe-bandwidth` (a C++ reader on
+the engine's own thread pool, 64-byte vector loads in contiguous per-thread ranges, as the matmul kernels read
+weights; engine/bandwidth.h) and returns its PROBE line as a dict. decode_bound turns it into tok/s: one
+decode token reads decode_bytes of weights plus kv_bytes_per_pos per cached position. measure_phases runs a
+greedy decode with STRATA_STEP_TIMING=1 and parses the engine's `step timing:` line (engine/step_timer.h).
+
+Knows the engine's command line and its stderr line formats only. Public surface: probe_bandwidth,
+decode_bound, measure_phases, parse_step_timing, format_roofline, format_phases.
+"""
+
+import os
+import subprocess
+import tempfile
+
+PROBE_TIMEOUT_S = 300.0           # model load + 11 passes over 256 MiB, on a busy machine
+STEP_TIMING_PREFIX = "step timing:"
+
+
+def probe_bandwidth(engine, model, threads, buffer_mib=256):
+    """{'read_gb_s': float, 'decode_bytes': int, 'kv_bytes_per_pos': int, ...} from the engine's PROBE line."""
+    out = subprocess.run([engine, "--probe-bandwidth", "--threads", str(threads), "--model", model,
+                          "--probe-mib", str(buffer_mib)], capture_output=True, text=True,
+                         timeout=PROBE_TIMEOUT_S, check=True).stdout
+    for line in out.splitlines():
+        if line.startswith("PROBE "):
+            fields = dict(w.split("=", 1) for w in line.split()[1:])
+            return {k: (v if k == "reader" else float(v) if "." in v else int(v)) for k, v in fields.items()}
+    raise RuntimeError("no PROBE line from %s" % engine)
+
+
+def decode_bound(probe, mean_pos):
+    """tok/s a decode step at mean_pos cached positions would reach if it only read memory at the probe's
+    rate: bandwidth / (weight bytes + KV bytes)."""
+    per_token = probe["decode_bytes"] + probe["kv_bytes_per_pos"] * mean_pos
+    return probe["read_gb_s"] * 1e9 / per_token
+
+
+def parse_step_timing(text):
+    """The last `step timing:` line of an engine's stderr -> {'steps': n, 'total_ms': t, 'jobs': j,
+    phase: ms, ...}, or None."""
+    found = None
+    for line in text.splitlines():
+        if line.startswith(STEP_TIMING_PREFIX):
+            found = line[len(STEP_TIMING_PREFIX):]
+    if found is None:
+        return None
+    out = {}
+    for word in found.split():
+        k, v = word.split("=", 1)
+        out[k] = float(v)
+    return out
+
+
+def measure_phases(engine_cls, binary, model, threads, gen_args, runs=3):
+    """Runs runs greedy decodes (gen_args: (max_new, ids, keys) for engine_cls.gen) on an engine started with
+    STRATA_STEP_TIMING=1; returns the step timing of the run with the fastest total."""
+    env = dict(os.environ, STRATA_STEP_TIMING="1")
+    best = None
+    with tempfile.TemporaryFile(mode="w+") as err:
+        eng = engine_cls(binary, model, threads, env=env, stderr=err)
+        try:
+            eng.gen(*gen_args)  # warm-up
+            for _ in range(runs):
+                err.seek(0)
+                err.truncate()
+                eng.gen(*gen_args)
+                err.flush()
+                err.seek(0)
+                got = parse_step_timing(err.read())
+                if got and (best is None or got["total_ms"] < best["total_ms"]):
+                    best = got
+        finally:
+            eng.close()
+    return best
+
+
+def format_roofline(probe, decode_tok_s, mean_pos, peer_tok_s=None):
+    """Lines: bandwidth, bytes per token, the bound, and decode as a fraction of it."""
+    bound = decode_bound(probe, mean_pos)
+    per_token = probe["decode_bytes"] + probe["kv_bytes_per_pos"] * mean_pos
+    lines = [
+        "read bandwidth: %.1f GB/s (best of %d passes over %d MiB, %d threads, %s loads; mean %.1f GB/s)" % (
+            probe["read_gb_s"], probe["passes"], probe["buffer_mib"], probe["threads"], probe["reader"],
+            probe["mean_gb_s"]),
+        "bytes per decode token: %.1f MB (weights %.1f MB + KV at %d positions %.1f MB) -> bound %.0f tok/s" % (
+            per_token / 1e6, probe["decode_bytes"] / 1e6, mean_pos, probe["kv_bytes_per_pos"] * mean_pos / 1e6,
+            bound),
+        "decode %.1f tok/s = %.0f %% of the bandwidth bound" % (decode_tok_s, 100.0 * decode_tok_s / bound),
+    ]
+    if peer_tok_s:
+        lines.append("llama.cpp decode %.1f tok/s = %.0f %% of the same bound" % (peer_tok_s, 100.0 * peer_tok_s / bound))
+    return "\n".join(lines)
+
+
+def format_phases(timing):
+    """The step timing as a table: phase, ms per step, share of the step."""
+    steps = max(timing["steps"], 1.0)
+    total = timing["total_ms"]
+    lines = ["decode step: %.3f ms (%.1f tok/s), %.1f pool jobs (fork/join barriers) per step" % (
+        total / steps, 1000.0 * steps / total if total else 0.0, timing["jobs"] / steps),
+        "%-10s %12s %8s" % ("phase", "us/step", "share")]
+    phases = [(k, v) for k, v in timing.items() if k not in ("steps", "total_ms", "jobs")]
+    for name, ms in sorted(phases, key=lambda kv: -kv[1]):
+        if ms > 0:
+            lines.append("%-10s %12.1f %7.1f%%" % (name, 1000.0 * ms / steps, 100.0 * ms / total if total else 0))
+    return "\n".join(lines)
