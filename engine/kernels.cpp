@@ -1,6 +1,5 @@
 // engine/kernels.cpp — scalar kernel set, CPU dispatch and the matmul driver (contract in kernels.h).
 #include "kernels.h"
-#include "kernels_quant_more.h"
 #include "kernels_kquant.h"
 
 #include <cmath>
@@ -178,7 +177,6 @@ mm_row_fn row_fn(const kernel_set& ks, ggml_type t) {
     case GGML_TYPE_Q4_K: return ks.row_q4_k;
     case GGML_TYPE_Q5_K: return ks.row_q5_k;
     case GGML_TYPE_Q6_K: return ks.row_q6_k;
-    case GGML_TYPE_Q5_1: case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_IQ4_XS: return quant_more_row(ks, t);
     default: return ks.row_q8_0;
     }
 }
@@ -348,8 +346,7 @@ const kernel_set& kernels_get() {
 
 bool kernels_uses_q16(ggml_type type) {
     return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_K ||
-           type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K || type == GGML_TYPE_Q5_1 || type == GGML_TYPE_Q2_K ||
-           type == GGML_TYPE_Q3_K || type == GGML_TYPE_IQ4_XS;
+           type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K;
 }
 
 // Token counts at or above this quantise their activations on the pool (below, the fork costs more).
