@@ -7,9 +7,9 @@ a 120-token prompt. Tolerance as tests/engine/test_arch_parity.py. Reuse with ri
 
 Real model (the optional package, installed and assembled in the set-up, else skipped with the reason):
 greedy tokens of prompts that start with <bos>, over GREEDY_STEPS steps, equal to llama.cpp's, one prompt
-longer than the 512-position window (run with the window layers as rings, KV bytes printed); a step
-whose llama.cpp top-two margin is under GREEDY_MARGIN may
-differ (the margin is printed), and the runs are compared no further.
+longer than the 512-position window (run with the window layers as rings, KV bytes printed); a step whose
+llama.cpp top-two margin is under GREEDY_MARGIN may differ (the margin is printed), and the runs are
+compared no further.
 """
 
 import pathlib
