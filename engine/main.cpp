@@ -309,9 +309,17 @@ int main(int argc, char** argv) {
                         " chunk=" + std::to_string(cfg.chunk) +
                         " step_tokens=" + std::to_string(cfg.step_tokens) + " logit_bias=1 grammar=" +
                         (vocab ? "1" : "0") + " act_bits=" + std::to_string(info.act_bits));
+    // KV of one sequence filled to the context (window layers kept as rings count their cells only): a
+    // mapping that is never touched costs no memory, so this sizing cache is free
+    size_t kv_bytes = 0;
+    if (kv_cache* probe = kv_cache_init(model, cfg.n_ctx, cfg.kv)) {
+        kv_bytes = kv_cache_bytes(probe, cfg.n_ctx);
+        kv_cache_free(probe);
+    }
     protocol_write_line("INFO model_name=" + protocol_message(info.name.empty() ? "-" : info.name) +
                         " n_layer=" + std::to_string(info.n_layer) + " n_embd=" + std::to_string(info.n_embd) +
                         " weights_mib=" + std::to_string(info.weights_bytes >> 20) +
+                        " kv_mib_per_seq=" + std::to_string((kv_bytes + (1u << 20) - 1) >> 20) +
                         " turn_token=" + std::to_string(cfg.turn_token));
     protocol_write_line("READY " + std::to_string(cfg.n_ctx) + " stop");
     std::fprintf(stderr, "strata: session is up: %s context=%d threads=%d slots=%d\n", f.model.c_str(), cfg.n_ctx,

@@ -399,7 +399,10 @@ size_t model_kv_bytes_per_pos(const strata_model* m) {
 }
 
 kv_cache* kv_cache_init(const strata_model* m, int32_t n_ctx, kv_type type) {
-    return kv_cache_create(m->hp.n_layer, n_ctx, m->hp.n_head_kv, m->hp.head_dim, type);
+    std::vector<uint8_t> swa(size_t(m->hp.n_layer), 0);
+    for (int32_t il = 0; il < m->hp.n_layer; ++il) swa[size_t(il)] = m->layers[size_t(il)].swa ? 1 : 0;
+    return kv_cache_create(m->hp.n_layer, n_ctx, m->hp.n_head_kv, m->hp.head_dim, type, swa.data(), m->hp.n_swa,
+                           m->n_batch);
 }
 
 // ---- forward pass -------------------------------------------------------------------------------------
@@ -482,6 +485,7 @@ void qk_range(void* ctx, int64_t i0, int64_t i1, int) {
                         }
                     }
                 }
+                if (uint8_t* mirror = kv_head_mirror(kv, is_v != 0, f.layer, h, pos)) std::memcpy(mirror, dst, kv->head_bytes);
             }
         }
     }
@@ -637,8 +641,23 @@ bool check_batch(const strata_model* m, const eval_batch& b, std::string* err) {
         if (kv->n_layer != m->hp.n_layer || kv->n_embd_kv != m->hp.n_embd_kv()) return bad("cache of another model");
         if (b.pos[i] < 0 || b.pos[i] >= kv->n_ctx) return bad("position " + std::to_string(b.pos[i]) + " outside the cache");
         if (i > 0 && b.seq[i] == b.seq[i - 1] && b.pos[i] != b.pos[i - 1] + 1) return bad("positions of a sequence must rise by 1");
+        if ((i == 0 || b.seq[i] != b.seq[i - 1]) && !kv_cache_can_resume(kv, b.pos[i])) {
+            return bad("position " + std::to_string(b.pos[i]) + ": the window layers no longer hold its window (they hold from " +
+                       std::to_string(kv_cache_window_lo(kv)) + ")");
+        }
     }
     return true;
+}
+
+// Each sequence's run of entries [i0, i): its cache's rings advance before the pass writes them.
+void note_writes(const eval_batch& b) {
+    int32_t i0 = 0;
+    for (int32_t i = 1; i <= b.n; ++i) {
+        if (i == b.n || b.seq[i] != b.seq[i - 1]) {
+            kv_cache_note_writes(b.kvs[b.seq[i0]], b.pos[i0], b.pos[i - 1]);
+            i0 = i;
+        }
+    }
 }
 
 }  // namespace
@@ -647,6 +666,7 @@ int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string*
     if (!check_batch(m, b, err)) return -1;
     // step_mark: decode phase marks (STRATA_STEP_TIMING=1, engine/step_timer.h); a branch when off
     const int32_t outer = step_mark(STEP_NORMS);
+    note_writes(b);
     const model_hparams& hp = m->hp;
     model_scratch& s = m->s;
     const kernel_set& ks = *m->ks;

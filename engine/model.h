@@ -16,7 +16,7 @@
 #include <vector>
 
 struct strata_model;  // opaque: weights (mmap'd GGUF), thread pool, scratch buffers
-struct kv_cache;      // opaque: one sequence's K and V, (n_layer, n_ctx, n_embd_kv) each
+struct kv_cache;      // opaque: one sequence's K and V, (n_layer, n_ctx, n_embd_kv) each (window layers: rings)
 
 enum kv_type : int32_t {
     KV_TYPE_F16  = 0,
@@ -58,23 +58,36 @@ strata_model* model_load(const model_params& params, std::string* err);
 void model_free(strata_model* model);
 const model_info& model_get_info(const strata_model* model);
 
-// One sequence's cache, room for n_ctx positions.
+// One sequence's cache, room for n_ctx positions. The model's sliding-window layers (gemma3) keep only the
+// recent positions their windows read, as rings, when that is less than n_ctx (kv_cache.h).
 kv_cache* kv_cache_init(const strata_model* model, int32_t n_ctx, kv_type type);
 void kv_cache_free(kv_cache* kv);
 int32_t kv_cache_n_ctx(const kv_cache* kv);
-// Bytes that positions [0, n_pos) occupy (for memory accounting and session files).
+// Bytes that positions [0, n_pos) occupy (for memory accounting): a ring layer counts its cells only.
 size_t kv_cache_bytes(const kv_cache* kv, int32_t n_pos);
-// Copies positions [0, n_pos) of src into dst (same model, same type; dst->n_ctx >= n_pos).
+// Reuse rule of the window layers: a sequence may continue at n_pos (keep its first n_pos positions, or have
+// them copied elsewhere) only when its rings still hold the window of position n_pos, i.e. n_pos == 0 or
+// kv_cache_window_lo(kv) <= max(0, n_pos + 1 - n_swa). Otherwise the prompt is read again from position 0.
+// Always true for a model without window layers or a cache whose window layers are not rings.
+bool kv_cache_can_resume(const kv_cache* kv, int32_t n_pos);
+// The oldest position the window layers still hold (0 when they hold all).
+int32_t kv_cache_window_lo(const kv_cache* kv);
+// After kv_cache_write_rows of positions [0, n_pos) whose window rows hold positions from lo on.
+void kv_cache_set_window_lo(kv_cache* kv, int32_t n_pos, int32_t lo);
+// Copies positions [0, n_pos) of src into dst (same model, same type; dst->n_ctx >= n_pos); of the window
+// layers, those src still holds (callers check kv_cache_can_resume(src, n_pos) first).
 void kv_cache_copy(kv_cache* dst, const kv_cache* src, int32_t n_pos);
 // Raw access for SAVE/RESTORE: the bytes of positions [0, n_pos) of one layer's K or V, as a contiguous
-// block of kv_cache_row_bytes(kv) * n_pos bytes (layout: (n_pos, n_embd_kv) in the cache's type).
+// block of kv_cache_row_bytes(kv) * n_pos bytes (layout: (n_pos, n_embd_kv) in the cache's type). Reading,
+// a window layer's positions before kv_cache_window_lo are zeros; writing, a ring keeps the last ones.
 size_t kv_cache_row_bytes(const kv_cache* kv);
 void kv_cache_read_rows(const kv_cache* kv, int32_t layer, bool is_v, int32_t n_pos, void* out);
 void kv_cache_write_rows(kv_cache* kv, int32_t layer, bool is_v, int32_t n_pos, const void* in);
 
 // One evaluation step over any mix of sequences: entry i feeds token[i] at position pos[i] of sequence
 // seq[i] (an index into kvs). Within one sequence, entries are consecutive and their positions rise by 1;
-// positions < the first pos of a sequence must already be filled in its cache. Every entry's K/V is written
+// positions < the first pos of a sequence must already be filled in its cache (window layers: the first
+// pos's window, kv_cache_can_resume), and a sequence has at most n_batch entries. Every entry's K/V is written
 // to its cache. For entries with want_logits[i] != 0 the logits (n_vocab floats) are written to
 // logits + k * n_vocab, k counting only those entries, in entry order.
 // A prompt chunk is one sequence with n entries (weights are read once per call, not once per token);

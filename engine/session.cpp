@@ -17,7 +17,7 @@ constexpr size_t PARK_MIN_TOKENS = 8;
 // SAVE/RESTORE move K/V in blocks of at most this many bytes (one SESSION line each).
 constexpr size_t SESSION_BLOCK_BYTES = 16u << 20;
 constexpr char SESSION_MAGIC[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'S', 'E'};
-constexpr uint32_t SESSION_VERSION = 1;
+constexpr uint32_t SESSION_VERSION = 2;  // 2: window_lo (ring caches of sliding-window layers)
 constexpr uint64_t HASH_SEED = 0xcbf29ce484222325ull;
 constexpr uint64_t HASH_PRIME = 0x100000001b3ull;
 
@@ -66,8 +66,10 @@ struct session_header {
     uint64_t row_bytes;
     uint32_t n_tokens;
     uint32_t ckpt_len;
+    uint32_t window_lo;  // the window layers' rows before it are zeros (kv_cache_window_lo)
+    uint32_t reserved;
 };
-static_assert(sizeof(session_header) == 40, "session header is 40 bytes on disk");
+static_assert(sizeof(session_header) == 48, "session header is 48 bytes on disk");
 
 session_io_result io_fail(const std::string& kind, const std::string& reason) {
     session_io_result r;
@@ -160,6 +162,7 @@ void conversation_cache::evict_to_fit(size_t incoming_bytes) {
 bool conversation_cache::park(const seq_state& st) {
     const int32_t n = static_cast<int32_t>(st.tokens.size());
     if (max_slots_ <= 0 || st.kv == nullptr || st.tokens.size() < PARK_MIN_TOKENS || st.ckpt_len <= 0) return false;
+    if (!kv_cache_can_resume(st.kv, n)) return false;  // its window layers lost the window: nothing to continue
     // already held whole by an entry: only refresh its place in the LRU order
     for (auto& e : entries_) {
         if (session_common_prefix(e.st.tokens, st.tokens) == n) {
@@ -228,26 +231,37 @@ parked_seq conversation_cache::release(int32_t index) {
 
 // ---- reuse -----------------------------------------------------------------------------------------------
 
+namespace {
+
+// The reuse rule of window layers kept as rings: n shared positions can be continued only when the source's
+// rings still hold the window of position n (kv_cache_can_resume); otherwise none are (the prompt is read
+// again from position 0: a window layer's state at n depends on every earlier position through the layers
+// below, so no shorter restart point exists either).
+int32_t usable(const kv_cache* kv, int32_t n) { return kv == nullptr || kv_cache_can_resume(kv, n) ? n : 0; }
+
+}  // namespace
+
 reuse_source session_find_reuse(const seq_state& target, const std::vector<int32_t>& prompt,
                                 const conversation_cache* cache, const std::vector<const seq_state*>& others) {
     const int32_t cap = std::max<int32_t>(0, static_cast<int32_t>(prompt.size()) - 1);
     reuse_source best;
-    const int32_t own = std::min(cap, session_common_prefix(target.tokens, prompt));
+    const int32_t own = usable(target.kv, std::min(cap, session_common_prefix(target.tokens, prompt)));
     if (own > 0) {
         best.kind = reuse_source::SELF;
         best.n_reuse = own;
     }
     if (cache) {
         const auto [index, len] = cache->best_match(prompt);
-        if (index >= 0 && std::min(cap, len) > best.n_reuse) {
+        const int32_t n = index >= 0 ? usable(cache->entry(index).st.kv, std::min(cap, len)) : 0;
+        if (n > best.n_reuse) {
             best.kind = reuse_source::PARKED;
-            best.n_reuse = std::min(cap, len);
+            best.n_reuse = n;
             best.parked_index = index;
         }
     }
     for (const seq_state* o : others) {
         if (o == nullptr || o == &target || o->kv == nullptr) continue;
-        const int32_t len = std::min(cap, session_common_prefix(o->tokens, prompt));
+        const int32_t len = usable(o->kv, std::min(cap, session_common_prefix(o->tokens, prompt)));
         if (len > best.n_reuse) {
             best.kind = reuse_source::OTHER;
             best.n_reuse = len;
@@ -319,6 +333,7 @@ session_io_result session_save(const strata_model* model, const seq_state& st, k
     h.row_bytes = row_bytes;
     h.n_tokens = n_tokens;
     h.ckpt_len = static_cast<uint32_t>(std::max(0, st.ckpt_len));
+    h.window_lo = st.kv ? static_cast<uint32_t>(std::min<int32_t>(kv_cache_window_lo(st.kv), int32_t(n_tokens))) : 0;
     ok = write_all(fd, &h, sizeof h, &hash) && write_all(fd, st.tokens.data(), 4ull * n_tokens, &hash);
     uint64_t done = sizeof h + 4ull * n_tokens;
     std::vector<char> rows;
@@ -420,6 +435,7 @@ session_io_result session_restore(const strata_model* model, seq_state* st, kv_t
             if (progress) progress(done, expect);
         }
     }
+    kv_cache_set_window_lo(st->kv, static_cast<int32_t>(h.n_tokens), static_cast<int32_t>(std::min(h.window_lo, h.n_tokens)));
     st->tokens = std::move(tokens);
     st->ckpt_len = std::min<int32_t>(static_cast<int32_t>(h.ckpt_len), static_cast<int32_t>(st->tokens.size()));
     session_io_result r;

@@ -6,7 +6,8 @@
 //  - A seq_state's kv holds exactly positions [0, tokens.size()); positions past that are garbage and are
 //    overwritten by the next read, so "truncate to L" is tokens.resize(L).
 //  - Reuse: a prompt of n tokens may reuse at most n-1 positions (the last prompt token is always read, so
-//    that its logits exist). The best source is whichever state shares the longest start with the prompt:
+//    that its logits exist), and a source only at a point its window-layer rings still hold the window of
+//    (kv_cache_can_resume; else it offers none and the prompt is read from position 0). The best source is whichever state shares the longest start with the prompt:
 //    the target itself, a parked conversation, the live solo session, or an idle batch slot.
 //  - Turn checkpoint: ckpt_len marks the end of a sequence's settled history (up to and including the last
 //    --turn-token of its prompt). A new prompt that diverges before it is another conversation: the old one is
@@ -98,8 +99,9 @@ int32_t session_apply_reuse(seq_state* target, const std::vector<int32_t>& promp
                             conversation_cache* cache);
 
 // SAVE/RESTORE. File layout (little endian): magic "STRATASE", u32 version, u32 kv_type, u32 n_layer,
-// u32 n_vocab, u64 row_bytes, u32 n_tokens, u32 ckpt_len, i32 tokens[n_tokens], then for each layer its K rows
-// and its V rows (row_bytes * n_tokens each), then u64 FNV-1a of everything before it.
+// u32 n_vocab, u64 row_bytes, u32 n_tokens, u32 ckpt_len, u32 window_lo, u32 reserved, i32 tokens[n_tokens],
+// then for each layer its K rows and its V rows (row_bytes * n_tokens each; a window layer's rows before
+// window_lo are zeros), then u64 FNV-1a of everything before it.
 struct session_io_result {
     bool ok = false;
     std::string kind;        // SERR kind: invalid storage memory io

@@ -84,18 +84,22 @@ def dump_exe():
     return exe
 
 
-def engine_logits(model, ids, n_gen, n_vocab, n_ctx=None, last_only=False):
+def engine_logits(model, ids, n_gen, n_vocab, n_ctx=None, last_only=False, chunk=None, figures=None):
     """The engine's logits rows: every prompt position (last_only: the last one), then every fed greedy
-    token; and its greedy tokens."""
+    token; and its greedy tokens. chunk: prompt entries per evaluation (also what sizes the rings of window
+    layers); figures: a dict that gets the probe's kv_bytes."""
     exe = dump_exe()
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "logits.bin")
         args = [str(exe), "logits", str(model), ",".join(map(str, ids)), str(n_gen), out,
                 str(n_ctx or len(ids) + n_gen + 8)]
-        if last_only:
-            args.append("last")
+        args.append("last" if last_only else "all")
+        if chunk:
+            args.append(str(chunk))
         r = subprocess.run(args, capture_output=True, text=True, timeout=DUMP_TIMEOUT_S)
         assert r.returncode == 0, f"strata-test-probe logits failed: {r.stderr[-2000:]}"
+        if figures is not None:
+            figures.update(line.split("=", 1) for line in r.stderr.splitlines() if line.startswith("kv_bytes="))
         return _rows(out, n_vocab), [int(t) for t in r.stdout.strip().split(",")]
 
 

@@ -13,9 +13,14 @@ one table with the ratios ours / llama.cpp, then the read bandwidth of the engin
 reads / bandwidth; tools/decode_roofline.py). `--phases`: only decode, with the table of where one decode
 step's time goes (the engine's STRATA_STEP_TIMING=1 marks).
 
+`--model gemma` takes the optional Gemma 3 270M package's file (as `strata serve --model gemma`); `--where`
+adds the weight bytes one decoded token reads, by kind (the output head apart), and the bandwidth that
+decode rate implies; `--cpu` adds CPU seconds per 512-token prefill and per decoded token for both sides,
+the comparison a loaded machine disturbs least.
+
 Knows nothing of the server: only the engine's protocol (docs/PROTOCOL.md) and llama_cpp's Python API.
 Public surface: main(argv), Ours, Peer, measure(sides, runs), format_table(rows, threads, kernels),
-roofline_report(args, decode_tok_s, peer_tok_s), phases_report(args).
+roofline_report(args, decode_tok_s, peer_tok_s), phases_report(args), measure_cpu(sides, runs), weight_traffic(model).
 """
 
 import argparse
@@ -245,6 +250,103 @@ def phases_report(args):
     return 0
 
 
+# ---- model traffic and CPU time (--where, --cpu) -------------------------------------------------------
+
+# ggml type number -> (name, bytes per element) as the engine holds the weight: Q5_0 and IQ4_NL are widened
+# to Q8_0 at load (34 bytes per 32), every other type is read as stored
+ENGINE_TYPE_BYTES = {0: ("F32", 4.0), 1: ("F16", 2.0), 30: ("BF16", 2.0), 2: ("Q4_0", 18 / 32), 3: ("Q4_1", 20 / 32),
+                     6: ("Q5_0->Q8_0", 34 / 32), 7: ("Q5_1", 24 / 32), 8: ("Q8_0", 34 / 32), 10: ("Q2_K", 84 / 256),
+                     11: ("Q3_K", 110 / 256), 12: ("Q4_K", 144 / 256), 13: ("Q5_K", 176 / 256),
+                     14: ("Q6_K", 210 / 256), 20: ("IQ4_NL->Q8_0", 34 / 32), 23: ("IQ4_XS", 136 / 256)}
+CPU_PREFILL_TOKENS = 512
+CPU_DECODE_TOKENS = 64
+
+
+def resolve_model(name):
+    """A packaged model's name (`gemma`: the optional Gemma 3 270M package, as `strata serve --model gemma`)
+    -> its assembled GGUF; any other value is a path and comes back as it is."""
+    sys.path.insert(0, REPO_ROOT)
+    from serve import bootstrap
+    return bootstrap.packaged_model_path(name) or name
+
+
+def weight_traffic(model):
+    """[(group, type names, MB read per decoded token, share)]: the 2-D weights one decode step reads, the
+    output head (output.weight, or the tied token_embd.weight) apart from the layer matrices by kind."""
+    sys.path.insert(0, REPO_ROOT)
+    from tools import gguf_meta
+    infos = gguf_meta.read_tensor_infos(model)
+    names = {n for n, _, _ in infos}
+    head = "output.weight" if "output.weight" in names else "token_embd.weight"
+    groups = {}
+    for name, type_num, ne in infos:
+        if len(ne) != 2 or (name.startswith("token_embd") and head != name):
+            continue
+        kind = "output head" if name == head else name.split(".")[-2]
+        tname, per = ENGINE_TYPE_BYTES.get(type_num, ("type %d" % type_num, 0.0))
+        mb, types = groups.get(kind, (0.0, set()))
+        groups[kind] = (mb + ne[0] * ne[1] * per / 1e6, types | {tname})
+    total = sum(mb for mb, _ in groups.values()) or 1.0
+    return [(k, "/".join(sorted(t)), mb, mb / total) for k, (mb, t) in sorted(groups.items(), key=lambda kv: -kv[1][0])]
+
+
+def format_traffic(rows, decode_tok_s=None):
+    total = sum(r[2] for r in rows)
+    lines = ["weights read per decoded token (as the engine holds them): %.1f MB" % total]
+    lines += ["  %-12s %-16s %8.1f MB %5.1f%%" % (k, t, mb, 100 * share) for k, t, mb, share in rows]
+    if decode_tok_s:
+        lines.append("  at %.1f tok/s decode: %.2f GB/s of weights" % (decode_tok_s, total * decode_tok_s / 1000))
+    return "\n".join(lines)
+
+
+def _cpu_s(side):
+    """CPU seconds (user + system) the side has used so far: our engine's process, or this process (the
+    peer runs in it)."""
+    if not isinstance(side, Ours):
+        return time.process_time()
+    pid = side.eng.proc.pid
+    try:  # Linux: utime and stime, fields 14 and 15 of /proc/PID/stat (after the parenthesised name)
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        import psutil
+        t = psutil.Process(pid).cpu_times()
+        return t.user + t.system
+
+
+def measure_cpu(sides, runs):
+    """{test: [best CPU-seconds per side]}: a CPU_PREFILL_TOKENS prefill and a CPU_DECODE_TOKENS decode,
+    timed in CPU seconds (what a loaded machine disturbs least: other processes' load adds wall time, not
+    this process's CPU time, though cache and frequency effects remain)."""
+    out = {"cpu_s pp%d" % CPU_PREFILL_TOKENS: [float("inf")] * len(sides),
+           "cpu_ms/tok tg%d" % CPU_DECODE_TOKENS: [float("inf")] * len(sides)}
+    for r in range(runs):
+        for i, side in enumerate(sides):
+            c0 = _cpu_s(side)
+            side.prefill(CPU_PREFILL_TOKENS, 5000 + r)
+            c1 = _cpu_s(side)
+            if isinstance(side, Ours):
+                side.eng.gen(CPU_DECODE_TOKENS, prompts(6000 + r, DECODE_PROMPT_TOKENS), "logit_bias=" + side.ban)
+            else:
+                side.decode(6000 + r, DECODE_PROMPT_TOKENS, CPU_DECODE_TOKENS)
+            c2 = _cpu_s(side)
+            out["cpu_s pp%d" % CPU_PREFILL_TOKENS][i] = min(out["cpu_s pp%d" % CPU_PREFILL_TOKENS][i], c1 - c0)
+            out["cpu_ms/tok tg%d" % CPU_DECODE_TOKENS][i] = min(out["cpu_ms/tok tg%d" % CPU_DECODE_TOKENS][i],
+                                                                1000 * (c2 - c1) / CPU_DECODE_TOKENS)
+    return out
+
+
+def format_cpu(figures):
+    lines = ["%-18s %12s %12s %8s" % ("CPU time (lower wins)", "ours", "llama.cpp", "ours/peer")]
+    for test, v in figures.items():
+        if len(v) > 1:
+            lines.append("%-18s %12.3f %12.3f %7.2fx" % (test, v[0], v[1], v[0] / v[1]))
+        else:
+            lines.append("%-18s %12.3f %12s %8s" % (test, v[0], "-", "-"))
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=default_model())
@@ -256,7 +358,12 @@ def main(argv=None):
                     help="our engine's matmul activations (8: the opt-in 8-bit mode)")
     ap.add_argument("--phases", action="store_true",
                     help="only decode: the bandwidth bound and where one step's time goes (STRATA_STEP_TIMING)")
+    ap.add_argument("--where", action="store_true", help="also: the weight bytes one decoded token reads, by kind")
+    ap.add_argument("--cpu", action="store_true", help="also: CPU seconds of a 512-token prefill and per decoded "
+                    "token, both sides (for a loaded machine)")
     args = ap.parse_args(argv)
+    if args.model:
+        args.model = resolve_model(args.model)
     if not args.model or not os.path.exists(args.model):
         print("no model: pass --model", file=sys.stderr)
         return 2
@@ -271,6 +378,7 @@ def main(argv=None):
         sides.append(Peer(args.model, args.threads))
     try:
         figures = measure(sides, args.runs)
+        cpu = measure_cpu(sides, args.runs) if args.cpu else None
     finally:
         for side in sides:
             side.close()
@@ -284,6 +392,10 @@ def main(argv=None):
     print(format_table(rows, args.threads, kernels))
     tg = figures["tg%d" % DECODE_TOKENS]
     print(roofline_report(args, tg[0], tg[1] if len(tg) > 1 else None))
+    if cpu:
+        print(format_cpu(cpu))
+    if args.where:
+        print(format_traffic(weight_traffic(args.model), figures["tg%d" % DECODE_TOKENS][0]))
     return 0
 
 

@@ -4,7 +4,8 @@ Contract: `read_metadata(path)` returns `{key: value}` for every metadata pair o
 order, and stops before the tensor-info table: tensor data is never touched, so reading the context length or
 the tokenizer of a 100 GB model costs only the size of its metadata. Values are Python `int`, `float`, `bool`,
 `str`, or a `list` of those for GGUF arrays (nested arrays become nested lists). `read_header(path)` gives the
-version and the tensor and key counts. Every length and offset is bounds-checked against the file size; a
+version and the tensor and key counts; `read_tensor_infos(path)` the tensor-info table after the metadata
+(name, ggml type number, shape; still no tensor data). Every length and offset is bounds-checked against the file size; a
 malformed file raises `GGUFError` naming the key it was reading.
 
 Layout (little-endian): magic "GGUF", u32 version, u64 n_tensors, u64 n_kv, then n_kv times
@@ -178,6 +179,35 @@ def read_metadata(path, keys=None):
                 _skip(reader, type_code)
                 continue
             out[key] = reader.value(type_code)
+        return out
+    finally:
+        mapped.close()
+        f.close()
+
+
+def read_tensor_infos(path):
+    """Return [(name, ggml type number, [ne0, ne1, ...])] of every tensor, in file order (GGUF: string name,
+    u32 n_dims, u64 ne[n_dims], u32 type, u64 offset); the metadata is walked past, the data never read."""
+    f, mapped = _open(path)
+    try:
+        reader = _Reader(mapped)
+        header = _header(reader, path)
+        for _ in range(header["n_kv"]):
+            reader.key = "<key name>"
+            reader.key = reader.string()
+            _skip(reader, reader.scalar(4))
+        out = []
+        for _ in range(header["n_tensors"]):
+            reader.key = "<tensor name>"
+            name = reader.string()
+            reader.key = name
+            n_dims = reader.scalar(4)
+            if n_dims > 4:
+                raise GGUFError(f"{path}: tensor {name!r} has {n_dims} dimensions")
+            ne = [reader.scalar(10) for _ in range(n_dims)]
+            type_num = reader.scalar(4)
+            reader.scalar(10)  # offset into the data section
+            out.append((name, type_num, ne))
         return out
     finally:
         mapped.close()

@@ -1,14 +1,16 @@
 // tests/engine/probe.cpp — `strata-test-probe`: the engine's side of the questions the pytest parity
 // tests (tests/oracle.py) also ask llama.cpp. Not a CTest: a helper those tests run.
 //
-//   strata-test-probe logits MODEL.gguf IDS N_GEN OUT.bin [N_CTX [last]]
+//   strata-test-probe logits MODEL.gguf IDS N_GEN OUT.bin [N_CTX [last|all [CHUNK]]]
 //   strata-test-probe dequant TYPE IN.bin N OUT.bin      (dequantize_row of n elements of raw blocks)
 //
-// logits: IDS is a comma-separated token list. The prompt is evaluated in chunks of up to 512 entries with logits for
-// every entry; then N_GEN - 1 greedy tokens are fed one at a time. OUT.bin gets float32 rows of n_vocab:
+// logits: IDS is a comma-separated token list. The prompt is evaluated in chunks of up to CHUNK (default 512)
+// entries with logits for every entry (CHUNK is also the model's n_batch, so it sizes the rings of window
+// layers: kv_cache.h); then N_GEN - 1 greedy tokens are fed one at a time. OUT.bin gets float32 rows of n_vocab:
 // one per prompt position (with `last`: only the last prompt position's), then one per fed greedy token
 // (n_prompt + N_GEN - 1 rows, or N_GEN). stdout: the N_GEN
-// greedy tokens, comma-separated. STRATA_PROBE_ACT_BITS=8 loads the model with 8-bit activations. Exit 1 with the reason on stderr when the model or an eval fails.
+// greedy tokens, comma-separated; stderr: "kv_bytes=B" (kv_cache_bytes of the positions written).
+// STRATA_PROBE_ACT_BITS=8 loads the model with 8-bit activations. Exit 1 with the reason on stderr when the model or an eval fails.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -19,7 +21,7 @@
 
 namespace {
 
-constexpr int32_t DUMP_CHUNK = 512;
+constexpr int32_t DUMP_CHUNK = 512;  // the default CHUNK
 
 int fail(const std::string& why) {
     std::fprintf(stderr, "strata-test-probe: %s\n", why.c_str());
@@ -61,10 +63,12 @@ int logits(int argc, char** argv) {
     }
     const int32_t n_gen = std::atoi(argv[3]);
     const int32_t n_ctx = argc > 5 ? std::atoi(argv[5]) : int32_t(ids.size()) + n_gen + 8;
+    const int32_t chunk = argc > 7 ? std::atoi(argv[7]) : DUMP_CHUNK;
+    if (chunk < 1) return fail("bad chunk");
     model_params mp;
     mp.path = argv[1];
     mp.n_threads = 2;
-    mp.n_batch = DUMP_CHUNK;
+    mp.n_batch = chunk;
     // STRATA_PROBE_ACT_BITS=8: the engine's --act-bits 8 (tests/engine/test_act_bits.py)
     if (const char* bits = std::getenv("STRATA_PROBE_ACT_BITS")) mp.act_bits = std::atoi(bits);
     std::string err;
@@ -96,8 +100,8 @@ int logits(int argc, char** argv) {
         b.n_seq = 1;
         return model_eval(m, b, out, &err) == 0;
     };
-    for (size_t i = 0; i < ids.size(); i += DUMP_CHUNK) {
-        const int32_t n = int32_t(ids.size() - i < size_t(DUMP_CHUNK) ? ids.size() - i : size_t(DUMP_CHUNK));
+    for (size_t i = 0; i < ids.size(); i += size_t(chunk)) {
+        const int32_t n = int32_t(ids.size() - i < size_t(chunk) ? ids.size() - i : size_t(chunk));
         // last_only: a chunk before the last one writes its (unused) row over the final prompt row
         float* out = last_only ? row_at(base) : row_at(i);
         if (!eval(ids.data() + i, n, int32_t(i), out)) return fail(err);
@@ -114,6 +118,7 @@ int logits(int argc, char** argv) {
     std::fclose(f);
     for (size_t i = 0; i < gen.size(); ++i) std::printf("%s%d", i ? "," : "", gen[i]);
     std::printf("\n");
+    std::fprintf(stderr, "kv_bytes=%zu\n", kv_cache_bytes(kv, row));
     kv_cache_free(kv);
     model_free(m);
     return 0;

@@ -2,12 +2,14 @@
 
 Random file (tests/gguf_writer.py, SmolLM2's vocabulary): 6 layers (five 16-position sliding-window layers,
 then one global layer, Gemma 3's pattern), head_dim 128 != n_embd / n_head, a 38-token prompt plus 16 greedy
-steps so that most queries see only their window. Tolerance as tests/engine/test_arch_parity.py.
+steps so that most queries see only their window; then the window layers as rings (engine/kv_cache.h) over
+a 120-token prompt. Tolerance as tests/engine/test_arch_parity.py. Reuse with rings: test_gemma3_ring.py.
 
 Real model (the optional package, installed and assembled in the set-up, else skipped with the reason):
 greedy tokens of prompts that start with <bos>, over GREEDY_STEPS steps, equal to llama.cpp's, one prompt
-longer than the 512-position window; a step whose llama.cpp top-two margin is under GREEDY_MARGIN may
-differ (the margin is printed), and the runs are compared no further.
+longer than the 512-position window (run with the window layers as rings, KV bytes printed); a step whose
+llama.cpp top-two margin is under GREEDY_MARGIN may differ (the margin is printed), and the runs are
+compared no further.
 """
 
 import pathlib
@@ -25,6 +27,11 @@ from tools import gguf_meta  # noqa: E402
 
 GREEDY_STEPS = 64
 GREEDY_MARGIN = 0.1
+RING_STEPS = 24
+# the real model's long prompt runs with its window layers as rings: a context the rings are shorter than,
+# and chunks of 128 (ring 512 + 128 - 1 = 639 cells, so the 1,100-token prompt laps it)
+LONG_CTX = 4096
+LONG_CHUNK = 128
 
 
 def test_random_gemma3_matches_llama_cpp(model_path, tok, tmp_path):
@@ -33,6 +40,30 @@ def test_random_gemma3_matches_llama_cpp(model_path, tok, tmp_path):
     path = gguf_writer.random_model(tmp_path / "gemma3.gguf", "gemma3", vocab, wtype="F16", seed=3,
                                     shapes=dict(n_layer=6, head_dim=128))
     _check(path, tok.encode(PROMPT), LOGIT_TOL_FLOAT)
+
+
+def test_random_gemma3_ring_matches_llama_cpp(model_path, tok, tmp_path):
+    """The window layers as rings (chunk 8: n_batch 8, ring 16 + 8 - 1 = 23 cells + 15 mirror cells, laps
+    over a 120-token prompt and its greedy run): llama.cpp's logits, and the same bits with less KV than the
+    same run whose chunk is too large for a ring (so every position is kept)."""
+    vocab = {k: v for k, v in gguf_meta.read_metadata(str(model_path)).items()
+             if k.startswith("tokenizer.") and k != "tokenizer.chat_template"}
+    path = gguf_writer.random_model(tmp_path / "gemma3.gguf", "gemma3", vocab, wtype="F16", seed=3,
+                                    shapes=dict(n_layer=6, head_dim=128))
+    ids = (tok.encode(PROMPT) * 4)[:120]
+    oracle.require_oracle()
+    theirs, their_tokens = oracle.oracle_logits(path, ids, RING_STEPS)
+    ring_kv, full_kv = {}, {}
+    ours, our_tokens = oracle.engine_logits(path, ids, RING_STEPS, len(theirs[0]), chunk=8, figures=ring_kv)
+    full, full_tokens = oracle.engine_logits(path, ids, RING_STEPS, len(theirs[0]), figures=full_kv)
+    # the same positions in the same order: the rings change where K/V live, not one bit of the result
+    assert full_tokens == our_tokens and all(a == b for a, b in zip(full, ours, strict=True))
+    same = next((i for i, (a, b) in enumerate(zip(our_tokens, their_tokens)) if a != b), RING_STEPS)
+    worst, spread = oracle.compare_logits(ours[:len(ids) + same], theirs[:len(ids) + same])
+    print(f"ring: max |diff| {worst:.4g}, spread {spread:.4g}; kv bytes {ring_kv} vs every position {full_kv}")
+    assert worst <= LOGIT_TOL_FLOAT * spread
+    assert oracle.greedy_agree(our_tokens, their_tokens, theirs, len(ids), GREEDY_MARGIN), (our_tokens, their_tokens)
+    assert int(ring_kv["kv_bytes"]) < int(full_kv["kv_bytes"])
 
 
 def _prompts(tok):
@@ -55,7 +86,14 @@ def test_gemma_270m_greedy_matches_llama_cpp(which):
     if which == "long":
         assert len(ids) > 512, len(ids)  # past the sliding window
     theirs, their_tokens = oracle.oracle_logits(path, ids, GREEDY_STEPS, last_only=True)
-    ours, our_tokens = oracle.engine_logits(path, ids, GREEDY_STEPS, len(theirs[0]), last_only=True)
+    ring = dict(n_ctx=LONG_CTX, chunk=LONG_CHUNK) if which == "long" else {}
+    figures = {}
+    ours, our_tokens = oracle.engine_logits(path, ids, GREEDY_STEPS, len(theirs[0]), last_only=True,
+                                            figures=figures, **ring)
+    if which == "long":  # 15 of 18 layers keep 639 + 511 cells, 3 keep every position
+        full = 2 * 18 * (len(ids) + GREEDY_STEPS - 1) * 256 * 2
+        print(f"  KV {int(figures['kv_bytes']) / 2**20:.1f} MiB with rings, {full / 2**20:.1f} MiB without")
+        assert int(figures["kv_bytes"]) < full
     first_diff = next((i for i, (a, b) in enumerate(zip(our_tokens, their_tokens)) if a != b), None)
     margins = [oracle.top2_margin(r) for r in theirs]
     print(f"{which}: {len(ids)} prompt tokens; first difference at step {first_diff}; smallest llama.cpp "
@@ -74,7 +112,8 @@ def test_gemma_270m_greedy_matches_llama_cpp(which):
 
 def test_gemma_270m_prefix_reuse_and_slots(engine_path):
     """Past the window, a continued prompt resumes from the cache and a batch slot decodes alike: the same
-    greedy tokens as one solo run (window layers keep every position, so reuse needs nothing special)."""
+    greedy tokens as one solo run (context 2048 with the default chunk: the window layers are rings of
+    512 + 520 - 1 cells, which this run does not lap; test_gemma3_ring.py laps them)."""
     from tests.engine.conftest import Engine  # by package path: a bare `conftest` may be another folder's
     from tools.strata_spm import load_tokenizer
     path = gemma_model.gemma_path()
