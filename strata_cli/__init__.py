@@ -211,9 +211,8 @@ def plan(ns) -> int:
         return _fail(f"no model {ns.model!r}; known: {', '.join(n for x in found for n in x.names())}")
     path = runconfig.find_run_config(m.path, m.id)
     cfg, notices = runconfig.load(path) if path else ({}, [])
-    want, _ = runconfig.merge({}, {k: cfg.get(k) for k in ("max_context", "threads", "parallel", "replicas", "kv")},
-                              {"max_context": ns.ctx, "threads": ns.threads, "parallel": ns.parallel,
-                               "replicas": ns.replicas, "kv": ns.kv})
+    want = runconfig.plan_want(cfg, {"max_context": ns.ctx, "threads": ns.threads, "parallel": ns.parallel,
+                                     "replicas": ns.replicas, "kv": ns.kv})
     try:
         p = make_plan(m, machine_facts(), want)
     except PlanRefused as e:
