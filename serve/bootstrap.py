@@ -41,11 +41,9 @@ DEFAULT_SYSTEM_PROMPT = "model"  # the chat template's own (as llama-server and 
 
 
 def default_parallel(n_cores: int | None = None) -> int:
-    """Decode lanes when neither flag nor config names them: 4 on 2+ cores (a second client is answered while
-    one long reply runs; 4 slots cost 4 KV caches, small beside the weights at the default context), 1 on a
-    single core (where lanes only share one core's time)."""
-    n_cores = n_cores if n_cores is not None else (os.cpu_count() or 1)
-    return 4 if n_cores >= 2 else 1
+    """Decode lanes when neither flag nor config names them (strata_control.plan.default_lanes)."""
+    from strata_control.plan import default_lanes
+    return default_lanes(n_cores if n_cores is not None else (os.cpu_count() or 1))
 
 
 def chat_template(tok, ns, cfg, fake: bool = False):
@@ -295,21 +293,23 @@ def _keys(ns, cfg) -> list[str]:
     return keys
 
 
-def _engine_args(model, fake: bool, cfg: dict, pick) -> tuple[list[str], int]:
-    """The engine's flags -> (args, lanes). A real model gets the launch plan's threads, context, KV type and
-    lanes; the fake test engine gets the flags as given (lanes clamped alike)."""
+def _engine_args(model, fake: bool, ns, cfg: dict, pick) -> tuple[list[str], int, dict | None]:
+    """The engine's flags -> (args, lanes, the plan's memory in bytes or None). A real model gets the launch
+    plan's threads, context, KV type and lanes; the fake test engine gets the flags as given (lanes clamped
+    alike)."""
+    from strata_control.runconfig import plan_want
     args = [] if model is None else ["--model", model]
     ctx, threads, parallel = pick("ctx", "max_context"), pick("threads"), pick("parallel")
-    if parallel is None:
-        parallel = default_parallel()
     if not fake:   # threads, context and KV type that fit this machine, lanes clamped (strata_control.plan)
-        plan = launch_plan(model, {"max_context": ctx, "threads": threads, "parallel": parallel,
-                                   "replicas": pick("replicas"), "kv": cfg.get("kv")})
+        flags = {"max_context": getattr(ns, "ctx", None), **{k: getattr(ns, k, None) for k in
+                                                             ("threads", "parallel", "replicas")}}
+        plan = launch_plan(model, plan_want(cfg, flags))
         args += plan.engine_args()
-        parallel = plan.lanes
+        parallel, memory = plan.lanes, plan.memory
     else:
         from strata_control.plan import clamp_lanes
-        parallel, notice = clamp_lanes(parallel)
+        parallel, notice = clamp_lanes(parallel if parallel is not None else default_parallel())
+        memory = None
         if notice:
             print(f"strata: {notice}", file=sys.stderr)
         args += (["--max-context", str(int(ctx))] if ctx else []) + (["--threads", str(int(threads))] if threads
@@ -317,7 +317,7 @@ def _engine_args(model, fake: bool, cfg: dict, pick) -> tuple[list[str], int]:
         args += ["--batch", str(parallel)] if parallel >= 2 else []  # decode slots (serve/batch.py)
     if cfg.get("chunk"):   # prompt tokens per evaluation (serve --calibrate measures it)
         args += ["--chunk", str(int(cfg["chunk"]))]
-    return args + [str(a) for a in cfg.get("args") or []], parallel
+    return args + [str(a) for a in cfg.get("args") or []], parallel, memory
 
 
 def build(ns, cfg: dict | None = None):
@@ -342,7 +342,7 @@ def build(ns, cfg: dict | None = None):
         raise SetupError(f"the engine {ENGINE_EXE} is not built; run `./strata serve` (it builds it) or "
                          "`cmake -S . -B build -G Ninja && ninja -C build`")
     threads = pick("threads")
-    args, parallel = _engine_args(model, fake, cfg, pick)
+    args, parallel, plan_memory = _engine_args(model, fake, ns, cfg, pick)
     port = int(pick("port", default=8080))
     log = getattr(ns, "log", None) or cfg.get("log") or default_log_path(port)
     private_file(log)
@@ -385,6 +385,7 @@ def build(ns, cfg: dict | None = None):
     from serve.config import load_shared_settings, shared_settings_path
     svc.settings_path = shared_settings_path(getattr(ns, "config", None))
     svc.model_path = model  # the served GGUF file (the Ollama views give its size and date)
+    svc.plan_memory = plan_memory   # the launch plan's RAM figures (the Lifecycle's budget counts "total")
     saved, notices = load_shared_settings(svc.settings_path)
     for n in notices:
         print(f"strata: {n}", file=sys.stderr)
