@@ -7,7 +7,7 @@ GGUF, or the byte tokenizer for the fake engine), the model name, and the securi
 the config, the config over defaults. Nothing here serves or spawns: `serve.server.run_server` does.
 
 Public surface: `build(ns, cfg=None) -> (Service, Options)`, `load_config(ns)`, `check_flags(ns)`,
-`build_lifecycle(ns, cfg)`, `options(ns, cfg)`, `bind(opts)`, `launch_plan(model, want)`, `default_model_path()`,
+`build_lifecycle(ns, cfg)`, `model_limits(...)`, `options(ns, cfg)`, `bind(opts)`, `launch_plan(model, want)`, `default_model_path()`,
 `packaged_model_path(name)` (`--model gemma`: the optional Gemma 3 270M package's assembled GGUF),
 `default_log_path(port)`, `private_dir(path)`, `private_file(path)`, `default_parallel()`,
 `chat_template(tok, ns, cfg, fake)`, `ENGINE_EXE`, `SetupError`.
@@ -121,14 +121,46 @@ def build_lifecycle(ns, cfg: dict):
         aliases = [a for a in mcfg.get("aliases") or [] if a not in taken]
         entries.append(ModelEntry(mcfg["model_name"], _maker(mns, mcfg), aliases=aliases,
                                   info={"n_ctx": m.n_ctx_train, "config_path": path or
-                                        runconfig.config_paths(None, m.id)[-1],
-                                        "details": _details(m)}))
+                                        runconfig.config_paths(None, m.id)[-1], "details": _details(m),
+                                        "ram_bytes": _ram_need(m, mcfg, ns),
+                                        "idle_unload_s": mcfg.get("idle_unload_s")}))
         taken |= {entries[-1].name, *aliases}
     pick = lambda name, key: getattr(ns, name, None) if getattr(ns, name, None) is not None else cfg.get(key)
+    max_loaded, budget = model_limits(pick("max_loaded", "max_loaded"),
+                                      pick("models_ram_budget", "models_ram_budget_gb"), len(entries))
+    if max_loaded > 1:
+        print(f"strata: up to {max_loaded} models loaded at once within {budget >> 20} MiB "
+              "(least recently used unloaded first)", file=sys.stderr)
     return Lifecycle(entries, lazy_load=bool(pick("lazy", "lazy_load")),
                      idle_unload_s=float(pick("idle_unload", "idle_unload_s") or 0),
-                     lease_wait=bool(cfg.get("lease_wait")),
+                     lease_wait=bool(cfg.get("lease_wait")), max_loaded=max_loaded, ram_budget_bytes=budget,
                      on_loaded=lambda s: print(loaded_line(s), file=sys.stderr, flush=True))
+
+
+def model_limits(max_loaded, budget_gb, n_models: int, free_ram_bytes: int | None = None):
+    """--max-loaded / --models-ram-budget (flags over config) -> (models loaded at once, RAM budget in bytes or
+    None). Neither: one at a time, no RAM limit (the plan of each load checks the free RAM). A budget alone:
+    as many as it holds. More than one without a budget: the budget is 90% of the RAM free now."""
+    if budget_gb is None and (max_loaded or 1) <= 1:
+        return 1, None
+    if budget_gb is None:
+        from strata_control.plan import RAM_USE_FRACTION, machine_facts
+        free = free_ram_bytes if free_ram_bytes is not None else machine_facts().free_ram_bytes
+        return int(max_loaded), int(free * RAM_USE_FRACTION)
+    return int(max_loaded or max(1, n_models)), int(float(budget_gb) * (1 << 30))
+
+
+def _ram_need(m, mcfg: dict, ns) -> int:
+    """What model `m` needs loaded (weights + KV + overhead) by its launch plan on this machine now; its file
+    size when the plan refuses it (its load will then say why)."""
+    from strata_control.plan import PlanRefused, machine_facts, make_plan
+    from strata_control.runconfig import plan_want
+    flags = {"max_context": getattr(ns, "ctx", None), **{k: getattr(ns, k, None) for k in
+                                                         ("threads", "parallel", "replicas")}}
+    try:
+        return make_plan(m, machine_facts(), plan_want(mcfg, flags)).memory["total"]
+    except PlanRefused:
+        return m.size_bytes
 
 
 def _details(m) -> dict:
@@ -257,6 +289,11 @@ def check_flags(ns) -> None:
         raise SetupError(f"--ctx {ctx}: a context is 1..{CTX_FLAG_MAX} tokens (and at most the model's)")
     if replicas is not None and replicas < 1:
         raise SetupError(f"--replicas {replicas}: at least 1")
+    max_loaded, budget = getattr(ns, "max_loaded", None), getattr(ns, "models_ram_budget", None)
+    if max_loaded is not None and not 1 <= max_loaded <= 64:
+        raise SetupError(f"--max-loaded {max_loaded}: 1..64 models at once")
+    if budget is not None and not budget > 0:
+        raise SetupError(f"--models-ram-budget {budget}: a size in GB above 0, e.g. 8")
 
 
 def options(ns, cfg: dict) -> Options:

@@ -18,6 +18,7 @@ examples:
   strata serve --model ~/models/x.gguf --port 9000 --ctx 4096
   strata serve --api-key SECRET --host 0.0.0.0
   strata serve --models-dir ~/models --lazy --idle-unload 600
+  strata serve --models-dir ~/models --max-loaded 3 --models-ram-budget 8   three models at once in 8 GB
   strata serve --calibrate                  measure threads and chunk size here, write them to the run config
 environment: STRATA_API_KEY, STRATA_ENGINE_READY_S, STRATA_ENGINE_STALL_S, STRATA_STREAM_WRITE_TIMEOUT_S,
   STRATA_MAX_BODY_MIB, STRATA_ALLOWED_HOSTS, STRATA_BLOCKING_CONSOLE=1 (plain blocking console output)
@@ -67,6 +68,11 @@ def _serve_args(s) -> None:
                    "prefix and load (default 1)")
     s.add_argument("--lazy", action="store_true", default=None,
                    help="load the model on the first request that needs it (/health says loaded: false)")
+    s.add_argument("--max-loaded", type=int, metavar="N", help="keep up to N models loaded at once (default 1; "
+                   "the least recently used idle one is unloaded first)")
+    s.add_argument("--models-ram-budget", type=float, metavar="GB", help="RAM the loaded models may take "
+                   "together, by their launch plans (weights + KV); default with --max-loaded > 1: 90%% of "
+                   "the RAM free at start")
     s.add_argument("--idle-unload", type=float, metavar="SECONDS", help="unload a model idle this long "
                    "(its engine ends; the next request loads it again); default 0 = never")
     s.add_argument("--system-prompt", metavar="TEXT", help="system prompt used when a chat has none "

@@ -49,18 +49,21 @@ def lifecycle_server(tmp_path):
     started = []
 
     def start(names=("alpha", "beta"), lazy=True, idle_s=0.0, turn=None, config_path=None, lease_wait=False,
-              **opts):
+              max_loaded=1, ram_budget_bytes=None, info=None, **opts):
+        """`turn`: one turn for every model, or {name: turn}; `info`: {name: extra ModelEntry.info}."""
         entries = []
         for n in names:
-            script = {"record": str(tmp_path / f"{n}.rec"), "turns": [turn or {"text": f"I am {n}."}]}
+            own = turn.get(n) if isinstance(turn, dict) and "text" not in turn else turn
+            script = {"record": str(tmp_path / f"{n}.rec"), "turns": [own or {"text": f"I am {n}."}]}
             argv = fake_argv(tmp_path, script)
 
             def make(argv=argv, n=n):
                 engine = StrataEngine(argv, ["--max-context", "2048"], log_path=str(tmp_path / f"{n}.log"))
                 return Service(engine, ByteTokenizer(), n)
             entries.append(ModelEntry(n, make, aliases=[f"{n}-alias"],
-                                      info={"n_ctx": 2048, "config_path": config_path}))
-        lc = Lifecycle(entries, lazy_load=lazy, idle_unload_s=idle_s, lease_wait=lease_wait)
+                                      info={"n_ctx": 2048, "config_path": config_path, **(info or {}).get(n, {})}))
+        lc = Lifecycle(entries, lazy_load=lazy, idle_unload_s=idle_s, lease_wait=lease_wait, max_loaded=max_loaded,
+                       ram_budget_bytes=ram_budget_bytes)
         lc.lease_token = "the-token"
         run = start_http(lc, started, **opts)
         lc.boot()
