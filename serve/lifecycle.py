@@ -153,6 +153,10 @@ class Lifecycle:
             entry = self._implicit()
         return entry.service()
 
+    def is_loaded(self, entry: ModelEntry) -> bool:
+        with self._cv:
+            return entry in self._loaded
+
     def loaded_entries(self) -> list[ModelEntry]:
         with self._cv:
             return list(self._loaded)

@@ -6,7 +6,7 @@ turns `LifecycleError` into its error answers. Every route takes `(lifecycle, bo
 routes the server already has for a single Service (`None` from one means "answer as the Service does").
 
 Public surface: `GET`, `POST` (path -> route, only with a Lifecycle), `OVERRIDES`, `MODEL_ROUTES`,
-`LEASE_PREFIX`.
+`LEASE_PREFIX`, `BY_MODEL_ROUTES`, `by_model(lc, method, body, ctx)`.
 """
 from __future__ import annotations
 
@@ -23,6 +23,11 @@ MODEL_ROUTES = frozenset({"/v1/chat/completions", "/chat/completions", "/v1/comp
                           "/v1/responses", "/responses", "/api/chat", "/api/generate", "/completion",
                           "/completions", "/infill"})  # every route whose body's `model` picks the model
 LEASE_PREFIX = "/v1/lease"
+# Routes that read a model's tokenizer, template or settings: the body's (POST) or query's (GET) `model` picks
+# it; they never load an engine (the model's Service is built once and kept: its tokenizer read from the GGUF)
+BY_MODEL_ROUTES = frozenset({"/tokenize", "/detokenize", "/v1/messages/count_tokens", "/props", "/apply-template",
+                             "/v1/chat/completions/input_tokens", "/chat/completions/input_tokens",
+                             "/v1/responses/input_tokens", "/responses/input_tokens"})
 
 
 def _model_field(body) -> str | None:
@@ -30,6 +35,17 @@ def _model_field(body) -> str | None:
     if name is not None and not isinstance(name, str):
         raise BadRequest("model: a string", param="model")
     return name or None
+
+
+def by_model(lc, method, body, ctx):
+    """A BY_MODEL_ROUTES request -> the Service of the model it names (404 listing the known ones for an
+    unknown name; None: the loaded or default one); `ctx` says whether that model is loaded, and its query
+    loses `model` (the Service answers for itself, whichever name or alias picked it)."""
+    name = ctx.query.get("model") if method in ("GET", "HEAD") else _model_field(body)
+    entry = lc.resolve(name or None)
+    ctx.model_unloaded = not lc.is_loaded(entry)
+    ctx.query = {k: v for k, v in ctx.query.items() if k != "model"}
+    return entry.service()
 
 
 def health(lc, body, ctx):

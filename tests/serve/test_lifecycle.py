@@ -49,8 +49,9 @@ def lifecycle_server(tmp_path):
     started = []
 
     def start(names=("alpha", "beta"), lazy=True, idle_s=0.0, turn=None, config_path=None, lease_wait=False,
-              max_loaded=1, ram_budget_bytes=None, info=None, **opts):
-        """`turn`: one turn for every model, or {name: turn}; `info`: {name: extra ModelEntry.info}."""
+              max_loaded=1, ram_budget_bytes=None, info=None, templates=None, **opts):
+        """`turn`: one turn for every model, or {name: turn}; `info`: {name: extra ModelEntry.info};
+        `templates`: {name: chat template} (default ChatML)."""
         entries = []
         for n in names:
             own = turn.get(n) if isinstance(turn, dict) and "text" not in turn else turn
@@ -59,7 +60,7 @@ def lifecycle_server(tmp_path):
 
             def make(argv=argv, n=n):
                 engine = StrataEngine(argv, ["--max-context", "2048"], log_path=str(tmp_path / f"{n}.log"))
-                return Service(engine, ByteTokenizer(), n)
+                return Service(engine, ByteTokenizer(), n, (templates or {}).get(n))
             entries.append(ModelEntry(n, make, aliases=[f"{n}-alias"],
                                       info={"n_ctx": 2048, "config_path": config_path, **(info or {}).get(n, {})}))
         lc = Lifecycle(entries, lazy_load=lazy, idle_unload_s=idle_s, lease_wait=lease_wait, max_loaded=max_loaded,
