@@ -23,27 +23,29 @@ examples:
 environment: STRATA_API_KEY, STRATA_ENGINE_READY_S, STRATA_ENGINE_STALL_S, STRATA_STREAM_WRITE_TIMEOUT_S,
   STRATA_MAX_BODY_MIB, STRATA_ALLOWED_HOSTS, STRATA_BLOCKING_CONSOLE=1 (plain blocking console output)
 """
+HELP_LINE_MAX = 64   # `strata --help` prints each command's line after a 14-column name on an 80-column terminal
 COMMANDS = {   # name -> (one line for `strata --help`, examples for `strata NAME --help`)
     "serve": ("run the server (OpenAI and Anthropic APIs) on a model", SERVE_HELP),
-    "chat": ("chat in the terminal with a running server's model, or a server it starts for the chat",
+    "chat": ("chat in the terminal with a running server (or one it starts)",
              "examples:\n  strata chat                       the running server (or start one on the default model)\n"
              "  strata chat qwen3-0.6b --port 9000\n  strata chat ~/models/x.gguf        start a server on this file\n"
              "in the chat: /system TEXT, /clear, /save FILE, /help, /exit; a line ending in \\ goes on; "
              "Ctrl+C stops a reply\n"),
-    "bench": ("measure time to first token, prefill and decode of a model here, with a redacted facts block",
+    "bench": ("time to first token, prefill, decode here; redacted facts",
               "examples:\n  strata bench                      starts a server on the default model for the run\n"
               "  strata bench --json --parallel 4\n  strata bench qwen3-0.6b --port 9000   a running server's model\n"),
-    "models": ("list the models this machine has (default, --model, models folders) with what each is",
+    "models": ("list the models here (default, --model, models folders)",
                "examples:\n  strata models\n  strata models --models-dir ~/models --json\n"),
-    "plan": ("show how a model would run here: threads, context, KV type, lanes, RAM, and why",
+    "plan": ("how a model would run here: threads, context, KV, lanes, why",
              "examples:\n  strata plan\n  strata plan ~/models/qwen3-0.6b.Q8_0.gguf --parallel 4\n"
              "  strata plan --keys                 the run-config key table\n"),
     "ps": ("list the running servers: address, model loaded, lanes, memory",
            "examples:\n  strata ps\n  strata ps --json\n"),
-    "load": ("load a model on a running server (switching from the loaded one)",
+    "load": ("load a model on a running server (switching if need be)",
              "examples:\n  strata load smollm2-135m-instruct\n  strata load qwen3-0.6b --port 9000\n"),
-    "unload": ("unload the model of a running server (its engine ends; RAM is given back)",
-               "examples:\n  strata unload\n  strata unload --port 9000\n"),
+    "unload": ("unload a running server's model(s); their RAM is given back",
+               "examples:\n  strata unload                     every loaded model\n"
+               "  strata unload qwen3-0.6b --port 9000\n"),
 }
 
 

@@ -100,11 +100,13 @@ def test_idle_unload_ends_the_engine_process(lifecycle_server):
     assert _answer(run, "alpha")[0] == 200
     pid = _pid(run.rec("alpha"))
     assert not _gone(pid)
+    engines_before = telemetry.process_rss()[1]   # the RSS of this process's children: the engine
+    assert engines_before > 1 << 20
     assert _until(lambda: _gone(pid) and not run.svc.switching()), "the idle engine was not unloaded"
+    assert _until(lambda: telemetry.process_rss()[1] == 0)   # its RAM is given back: no engine RSS left
     status, body, _ = run.request("GET", "/health")
     assert status == 200 and body["loaded"] is False and run.svc.unloads == 1
     assert pid not in [c.pid for c in __import__("psutil").Process().children(recursive=True)]
-    assert telemetry.process_rss()[1] is not None
     assert _answer(run, "alpha") == (200, "I am alpha.") and run.svc.loads == 2   # loaded again on demand
 
 
