@@ -56,6 +56,8 @@ def _busy_port():
     (["--threads", str((os.cpu_count() or 1) + 1)], "CPUs; use 1.."),
     (["--ctx", "0"], "--ctx 0: a context is"),
     (["--replicas", "0"], "--replicas 0: at least 1"),
+    (["--max-loaded", "0"], "--max-loaded 0: 1..64 models at once"),
+    (["--models-ram-budget", "-1"], "--models-ram-budget -1.0: a size in GB above 0"),
 ])
 def test_bad_flags_are_one_line_and_exit_2(tmp_path, flags, says):
     r = _cli("serve", "--tokenizer", "bytes", "--engine", " ".join(fake_argv(tmp_path)), *flags)
