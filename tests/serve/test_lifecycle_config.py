@@ -3,7 +3,14 @@ model, the sampling and reasoning defaults), the others at the next start, and t
 import json
 import time
 
-from tests.serve.test_lifecycle import lifecycle_server  # noqa: F401
+import pytest
+
+from tests.serve.lifecycle_servers import lifecycle_servers
+
+
+@pytest.fixture
+def lifecycle_server(tmp_path):
+    yield from lifecycle_servers(tmp_path)
 
 JS = {"Content-Type": "application/json"}
 

@@ -5,9 +5,17 @@ a lease unloads them all."""
 import threading
 import time
 
+import pytest
+
 from serve.bootstrap import model_limits
 from tests.serve.conftest import chat
-from tests.serve.test_lifecycle import WAIT_S, _gone, _pid, _until, lifecycle_server  # noqa: F401
+from tests.serve.lifecycle_servers import engine_pid, lifecycle_servers, process_gone, wait_until
+
+
+@pytest.fixture
+def lifecycle_server(tmp_path):
+    yield from lifecycle_servers(tmp_path)
+
 
 MIB = 1 << 20
 CLIENT_TIMEOUT_S = 120.0   # a request may wait for a reply, an engine close and a start (slow on a shared machine)
@@ -62,8 +70,8 @@ def test_two_models_stay_loaded_together_and_never_cross(lifecycle_server):
     assert [r for r in results if r[1:] != (200, f"I am {r[0]}.")] == []   # 0 crossed replies
     assert run.svc.loads == 2 and run.svc.unloads == 0    # both loaded once, neither switched out
     assert _loaded(run) == ["alpha", "beta"]
-    pids = [_pid(run.rec(n)) for n in ("alpha", "beta")]
-    assert len(set(pids)) == 2 and not any(_gone(p) for p in pids)   # one engine process per model
+    pids = [engine_pid(run.rec(n)) for n in ("alpha", "beta")]
+    assert len(set(pids)) == 2 and not any(process_gone(p) for p in pids)   # one engine process per model
 
 
 def test_three_models_two_at_a_time_under_concurrent_clients(lifecycle_server):
@@ -79,9 +87,9 @@ def test_the_least_recently_used_model_is_unloaded_first(lifecycle_server):
     run = lifecycle_server(names=("alpha", "beta", "gamma"), max_loaded=2)
     for name in ("alpha", "beta", "alpha"):
         assert _answer(run, name) == (200, f"I am {name}.")
-    beta = _pid(run.rec("beta"))
+    beta = engine_pid(run.rec("beta"))
     assert _answer(run, "gamma") == (200, "I am gamma.")     # beta was used longest ago
-    assert _loaded(run) == ["alpha", "gamma"] and _until(lambda: _gone(beta))
+    assert _loaded(run) == ["alpha", "gamma"] and wait_until(lambda: process_gone(beta))
     assert _answer(run, "beta") == (200, "I am beta.")       # alpha (used before gamma) goes now
     assert _loaded(run) == ["beta", "gamma"]
     status, body, _ = run.post("/v1/load", {"model": "alpha"})   # /v1/load follows the same order
@@ -95,7 +103,7 @@ def test_an_idle_model_goes_before_a_busy_older_one_whose_reply_finishes(lifecyc
     got = []
     t = threading.Thread(target=lambda: got.append(_answer(run, "alpha")))
     t.start()
-    assert _until(lambda: run.svc.entries[0].in_flight == 1)
+    assert wait_until(lambda: run.svc.entries[0].in_flight == 1)
     assert _answer(run, "gamma") == (200, "I am gamma.")     # beta (idle) made room, not alpha (busy)
     t.join(CLIENT_TIMEOUT_S)
     assert got == [(200, slow["text"])] and _loaded(run) == ["alpha", "gamma"]
@@ -107,10 +115,10 @@ def test_when_every_loaded_model_is_busy_the_oldest_drains_first(lifecycle_serve
     got = {}
     first = threading.Thread(target=lambda: got.__setitem__("first", _answer(run, "alpha")))
     first.start()
-    assert _until(lambda: run.svc.entries[0].in_flight == 1)
+    assert wait_until(lambda: run.svc.entries[0].in_flight == 1)
     switch = threading.Thread(target=lambda: got.__setitem__("beta", _answer(run, "beta")))
     switch.start()
-    assert _until(lambda: run.svc.entries[0].draining)
+    assert wait_until(lambda: run.svc.entries[0].draining)
     late = threading.Thread(target=lambda: got.__setitem__("late", _answer(run, "alpha")))
     late.start()        # arrives for the draining model: waits, is not admitted on it
     time.sleep(0.2)
@@ -151,12 +159,12 @@ def test_a_lease_unloads_every_loaded_model_and_reloads_them_after(lifecycle_ser
     auth = {"Authorization": "Bearer the-token"}
     for name in ("alpha", "beta", "gamma"):
         assert _answer(run, name)[0] == 200
-    pids = [_pid(run.rec(n)) for n in ("alpha", "beta", "gamma")]
+    pids = [engine_pid(run.rec(n)) for n in ("alpha", "beta", "gamma")]
     status, lease, _ = run.post("/v1/lease", {"seconds": 30, "reason": "a game"}, headers=auth)
-    assert status == 200 and _until(lambda: all(_gone(p) for p in pids)) and _loaded(run) == []
+    assert status == 200 and wait_until(lambda: all(process_gone(p) for p in pids)) and _loaded(run) == []
     assert _answer(run, "delta")[0] == 503
     run.post("/v1/lease/release", {"id": lease["id"]}, headers=auth)
-    assert _until(lambda: _loaded(run) == ["alpha", "beta", "gamma"])   # what the lease unloaded
+    assert wait_until(lambda: _loaded(run) == ["alpha", "beta", "gamma"])   # what the lease unloaded
 
 
 def test_unload_without_a_model_unloads_every_loaded_one(lifecycle_server):

@@ -3,8 +3,15 @@
 names, never start an engine for it, and answer 404 listing the known models for an unknown name."""
 import os
 
+import pytest
+
 from serve.template_families import FamilyTemplate
-from tests.serve.test_lifecycle import lifecycle_server  # noqa: F401
+from tests.serve.lifecycle_servers import lifecycle_servers
+
+
+@pytest.fixture
+def lifecycle_server(tmp_path):
+    yield from lifecycle_servers(tmp_path)
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}]}
 
