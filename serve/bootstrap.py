@@ -7,7 +7,7 @@ GGUF, or the byte tokenizer for the fake engine), the model name, and the securi
 the config, the config over defaults. Nothing here serves or spawns: `serve.server.run_server` does.
 
 Public surface: `build(ns, cfg=None) -> (Service, Options)`, `load_config(ns)`, `check_flags(ns)`,
-`build_lifecycle(ns, cfg)`, `options(ns, cfg)`, `bind(opts)`, `launch_plan(model, want)`, `default_model_path()`,
+`build_lifecycle(ns, cfg)`, `model_limits(...)`, `options(ns, cfg)`, `bind(opts)`, `launch_plan(model, want)`, `default_model_path()`,
 `packaged_model_path(name)` (`--model gemma`: the optional Gemma 3 270M package's assembled GGUF),
 `default_log_path(port)`, `private_dir(path)`, `private_file(path)`, `default_parallel()`,
 `chat_template(tok, ns, cfg, fake)`, `ENGINE_EXE`, `SetupError`.
@@ -41,11 +41,9 @@ DEFAULT_SYSTEM_PROMPT = "model"  # the chat template's own (as llama-server and 
 
 
 def default_parallel(n_cores: int | None = None) -> int:
-    """Decode lanes when neither flag nor config names them: 4 on 2+ cores (a second client is answered while
-    one long reply runs; 4 slots cost 4 KV caches, small beside the weights at the default context), 1 on a
-    single core (where lanes only share one core's time)."""
-    n_cores = n_cores if n_cores is not None else (os.cpu_count() or 1)
-    return 4 if n_cores >= 2 else 1
+    """Decode lanes when neither flag nor config names them (strata_control.plan.default_lanes)."""
+    from strata_control.plan import default_lanes
+    return default_lanes(n_cores if n_cores is not None else (os.cpu_count() or 1))
 
 
 def chat_template(tok, ns, cfg, fake: bool = False):
@@ -123,14 +121,46 @@ def build_lifecycle(ns, cfg: dict):
         aliases = [a for a in mcfg.get("aliases") or [] if a not in taken]
         entries.append(ModelEntry(mcfg["model_name"], _maker(mns, mcfg), aliases=aliases,
                                   info={"n_ctx": m.n_ctx_train, "config_path": path or
-                                        runconfig.config_paths(None, m.id)[-1],
-                                        "details": _details(m)}))
+                                        runconfig.config_paths(None, m.id)[-1], "details": _details(m),
+                                        "ram_bytes": _ram_need(m, mcfg, ns),
+                                        "idle_unload_s": mcfg.get("idle_unload_s")}))
         taken |= {entries[-1].name, *aliases}
     pick = lambda name, key: getattr(ns, name, None) if getattr(ns, name, None) is not None else cfg.get(key)
+    max_loaded, budget = model_limits(pick("max_loaded", "max_loaded"),
+                                      pick("models_ram_budget", "models_ram_budget_gb"), len(entries))
+    if max_loaded > 1:
+        print(f"strata: up to {max_loaded} models loaded at once within {budget >> 20} MiB "
+              "(least recently used unloaded first)", file=sys.stderr)
     return Lifecycle(entries, lazy_load=bool(pick("lazy", "lazy_load")),
                      idle_unload_s=float(pick("idle_unload", "idle_unload_s") or 0),
-                     lease_wait=bool(cfg.get("lease_wait")),
+                     lease_wait=bool(cfg.get("lease_wait")), max_loaded=max_loaded, ram_budget_bytes=budget,
                      on_loaded=lambda s: print(loaded_line(s), file=sys.stderr, flush=True))
+
+
+def model_limits(max_loaded, budget_gb, n_models: int, free_ram_bytes: int | None = None):
+    """--max-loaded / --models-ram-budget (flags over config) -> (models loaded at once, RAM budget in bytes or
+    None). Neither: one at a time, no RAM limit (the plan of each load checks the free RAM). A budget alone:
+    as many as it holds. More than one without a budget: the budget is 90% of the RAM free now."""
+    if budget_gb is None and (max_loaded or 1) <= 1:
+        return 1, None
+    if budget_gb is None:
+        from strata_control.plan import RAM_USE_FRACTION, machine_facts
+        free = free_ram_bytes if free_ram_bytes is not None else machine_facts().free_ram_bytes
+        return int(max_loaded), int(free * RAM_USE_FRACTION)
+    return int(max_loaded or max(1, n_models)), int(float(budget_gb) * (1 << 30))
+
+
+def _ram_need(m, mcfg: dict, ns) -> int:
+    """What model `m` needs loaded (weights + KV + overhead) by its launch plan on this machine now; its file
+    size when the plan refuses it (its load will then say why)."""
+    from strata_control.plan import PlanRefused, machine_facts, make_plan
+    from strata_control.runconfig import plan_want
+    flags = {"max_context": getattr(ns, "ctx", None), **{k: getattr(ns, k, None) for k in
+                                                         ("threads", "parallel", "replicas")}}
+    try:
+        return make_plan(m, machine_facts(), plan_want(mcfg, flags)).memory["total"]
+    except PlanRefused:
+        return m.size_bytes
 
 
 def _details(m) -> dict:
@@ -259,6 +289,11 @@ def check_flags(ns) -> None:
         raise SetupError(f"--ctx {ctx}: a context is 1..{CTX_FLAG_MAX} tokens (and at most the model's)")
     if replicas is not None and replicas < 1:
         raise SetupError(f"--replicas {replicas}: at least 1")
+    max_loaded, budget = getattr(ns, "max_loaded", None), getattr(ns, "models_ram_budget", None)
+    if max_loaded is not None and not 1 <= max_loaded <= 64:
+        raise SetupError(f"--max-loaded {max_loaded}: 1..64 models at once")
+    if budget is not None and not budget > 0:
+        raise SetupError(f"--models-ram-budget {budget}: a size in GB above 0, e.g. 8")
 
 
 def options(ns, cfg: dict) -> Options:
@@ -304,21 +339,23 @@ def _act_bits_args(bits) -> list[str]:
     return ["--act-bits", "8"]
 
 
-def _engine_args(model, fake: bool, cfg: dict, pick) -> tuple[list[str], int]:
-    """The engine's flags -> (args, lanes). A real model gets the launch plan's threads, context, KV type and
-    lanes; the fake test engine gets the flags as given (lanes clamped alike)."""
+def _engine_args(model, fake: bool, ns, cfg: dict, pick) -> tuple[list[str], int, dict | None]:
+    """The engine's flags -> (args, lanes, the plan's memory in bytes or None). A real model gets the launch
+    plan's threads, context, KV type and lanes; the fake test engine gets the flags as given (lanes clamped
+    alike)."""
+    from strata_control.runconfig import plan_want
     args = [] if model is None else ["--model", model]
     ctx, threads, parallel = pick("ctx", "max_context"), pick("threads"), pick("parallel")
-    if parallel is None:
-        parallel = default_parallel()
     if not fake:   # threads, context and KV type that fit this machine, lanes clamped (strata_control.plan)
-        plan = launch_plan(model, {"max_context": ctx, "threads": threads, "parallel": parallel,
-                                   "replicas": pick("replicas"), "kv": cfg.get("kv")})
+        flags = {"max_context": getattr(ns, "ctx", None), **{k: getattr(ns, k, None) for k in
+                                                             ("threads", "parallel", "replicas")}}
+        plan = launch_plan(model, plan_want(cfg, flags))
         args += plan.engine_args()
-        parallel = plan.lanes
+        parallel, memory = plan.lanes, plan.memory
     else:
         from strata_control.plan import clamp_lanes
-        parallel, notice = clamp_lanes(parallel)
+        parallel, notice = clamp_lanes(parallel if parallel is not None else default_parallel())
+        memory = None
         if notice:
             print(f"strata: {notice}", file=sys.stderr)
         args += (["--max-context", str(int(ctx))] if ctx else []) + (["--threads", str(int(threads))] if threads
@@ -327,7 +364,7 @@ def _engine_args(model, fake: bool, cfg: dict, pick) -> tuple[list[str], int]:
     if cfg.get("chunk"):   # prompt tokens per evaluation (serve --calibrate measures it)
         args += ["--chunk", str(int(cfg["chunk"]))]
     args += _act_bits_args(pick("act_bits"))
-    return args + [str(a) for a in cfg.get("args") or []], parallel
+    return args + [str(a) for a in cfg.get("args") or []], parallel, memory
 
 
 def build(ns, cfg: dict | None = None):
@@ -352,7 +389,7 @@ def build(ns, cfg: dict | None = None):
         raise SetupError(f"the engine {ENGINE_EXE} is not built; run `./strata serve` (it builds it) or "
                          "`cmake -S . -B build -G Ninja && ninja -C build`")
     threads = pick("threads")
-    args, parallel = _engine_args(model, fake, cfg, pick)
+    args, parallel, plan_memory = _engine_args(model, fake, ns, cfg, pick)
     port = int(pick("port", default=8080))
     log = getattr(ns, "log", None) or cfg.get("log") or default_log_path(port)
     private_file(log)
@@ -395,6 +432,7 @@ def build(ns, cfg: dict | None = None):
     from serve.config import load_shared_settings, shared_settings_path
     svc.settings_path = shared_settings_path(getattr(ns, "config", None))
     svc.model_path = model  # the served GGUF file (the Ollama views give its size and date)
+    svc.plan_memory = plan_memory   # the launch plan's RAM figures (the Lifecycle's budget counts "total")
     saved, notices = load_shared_settings(svc.settings_path)
     for n in notices:
         print(f"strata: {n}", file=sys.stderr)

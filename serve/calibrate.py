@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 
 from serve.engine import StrataEngine
 
@@ -72,7 +73,8 @@ def calibrate(argv: list[str], model: str, config_path: str, physical_cores: int
     best_c = max(by_chunk.values(), key=lambda r: (r["prefill_tok_s"], r["chunk"]))["chunk"]
     current = runconfig.read_config(config_path) if os.path.exists(config_path) else {}
     os.makedirs(os.path.dirname(os.path.abspath(config_path)), exist_ok=True)
-    runconfig.save_edit(config_path, {**current, "threads": best_t, "chunk": best_c})
+    runconfig.save_edit(config_path, {**current, "threads": best_t, "chunk": best_c, "calibrated": {
+        "threads": best_t, "chunk": best_c, "date": time.strftime("%Y-%m-%d")}})
     say(f"best: threads {best_t} (fastest decode), chunk {best_c} (fastest prompt read); written to "
         f"{config_path}" + (" (the old file kept as .bak)" if current else ""))
     return {"threads": best_t, "chunk": best_c, "runs": runs}

@@ -6,7 +6,7 @@ turns `LifecycleError` into its error answers. Every route takes `(lifecycle, bo
 routes the server already has for a single Service (`None` from one means "answer as the Service does").
 
 Public surface: `GET`, `POST` (path -> route, only with a Lifecycle), `OVERRIDES`, `MODEL_ROUTES`,
-`LEASE_PREFIX`.
+`LEASE_PREFIX`, `BY_MODEL_ROUTES`, `LIVE_KEYS`, `by_model(lc, method, body, ctx)`.
 """
 from __future__ import annotations
 
@@ -17,12 +17,18 @@ from serve.events import BadRequest
 from serve.lifecycle import LifecycleError
 from serve.openai import model_entries
 from serve.replies import JsonReply
+from serve.service import REPEAT_STOP_TOKENS
 
 # POST routes that run a model: the request's `model` picks it (loaded on demand), counted while it runs
 MODEL_ROUTES = frozenset({"/v1/chat/completions", "/chat/completions", "/v1/completions", "/v1/messages",
                           "/v1/responses", "/responses", "/api/chat", "/api/generate", "/completion",
                           "/completions", "/infill"})  # every route whose body's `model` picks the model
 LEASE_PREFIX = "/v1/lease"
+# Routes that read a model's tokenizer, template or settings: the body's (POST) or query's (GET) `model` picks
+# it; they never load an engine (the model's Service is built once and kept: its tokenizer read from the GGUF)
+BY_MODEL_ROUTES = frozenset({"/tokenize", "/detokenize", "/v1/messages/count_tokens", "/props", "/apply-template",
+                             "/v1/chat/completions/input_tokens", "/chat/completions/input_tokens",
+                             "/v1/responses/input_tokens", "/responses/input_tokens"})
 
 
 def _model_field(body) -> str | None:
@@ -30,6 +36,17 @@ def _model_field(body) -> str | None:
     if name is not None and not isinstance(name, str):
         raise BadRequest("model: a string", param="model")
     return name or None
+
+
+def by_model(lc, method, body, ctx):
+    """A BY_MODEL_ROUTES request -> the Service of the model it names (404 listing the known ones for an
+    unknown name; None: the loaded or default one); `ctx` says whether that model is loaded, and its query
+    loses `model` (the Service answers for itself, whichever name or alias picked it)."""
+    name = ctx.query.get("model") if method in ("GET", "HEAD") else _model_field(body)
+    entry = lc.resolve(name or None)
+    ctx.model_unloaded = not lc.is_loaded(entry)
+    ctx.query = {k: v for k, v in ctx.query.items() if k != "model"}
+    return entry.service()
 
 
 def health(lc, body, ctx):
@@ -97,9 +114,38 @@ def config_get(lc, body, ctx):
                            "config": {k: v for k, v in cfg.items() if k in runconfig.EDITABLE}})
 
 
+# Editable keys a running server takes at once (each request reads them from the model's Service config, the
+# idle thread reads idle_unload_s each look); the others are read when the server starts (the model's Service
+# is built once and kept, so a later load of the same model does not read its file again).
+LIVE_KEYS = frozenset({"idle_unload_s", "sampling", "reasoning_effort", "reasoning_budget_tokens",
+                       "anthropic_thinking", "fit_max_tokens", "repeat_stop_tokens"})
+
+
+def _apply_live(entry, changes: dict, new: dict) -> dict:
+    """Apply the LIVE_KEYS of `changes` (a removed key: back to what the server started with for
+    idle_unload_s, unset otherwise) -> {key: "now" | "next_start"} for every changed key."""
+    applies = {}
+    for key in changes:
+        if key not in LIVE_KEYS:
+            applies[key] = "next_start"
+            continue
+        value = new.get(key)
+        if key == "idle_unload_s":
+            entry.info["idle_unload_s"] = value
+        elif entry.svc is not None:
+            if value is None:
+                entry.svc.config.pop(key, None)
+            else:
+                entry.svc.config[key] = value
+            if key == "repeat_stop_tokens":
+                entry.svc.repeat_stop = int(entry.svc.config.get(key, REPEAT_STOP_TOKENS))
+        applies[key] = "now"
+    return applies
+
+
 def config_post(lc, body, ctx):
     """{"model"?, "changes": {key: value | null}}: every change checked first; the old file is kept as
-    `.bak`; used from the model's next load."""
+    `.bak`; LIVE_KEYS apply at once, the rest at the next start (`applies` says which, per key)."""
     from strata_control import runconfig
     entry, path = _config_entry(lc, _model_field(body))
     try:
@@ -110,7 +156,7 @@ def config_post(lc, body, ctx):
     runconfig.save_edit(path, new)
     return JsonReply(200, {"model": entry.name, "path": path, "saved": True, "backup": path + ".bak",
                            "config": {k: v for k, v in new.items() if k in runconfig.EDITABLE},
-                           "applies": "from the model's next load"})
+                           "applies": _apply_live(entry, body["changes"], new)})
 
 
 GET = {"/v1/lease": leases, "/config": config_get}

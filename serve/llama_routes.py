@@ -122,7 +122,7 @@ def detokenize(service, body, ctx) -> JsonReply:
 
 # ---------------------------------------------------------------- views
 def props(service, body, ctx) -> JsonReply:
-    status, out = llama_views.props(service, ctx.query)
+    status, out = llama_views.props(service, ctx.query, unloaded=ctx.model_unloaded)
     if status == 200:
         tok = service.tok
         sid = tok.special_ids

@@ -27,15 +27,16 @@ def total_slots(engine) -> int:
     return sum(max(1, int(e.info.get("batch_slots") or 0)) for e in _engines(engine) if e.alive())
 
 
-def props(svc, query: dict) -> tuple[int, dict]:
-    """(status, body) of GET /props; ?model= must name this model or one of its aliases."""
+def props(svc, query: dict, unloaded: bool = False) -> tuple[int, dict]:
+    """(status, body) of GET /props; ?model= must name this model or one of its aliases. `unloaded`: a
+    Lifecycle's model with no engine now (it loads on demand): 200 with `is_sleeping`, not a 503."""
     want = query.get("model")
     names = {svc.model_name, *(svc.config.get("aliases") or [])}
     if want and want not in names:
         return 404, {"error": {"code": 404, "type": "not_found_error",
                                "message": f"model {want!r} is not served here; it serves {svc.model_name!r}"}}
     e = svc.engine
-    if not e.alive() and not getattr(e, "starting", False):
+    if not e.alive() and not getattr(e, "starting", False) and not unloaded:
         return 503, {"error": {"code": 503, "type": "unavailable_error", "message": "the engine is not running"}}
     defaults = svc.settings_view()["defaults"]
     merged = sampling_mod.merge_sampling(sampling_mod.card_sampling(svc.arch, False), svc.config.get("sampling"),
@@ -56,7 +57,7 @@ def props(svc, query: dict) -> tuple[int, dict]:
         "chat_template_caps": {"supports_tools": "tools" in template, "supports_system_role": True},
         "modalities": {"vision": False},
         "models_autoload": False,
-        "is_sleeping": False,
+        "is_sleeping": unloaded,
         "build_info": f"Strata {e.info.get('engine') or ENGINE_VERSION_DEFAULT}",
     }
 

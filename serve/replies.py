@@ -26,6 +26,7 @@ class RequestContext:
     path: str = ""
     query: dict = field(default_factory=dict)
     trusted: bool = False   # may see local detail: gave the API key, or keyless server and a loopback client
+    model_unloaded: bool = False   # (a Lifecycle) the model a view reads has no engine now: views say so
 
 
 @dataclass

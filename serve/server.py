@@ -264,7 +264,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _route(self, route, path, method, body, ctx, svc):
         """With a Lifecycle: its own routes get it; a model route runs on the model its body names (loaded on
-        demand, counted until the reply ends); every other route reads the loaded (or default) model's Service."""
+        demand, counted until the reply ends); a tokenizer/template route reads the named model's Service without
+        loading it; every other route reads the loaded (or default) model's Service."""
         if not isinstance(svc, Lifecycle):
             if route in LIFECYCLE_ONLY:
                 raise HttpError(404, "not_found_error", f"{path}: this server has no model lifecycle")
@@ -285,6 +286,8 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._leave_model()
             return reply
+        if path in lifecycle_routes.BY_MODEL_ROUTES:   # the named model's tokenizer/template; no engine load
+            return route(lifecycle_routes.by_model(svc, method, body, ctx), body, ctx)
         return route(svc.view_service(), body, ctx)
 
     def do_DELETE(self):

@@ -18,31 +18,34 @@ examples:
   strata serve --model ~/models/x.gguf --port 9000 --ctx 4096
   strata serve --api-key SECRET --host 0.0.0.0
   strata serve --models-dir ~/models --lazy --idle-unload 600
+  strata serve --models-dir ~/models --max-loaded 3 --models-ram-budget 8   three models at once in 8 GB
   strata serve --calibrate                  measure threads and chunk size here, write them to the run config
 environment: STRATA_API_KEY, STRATA_ENGINE_READY_S, STRATA_ENGINE_STALL_S, STRATA_STREAM_WRITE_TIMEOUT_S,
   STRATA_MAX_BODY_MIB, STRATA_ALLOWED_HOSTS, STRATA_BLOCKING_CONSOLE=1 (plain blocking console output)
 """
+HELP_LINE_MAX = 64   # `strata --help` prints each command's line after a 14-column name on an 80-column terminal
 COMMANDS = {   # name -> (one line for `strata --help`, examples for `strata NAME --help`)
     "serve": ("run the server (OpenAI and Anthropic APIs) on a model", SERVE_HELP),
-    "chat": ("chat in the terminal with a running server's model, or a server it starts for the chat",
+    "chat": ("chat in the terminal with a running server (or one it starts)",
              "examples:\n  strata chat                       the running server (or start one on the default model)\n"
              "  strata chat qwen3-0.6b --port 9000\n  strata chat ~/models/x.gguf        start a server on this file\n"
              "in the chat: /system TEXT, /clear, /save FILE, /help, /exit; a line ending in \\ goes on; "
              "Ctrl+C stops a reply\n"),
-    "bench": ("measure time to first token, prefill and decode of a model here, with a redacted facts block",
+    "bench": ("time to first token, prefill, decode here; redacted facts",
               "examples:\n  strata bench                      starts a server on the default model for the run\n"
               "  strata bench --json --parallel 4\n  strata bench qwen3-0.6b --port 9000   a running server's model\n"),
-    "models": ("list the models this machine has (default, --model, models folders) with what each is",
+    "models": ("list the models here (default, --model, models folders)",
                "examples:\n  strata models\n  strata models --models-dir ~/models --json\n"),
-    "plan": ("show how a model would run here: threads, context, KV type, lanes, RAM, and why",
+    "plan": ("how a model would run here: threads, context, KV, lanes, why",
              "examples:\n  strata plan\n  strata plan ~/models/qwen3-0.6b.Q8_0.gguf --parallel 4\n"
              "  strata plan --keys                 the run-config key table\n"),
     "ps": ("list the running servers: address, model loaded, lanes, memory",
            "examples:\n  strata ps\n  strata ps --json\n"),
-    "load": ("load a model on a running server (switching from the loaded one)",
+    "load": ("load a model on a running server (switching if need be)",
              "examples:\n  strata load smollm2-135m-instruct\n  strata load qwen3-0.6b --port 9000\n"),
-    "unload": ("unload the model of a running server (its engine ends; RAM is given back)",
-               "examples:\n  strata unload\n  strata unload --port 9000\n"),
+    "unload": ("unload a running server's model(s); their RAM is given back",
+               "examples:\n  strata unload                     every loaded model\n"
+               "  strata unload qwen3-0.6b --port 9000\n"),
 }
 
 
@@ -67,6 +70,11 @@ def _serve_args(s) -> None:
                    "prefix and load (default 1)")
     s.add_argument("--lazy", action="store_true", default=None,
                    help="load the model on the first request that needs it (/health says loaded: false)")
+    s.add_argument("--max-loaded", type=int, metavar="N", help="keep up to N models loaded at once (default 1; "
+                   "the least recently used idle one is unloaded first)")
+    s.add_argument("--models-ram-budget", type=float, metavar="GB", help="RAM the loaded models may take "
+                   "together, by their launch plans (weights + KV); default with --max-loaded > 1: 90%% of "
+                   "the RAM free at start")
     s.add_argument("--idle-unload", type=float, metavar="SECONDS", help="unload a model idle this long "
                    "(its engine ends; the next request loads it again); default 0 = never")
     s.add_argument("--system-prompt", metavar="TEXT", help="system prompt used when a chat has none "
@@ -214,9 +222,8 @@ def plan(ns) -> int:
         return _fail(f"no model {ns.model!r}; known: {', '.join(n for x in found for n in x.names())}")
     path = runconfig.find_run_config(m.path, m.id)
     cfg, notices = runconfig.load(path) if path else ({}, [])
-    want, _ = runconfig.merge({}, {k: cfg.get(k) for k in ("max_context", "threads", "parallel", "replicas", "kv")},
-                              {"max_context": ns.ctx, "threads": ns.threads, "parallel": ns.parallel,
-                               "replicas": ns.replicas, "kv": ns.kv})
+    want = runconfig.plan_want(cfg, {"max_context": ns.ctx, "threads": ns.threads, "parallel": ns.parallel,
+                                     "replicas": ns.replicas, "kv": ns.kv})
     try:
         p = make_plan(m, machine_facts(), want)
     except PlanRefused as e:

@@ -14,12 +14,13 @@ import os
 from dataclasses import dataclass, field
 
 from serve.config import default_model_name
+from serve.template import RENDERED_FAMILIES
+from serve.template import template_family as _family_of_text
 from tools.gguf_meta import GGUFError, read_metadata
 
 DEFAULT_MODELS_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
                                   "strata", "models")
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")  # engine/models/*.cpp
-RENDERED_FAMILIES = ("chatml", "llama3", "gemma")   # serve/template.py, serve/template_families.py
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")  # engine/models/<arch>.cpp (a test keeps them equal)
 MAX_WALK_FILES = 10000                               # a models folder with more files is the wrong folder
 
 # llama.cpp's `general.file_type` (LLAMA_FTYPE_*) values -> the quantization name
@@ -30,9 +31,6 @@ FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9:
 # Q4_K Q5_K Q6_K IQ4_NL IQ4_XS)
 SUPPORTED_QUANTS = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_S", "Q3_K_M",
                     "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS")
-# template text marker -> family name, first match wins
-_FAMILY_MARKERS = (("<|im_start|>", "chatml"), ("<|start_header_id|>", "llama3"), ("<start_of_turn>", "gemma"),
-                   ("[INST]", "mistral"), ("<|user|>", "phi3"), ("<|User|>", "deepseek"))
 _SHAPE_KEYS = ("context_length", "block_count", "embedding_length", "attention.head_count",
                "attention.head_count_kv", "attention.key_length")
 
@@ -71,12 +69,11 @@ class ModelInfo:
 
 
 def template_family(text) -> str | None:
+    """The family of a GGUF's chat-template text, as the server detects it (serve/template.py: "chatml",
+    "llama3", "gemma", "mistral", ..., "unknown"); None when the GGUF has no template."""
     if not isinstance(text, str) or not text:
         return None
-    for marker, family in _FAMILY_MARKERS:
-        if marker in text:
-            return family
-    return "other"
+    return _family_of_text(text)
 
 
 def _problem(info: ModelInfo) -> str | None:

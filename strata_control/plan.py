@@ -10,7 +10,11 @@ GGUF's size once repacked) plus one KV cache of n_ctx positions for its solo seq
 K and V are each (n_layer, n_head_kv, n_ctx, head_dim) at 2 bytes (f16) or 34/32 bytes (q8_0) per value.
 
 Public surface: `Machine`, `machine_facts()`, `Plan`, `PlanRefused`, `make_plan(model, machine, want)`,
-`kv_bytes_per_token(model, kv)`, `clamp_lanes(asked)`, `LANES_MAX`, `CPU_CONTEXT_CAP`.
+`kv_bytes_per_token(model, kv)`, `clamp_lanes(asked)`, `default_lanes(cores)`, `LANES_MAX`, `CPU_CONTEXT_CAP`.
+
+Reasons tell where each value came from: the default (and why), asked (`--flag` or the run config), measured
+by `serve --calibrate`, clamped, or cut to fit. `want["sources"]` ({key: "flag" | "run config" | "calibrated"},
+runconfig.plan_want builds it) says who asked; a value without a source counts as asked by a flag.
 """
 from __future__ import annotations
 
@@ -130,6 +134,29 @@ def _device(machine: Machine) -> tuple[str, str]:
     return "gpu", f"GPU {names}"
 
 
+FLAG_OF = {"max_context": "--ctx", "threads": "--threads", "parallel": "--parallel", "replicas": "--replicas",
+           "kv": "--kv"}
+
+
+def _who(key: str, sources: dict) -> str:
+    """Who asked for a value: its flag, the run config, or serve --calibrate (which wrote the run config)."""
+    return {"run config": "the run config", "calibrated": "serve --calibrate, in the run config"}.get(
+        sources.get(key, "flag"), FLAG_OF[key])
+
+
+def _asked(key: str, sources: dict) -> str:
+    if sources.get(key) == "calibrated":
+        return "measured fastest here by serve --calibrate (run config)"
+    return f"as asked ({_who(key, sources)})"
+
+
+def default_lanes(cores: int) -> int:
+    """Decode lanes when neither flag nor run config names them: 4 on 2+ cores (a second client is answered
+    while one long reply runs; 4 lanes cost 4 KV caches, small beside the weights at the default context), 1 on
+    a single core (where lanes only share one core's time)."""
+    return 4 if cores >= 2 else 1
+
+
 def clamp_lanes(asked) -> tuple[int, str | None]:
     """--parallel N -> (lanes in 1..LANES_MAX, the one notice when it was clamped, else None); None -> 1."""
     if asked is None:
@@ -138,23 +165,28 @@ def clamp_lanes(asked) -> tuple[int, str | None]:
     return lanes, (None if lanes == int(asked) else f"--parallel {asked}: lanes are 1..{LANES_MAX}; using {lanes}")
 
 
-def _lanes(asked, notices) -> tuple[int, str]:
-    lanes, notice = clamp_lanes(asked)
+def _lanes(asked, machine: Machine, sources: dict, notices) -> tuple[int, str]:
     if asked is None:
-        return 1, "lanes 1: one request decodes at a time (--parallel N for more)"
+        lanes = default_lanes(machine.cores)
+        return lanes, (f"lanes {lanes}: the default on {machine.cores} CPUs (a second request is answered while "
+                       "a long reply runs; --parallel N to change)" if lanes > 1 else
+                       "lanes 1: the default on one CPU (--parallel N for more)")
+    lanes, notice = clamp_lanes(asked)
     if notice:
         notices.append(notice)
-    return lanes, f"lanes {lanes}: " + ("clamped to the engine's range" if notice else "as asked")
+        return lanes, f"lanes {lanes}: {asked} asked ({_who('parallel', sources)}), clamped to the engine's 1..{LANES_MAX}"
+    return lanes, f"lanes {lanes}: {_asked('parallel', sources)}"
 
 
-def _threads(asked, machine: Machine, replicas: int) -> tuple[int, str]:
+def _threads(asked, machine: Machine, replicas: int, sources: dict) -> tuple[int, str]:
     share = max(1, machine.physical_cores // replicas)
     if asked is None:
-        return share, (f"threads {share}: the physical cores" if replicas == 1 else
-                       f"threads {share}: {machine.physical_cores} physical cores shared by {replicas} replicas")
+        return share, (f"threads {share}: the default, one per physical core" if replicas == 1 else
+                       f"threads {share}: the default, {machine.physical_cores} physical cores shared by "
+                       f"{replicas} replicas")
     if not 1 <= int(asked) <= machine.cores:
         raise PlanRefused(f"--threads {asked}: this machine has {machine.cores} CPUs; use 1..{machine.cores}")
-    return int(asked), f"threads {asked}: as asked"
+    return int(asked), f"threads {asked}: {_asked('threads', sources)}"
 
 
 def make_plan(model, machine: Machine, want: dict | None = None) -> Plan:
@@ -169,20 +201,21 @@ def make_plan(model, machine: Machine, want: dict | None = None) -> Plan:
     replicas = int(want.get("replicas") or 1)
     if replicas < 1:
         raise PlanRefused(f"--replicas {replicas}: at least 1")
-    lanes, lanes_why = _lanes(want.get("parallel"), notices)
-    threads, threads_why = _threads(want.get("threads"), machine, replicas)
+    sources = want.get("sources") or {}
+    lanes, lanes_why = _lanes(want.get("parallel"), machine, sources, notices)
+    threads, threads_why = _threads(want.get("threads"), machine, replicas, sources)
     kernels, kernels_why = _kernels(machine.cpu_features)
     device, device_why = _device(machine)
     reasons = [device_why, kernels_why, threads_why, lanes_why]
-    n_ctx, kv, ctx_why, memory = _fit(model, machine, want, lanes, replicas)
+    n_ctx, kv, ctx_why, memory = _fit(model, machine, want, lanes, replicas, sources)
     reasons += ctx_why
     if replicas > 1:
-        reasons.append(f"replicas {replicas}: as asked; each holds its own weights and KV cache")
+        reasons.append(f"replicas {replicas}: {_asked('replicas', sources)}; each holds its own weights and KV cache")
     return Plan(model=model.id, threads=threads, n_ctx=n_ctx, kv=kv, lanes=lanes, replicas=replicas,
                 kernels=kernels, device=device, memory=memory, reasons=reasons, notices=notices)
 
 
-def _fit(model, machine: Machine, want: dict, lanes: int, replicas: int):
+def _fit(model, machine: Machine, want: dict, lanes: int, replicas: int, sources: dict):
     """-> (n_ctx, kv, reasons, memory): the largest context up to the asked/default one that fits, f16 KV
     first, q8_0 when f16 does not fit (and the head size allows it)."""
     train = model.n_ctx_train or CPU_CONTEXT_CAP
@@ -202,16 +235,18 @@ def _fit(model, machine: Machine, want: dict, lanes: int, replicas: int):
     why_seq = f"{sequences} sequence{'s' if sequences > 1 else ''} x {replicas} engine{'s' if replicas > 1 else ''}"
     for kv in kinds:
         if fixed + per_token[kv] * target <= budget:
-            src = "as asked" if asked_ctx is not None else f"the model's {train}, at most {CPU_CONTEXT_CAP}"
-            kv_why = f"kv {kv}: " + ("as asked" if asked_kv else "f16 fits" if kv == "f16" else
+            src = _asked("max_context", sources) if asked_ctx is not None else \
+                f"the default (the model's {train}, at most {CPU_CONTEXT_CAP})"
+            kv_why = f"kv {kv}: " + (_asked("kv", sources) if asked_kv else "the default, f16; it fits" if kv == "f16" else
                                      "f16 does not fit at this context, q8_0 does (about half the bytes)")
             return target, kv, [f"context {target}: {src}; fits ({why_seq})", kv_why], memory(kv, target)
     if asked_ctx is None:   # cut the default context to what fits, smallest KV type
         kv = kinds[-1]
         n = int((budget - fixed) / per_token[kv]) // CONTEXT_STEP * CONTEXT_STEP if budget > fixed else 0
         if n >= MIN_CONTEXT:
+            kv_why = f"kv {kv}: " + (_asked("kv", sources) if asked_kv else "the smallest cache type")
             return n, kv, [f"context {n}: cut from {target} to fit {budget // MIB} MiB usable ({why_seq})",
-                           f"kv {kv}: the smallest cache type"], memory(kv, n)
+                           kv_why], memory(kv, n)
     kv = kinds[-1]
     need = memory(kv, asked_ctx or MIN_CONTEXT)
     raise PlanRefused(f"{model.id} does not fit: needs {need['total'] // MIB} MiB (weights "

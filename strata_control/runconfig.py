@@ -9,7 +9,7 @@ them, except `save_edit` (GET/POST /config) which keeps the old file as `.bak`.
 
 Public surface: `KEYS` (name -> `Key`), `EDITABLE`, `CONFIG_DIR`, `config_paths(model_path, model_id,
 config_dir)`, `find_run_config(...)`, `load(path) -> (cfg, notices)`, `check_keys(cfg) -> (cfg, notices)`,
-`merge(card, run_config, flags) -> (values, sources)`, `edit(current, changes) -> dict`, `save_edit(path,
+`merge(card, run_config, flags) -> (values, sources)`, `plan_want(cfg, flags)`, `PLAN_KEYS`, `edit(current, changes) -> dict`, `save_edit(path,
 cfg)`, `key_table()` (the README / `strata plan --keys` text).
 """
 from __future__ import annotations
@@ -52,6 +52,11 @@ KEYS: dict[str, Key] = {
     "lazy_load": Key("bool", "load the model on the first request that needs it (--lazy)", editable=True),
     "idle_unload_s": Key("number", "unload a model idle this long, 0 = never (--idle-unload)", 0, 1e9,
                          editable=True),
+    "max_loaded": Key("int", "models loaded at once (--max-loaded; default 1, or as many as the RAM budget "
+                      "holds when models_ram_budget_gb is set); the least recently used is unloaded first", 1, 64),
+    "models_ram_budget_gb": Key("number", "RAM the loaded models' plans (weights + KV) may take together "
+                                "(--models-ram-budget; default with max_loaded > 1: 90% of the RAM free at start)",
+                                0.01, 1 << 20),
     "lease_wait": Key("bool", "while a resource lease holds the memory, requests wait for its end instead of "
                       "a 503", editable=True),
     "host": Key("str", "address to listen on (--host)"),
@@ -82,7 +87,10 @@ KEYS: dict[str, Key] = {
     "repeat_stop_tokens": Key("int", "the same token this many times in a row ends a reply (0 = off)", 0, 1 << 20,
                               editable=True),
     "tokenizer": Key("gguf|bytes", "bytes = the byte tokenizer (test engines only)"),
+    "calibrated": Key("object", "what serve --calibrate measured best ({threads, chunk, date}; it writes it): "
+                      "the plan calls a value equal to it calibrated"),
 }
+PLAN_KEYS = ("max_context", "threads", "parallel", "replicas", "kv")   # what a launch plan is asked
 EDITABLE = tuple(k for k, v in KEYS.items() if v.editable)
 
 
@@ -159,6 +167,18 @@ def merge(card: dict, run_config: dict, flags: dict) -> tuple[dict, dict]:
             if v is not None:
                 values[k], sources[k] = v, source
     return values, sources
+
+
+def plan_want(cfg: dict, flags: dict) -> dict:
+    """What a launch plan is asked (strata_control.plan.make_plan's `want`): the run config's plan keys under
+    the flags (None = not given), with `sources` {key: "flag" | "run config" | "calibrated"} so the plan's
+    reasons say who asked; a run-config value equal to what serve --calibrate measured is "calibrated"."""
+    values, sources = merge({}, {k: cfg.get(k) for k in PLAN_KEYS}, {k: flags.get(k) for k in PLAN_KEYS})
+    measured = cfg.get("calibrated") if isinstance(cfg.get("calibrated"), dict) else {}
+    for k in ("threads",):
+        if sources.get(k) == "run config" and measured.get(k) == values[k]:
+            sources[k] = "calibrated"
+    return {**{k: values.get(k) for k in PLAN_KEYS}, "sources": sources}
 
 
 def edit(current: dict, changes: Any) -> dict:

@@ -23,7 +23,9 @@ def test_calibrate_measures_writes_and_keeps_the_old_config(tmp_path):
     assert [(r["threads"], r["chunk"]) for r in out["runs"]][:3] == [(1, 512), (2, 512), (4, 512)]
     assert len(out["runs"]) == 5 and all(r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0 for r in out["runs"])
     assert out["threads"] in (1, 2, 4) and out["chunk"] in calibrate.CHUNKS
-    assert json.loads(cfg.read_text()) == {"parallel": 2, "threads": out["threads"], "chunk": out["chunk"]}
+    written = json.loads(cfg.read_text())
+    assert written == {"parallel": 2, "threads": out["threads"], "chunk": out["chunk"], "calibrated": {
+        "threads": out["threads"], "chunk": out["chunk"], "date": written["calibrated"]["date"]}}
     assert json.loads((tmp_path / "strata-m.json.bak").read_text()) == {"parallel": 2}
     assert len(said) == 6 and said[-1].startswith(f"best: threads {out['threads']}")
     gens = [line for line in rec.read_text().splitlines() if " GEN " in f" {line.split(' ', 1)[1]}"]

@@ -7,71 +7,14 @@ import time
 
 import pytest
 
-from serve.engine import StrataEngine
-from serve.lifecycle import Lifecycle, ModelEntry
-from serve.service import Service
-from tests.conftest import fake_argv
-from tests.serve.conftest import chat, start_http, stop_http
-from tools.strata_tokenizer import ByteTokenizer
+from tests.serve.conftest import chat
+from tests.serve.lifecycle_servers import WAIT_S, engine_pid, lifecycle_servers, process_gone, wait_until
 
-WAIT_S = 20.0   # generous: the machine is shared; nothing below depends on speed
-
-
-def _pid(rec_file):
-    with open(rec_file) as f:
-        return int(f.readlines()[-1].split()[0])
-
-
-def _gone(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:   # a zombie until its parent reaps it counts as gone
-        import psutil
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except Exception:
-        return True
-    return False
-
-
-def _until(check, timeout_s=WAIT_S):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.fixture
 def lifecycle_server(tmp_path):
-    started = []
-
-    def start(names=("alpha", "beta"), lazy=True, idle_s=0.0, turn=None, config_path=None, lease_wait=False,
-              **opts):
-        entries = []
-        for n in names:
-            script = {"record": str(tmp_path / f"{n}.rec"), "turns": [turn or {"text": f"I am {n}."}]}
-            argv = fake_argv(tmp_path, script)
-
-            def make(argv=argv, n=n):
-                engine = StrataEngine(argv, ["--max-context", "2048"], log_path=str(tmp_path / f"{n}.log"))
-                return Service(engine, ByteTokenizer(), n)
-            entries.append(ModelEntry(n, make, aliases=[f"{n}-alias"],
-                                      info={"n_ctx": 2048, "config_path": config_path}))
-        lc = Lifecycle(entries, lazy_load=lazy, idle_unload_s=idle_s, lease_wait=lease_wait)
-        lc.lease_token = "the-token"
-        run = start_http(lc, started, **opts)
-        lc.boot()
-        run.rec = lambda n: str(tmp_path / f"{n}.rec")
-        return run
-
-    yield start
-    for run in started:
-        stop_http(run)
-        run.svc.close()
-        run.svc.stop_engine()
+    yield from lifecycle_servers(tmp_path)
 
 
 def _answer(run, model=None, **kw):
@@ -94,13 +37,15 @@ def test_idle_unload_ends_the_engine_process(lifecycle_server):
     run = lifecycle_server(idle_s=0.5)
     run.svc.start_idle_thread()
     assert _answer(run, "alpha")[0] == 200
-    pid = _pid(run.rec("alpha"))
-    assert not _gone(pid)
-    assert _until(lambda: _gone(pid) and not run.svc.switching()), "the idle engine was not unloaded"
+    pid = engine_pid(run.rec("alpha"))
+    assert not process_gone(pid)
+    engines_before = telemetry.process_rss()[1]   # the RSS of this process's children: the engine
+    assert engines_before > 1 << 20
+    assert wait_until(lambda: process_gone(pid) and not run.svc.switching()), "the idle engine was not unloaded"
+    assert wait_until(lambda: telemetry.process_rss()[1] == 0)   # its RAM is given back: no engine RSS left
     status, body, _ = run.request("GET", "/health")
     assert status == 200 and body["loaded"] is False and run.svc.unloads == 1
     assert pid not in [c.pid for c in __import__("psutil").Process().children(recursive=True)]
-    assert telemetry.process_rss()[1] is not None
     assert _answer(run, "alpha") == (200, "I am alpha.") and run.svc.loads == 2   # loaded again on demand
 
 
@@ -116,16 +61,16 @@ def test_load_and_unload_are_409_while_a_request_runs(lifecycle_server):
     done = []
     t = threading.Thread(target=lambda: done.append(_answer(run, "alpha")))
     t.start()
-    assert _until(lambda: run.svc.entries[0].in_flight == 1)
+    assert wait_until(lambda: run.svc.entries[0].in_flight == 1)
     for path, body in (("/v1/unload", {}), ("/v1/load", {"model": "beta"})):
         status, err, _ = run.post(path, body)
         assert status == 409 and err["error"]["code"] == "model_busy" and "alpha" in err["error"]["message"]
     t.join(WAIT_S)
     assert done and done[0][0] == 200
-    pid = _pid(run.rec("alpha"))
+    pid = engine_pid(run.rec("alpha"))
     status, body, _ = run.post("/v1/unload", {})
     assert status == 200 and body == {"model": "alpha", "status": "unloaded", "was_loaded": True}
-    assert _until(lambda: _gone(pid))
+    assert wait_until(lambda: process_gone(pid))
     status, body, _ = run.post("/v1/load", {"model": "beta-alias"})
     assert (status, body) == (200, {"model": "beta", "status": "loaded"})
     models = {m["id"]: m["status"]["value"] for m in run.request("GET", "/v1/models")[1]["data"]}
@@ -189,11 +134,11 @@ def test_lease_grant_unloads_refuses_renews_releases_and_expires(lifecycle_serve
     run = lifecycle_server(lazy=False)
     auth = {"Authorization": "Bearer the-token"}
     assert _answer(run) == (200, "I am alpha.")   # the engine writes its record file on its first command
-    pid = _pid(run.rec("alpha"))
+    pid = engine_pid(run.rec("alpha"))
     status, err, _ = run.post("/v1/lease", {"seconds": 0, "reason": "game"}, headers=auth)
     assert status == 400 and err["error"]["param"] == "seconds"
     status, lease, _ = run.post("/v1/lease", {"seconds": 30, "reason": "a game"}, headers=auth)
-    assert status == 200 and lease["loaded"] is False and _until(lambda: _gone(pid))
+    assert status == 200 and lease["loaded"] is False and wait_until(lambda: process_gone(pid))
     status, err = _answer(run)
     assert status == 503 and "leased (a game) until" in err["error"]["message"]
     assert run.request("GET", "/health")[1]["leased"][0]["reason"] == "a game"
@@ -201,13 +146,13 @@ def test_lease_grant_unloads_refuses_renews_releases_and_expires(lifecycle_serve
     assert status == 200 and renewed["seconds_left"] > 30
     assert run.post("/v1/lease", {"id": "lease_x", "seconds": 60}, headers=auth)[0] == 404
     assert run.post("/v1/lease/release", {"id": lease["id"]}, headers=auth)[1]["status"] == "released"
-    assert _until(lambda: run.svc.loaded() and run.request("GET", "/health")[1].get("loaded"))  # reloaded
+    assert wait_until(lambda: run.svc.loaded() and run.request("GET", "/health")[1].get("loaded"))  # reloaded
     assert _answer(run) == (200, "I am alpha.")
     status, short, _ = run.post("/v1/lease", {"seconds": 30, "reason": "brief"}, headers=auth)
     assert _answer(run)[0] == 503
     run.svc.clock = lambda: time.monotonic() + 31   # the lease's time has passed (no waiting on the clock)
     assert run.svc.tick() == "lease ended" and run.svc.leases_view() == {"leases": []}
-    assert _until(lambda: run.request("GET", "/health")[1].get("loaded") is True)   # reloaded by itself
+    assert wait_until(lambda: run.request("GET", "/health")[1].get("loaded") is True)   # reloaded by itself
     assert _answer(run) == (200, "I am alpha.")
 
 

@@ -1,5 +1,6 @@
 """The lifecycle with the real engine: the default model under two names (a second file in --models-dir),
-switched by the request's `model`; only the named file's engine runs; idle unload gives the engine's RAM back."""
+switched by the request's `model`; only the named file's engine runs; idle unload gives the engine's RAM back;
+with --max-loaded 2 both stay loaded, each on its own engine, and `strata ps` lists both."""
 import json
 import os
 import shutil
@@ -17,8 +18,16 @@ pytestmark = pytest.mark.skipif(model_path() is None or not os.access(ENGINE_EXE
 
 
 def _engines(pid):
+    """The command lines of the server's live engines (one that has ended and awaits its reaping is gone)."""
     import psutil
-    return [c.cmdline() for c in psutil.Process(pid).children(recursive=True) if "--serve" in c.cmdline()]
+    out = []
+    for c in psutil.Process(pid).children(recursive=True):
+        try:
+            if "--serve" in c.cmdline():
+                out.append(c.cmdline())
+        except psutil.Error:   # ZombieProcess, NoSuchProcess: ended
+            pass
+    return out
 
 
 def _engine_rss(pid):
@@ -26,7 +35,7 @@ def _engine_rss(pid):
     return sum(c.memory_info().rss for c in psutil.Process(pid).children(recursive=True))
 
 
-def test_two_names_of_the_default_model_switch_by_model(tmp_path):
+def _second_model(tmp_path):
     models = tmp_path / "models"
     models.mkdir()
     second = models / "smollm2-second.Q4_1.gguf"
@@ -34,17 +43,25 @@ def test_two_names_of_the_default_model_switch_by_model(tmp_path):
         os.link(model_path(), second)
     except OSError:
         shutil.copy(model_path(), second)
+    return models, second
+
+
+def _serve(tmp_path, *flags):
+    """`strata serve` on a free port -> (process, its port)."""
     proc = subprocess.Popen([sys.executable, "-m", "strata_cli", "serve", "--port", "0", "--quiet", "--ctx", "2048",
-                             "--models-dir", str(models), "--idle-unload", "2"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             *flags], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)})
+    while True:
+        line = proc.stdout.readline()
+        assert line, "the server ended"
+        if line.startswith("strata: listening on"):
+            return proc, int(line.strip().rsplit(":", 1)[1])
+
+
+def test_two_names_of_the_default_model_switch_by_model(tmp_path):
+    models, second = _second_model(tmp_path)
+    proc, port = _serve(tmp_path, "--models-dir", str(models), "--idle-unload", "2")
     try:
-        port = None
-        while port is None:
-            line = proc.stdout.readline()
-            assert line, "the server ended"
-            if line.startswith("strata: listening on"):
-                port = int(line.strip().rsplit(":", 1)[1])
         s = Server("127.0.0.1", port)
         import psutil
         server_rss = {"start": psutil.Process(proc.pid).memory_info().rss}
@@ -74,6 +91,31 @@ def test_two_names_of_the_default_model_switch_by_model(tmp_path):
         server_rss["unloaded"] = psutil.Process(proc.pid).memory_info().rss
         print(json.dumps({"engine_rss_mib_before_idle_unload": rss >> 20,
                           "server_rss_mib": {k: v >> 20 for k, v in server_rss.items()}}))
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_two_models_stay_loaded_together_with_max_loaded(tmp_path):
+    models, second = _second_model(tmp_path)
+    proc, port = _serve(tmp_path, "--models-dir", str(models), "--max-loaded", "2", "--parallel", "1")
+    try:
+        s = Server("127.0.0.1", port)
+        ask = {"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 16,
+               "temperature": 0}
+        answers = [s.call("POST", "/v1/chat/completions", {**ask, "model": name}, timeout_s=300)
+                   for name in ("smollm2-second", "smollm2-135m-instruct", "smollm2-second")]
+        assert [a[0] for a in answers] == [200, 200, 200]
+        assert answers[0][1]["choices"][0]["message"]["content"] == answers[1][1]["choices"][0]["message"]["content"]
+        engines = sorted(cmd[cmd.index("--model") + 1] for cmd in _engines(proc.pid))
+        assert engines == sorted([str(second), model_path()])    # both engines run, one per file
+        listed = s.call("GET", "/v1/models")[1]["data"]
+        assert {m["id"]: m["status"]["value"] for m in listed} == {"smollm2-135m-instruct": "loaded",
+                                                                   "smollm2-second": "loaded"}
+        ps = subprocess.run([sys.executable, "-m", "strata_cli", "ps", "--json"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60, env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)})
+        [row] = [r for r in json.loads(ps.stdout)["servers"] if r["pid"] == proc.pid]
+        assert sorted(row["loaded"].split(", ")) == ["smollm2-135m-instruct", "smollm2-second"]
     finally:
         proc.terminate()
         proc.wait(30)

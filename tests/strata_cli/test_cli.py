@@ -33,12 +33,14 @@ def test_help_answers_without_set_up(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["strata", "strata_cli"]   # no .venv, no build/
 
 
-def test_top_help_lists_every_command_with_one_line():
-    from strata_cli import COMMANDS
-    out = _cli("--help").stdout
+def test_top_help_lists_every_command_with_one_line_and_each_help_has_examples():
+    from strata_cli import COMMANDS, HELP_LINE_MAX
+    out = _cli("--help", env={"COLUMNS": "80"}).stdout.splitlines()
     for name, (line, _) in COMMANDS.items():
-        assert f"    {name} " in out
-        assert _cli(name, "--help").returncode == 0
+        assert len(line) <= HELP_LINE_MAX and f"    {name:<9} {line}" in out, name   # whole, on one line
+        sub = _cli(name, "--help")
+        assert sub.returncode == 0 and "examples:" in sub.stdout, name
+        assert sum(x.startswith(f"  strata {name}") for x in sub.stdout.splitlines()) >= 2, name
 
 
 def _busy_port():
@@ -54,6 +56,8 @@ def _busy_port():
     (["--threads", str((os.cpu_count() or 1) + 1)], "CPUs; use 1.."),
     (["--ctx", "0"], "--ctx 0: a context is"),
     (["--replicas", "0"], "--replicas 0: at least 1"),
+    (["--max-loaded", "0"], "--max-loaded 0: 1..64 models at once"),
+    (["--models-ram-budget", "-1"], "--models-ram-budget -1.0: a size in GB above 0"),
 ])
 def test_bad_flags_are_one_line_and_exit_2(tmp_path, flags, says):
     r = _cli("serve", "--tokenizer", "bytes", "--engine", " ".join(fake_argv(tmp_path)), *flags)

@@ -48,4 +48,15 @@ def test_discover_orders_flag_default_folder_and_keeps_ids_unique(tmp_path):
 
 def test_template_family():
     assert template_family(None) is None and template_family("") is None
-    assert template_family("{{ '<|im_start|>' }}") == "chatml" and template_family("plain") == "other"
+    assert template_family("{{ '<|im_start|>' }}") == "chatml" and template_family("plain") == "unknown"
+
+
+def test_the_lists_of_what_strata_serves_have_one_source():
+    """The architectures are the engine's model files; the rendered families are serve/template.py's own."""
+    import pathlib
+    from serve import template
+    from strata_control import models
+    root = pathlib.Path(__file__).resolve().parents[2]
+    assert sorted(models.SUPPORTED_ARCHS) == sorted(p.stem for p in (root / "engine" / "models").glob("*.cpp"))
+    assert models.RENDERED_FAMILIES is template.RENDERED_FAMILIES
+    assert template_family("{{ '<|start_header_id|>' }}") == template.template_family("<|start_header_id|>")

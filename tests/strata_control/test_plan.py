@@ -1,6 +1,7 @@
 """strata_control.plan: every decision over machine descriptions written here (no real machine involved)."""
 import pytest
 
+from strata_control import runconfig
 from strata_control.models import describe
 from strata_control.plan import MIB, Machine, PlanRefused, kv_bytes_per_token, make_plan
 from tests.strata_control.ggufs import write_model
@@ -21,7 +22,7 @@ def small(tmp_path):
 
 
 def test_defaults_on_a_roomy_machine(small):
-    p = make_plan(small, _machine())
+    p = make_plan(small, _machine(), {"parallel": 1})
     assert (p.threads, p.n_ctx, p.kv, p.lanes, p.replicas, p.kernels, p.device) == \
         (4, 8192, "f16", 1, 1, "avx512_vnni", "cpu")
     assert kv_bytes_per_token(small, "f16") == 2 * 30 * 3 * 64 * 2
@@ -88,3 +89,40 @@ def test_an_unsupported_model_is_refused_with_its_reason(tmp_path):
     m = describe(str(write_model(tmp_path / "g.gguf", arch="gemma2")))
     with pytest.raises(PlanRefused, match="architecture 'gemma2'"):
         make_plan(m, _machine())
+
+
+def _reason(p, word):
+    return next(r for r in p.reasons if r.startswith(word + " "))
+
+
+@pytest.mark.parametrize("cores,physical,lanes", [(1, 1, 1), (2, 1, 4), (8, 4, 4), (128, 64, 4)])
+def test_reasons_of_a_plan_nobody_asked_anything_say_default(small, cores, physical, lanes):
+    """Nothing asked (no flag, no run config): every reason says default, none says asked (the old plan said
+    "lanes 4: as asked" for the server's default)."""
+    p = make_plan(small, _machine(cores=cores, physical_cores=physical), runconfig.plan_want({}, {}))
+    assert p.lanes == lanes and p.threads == physical
+    assert _reason(p, "lanes").startswith(f"lanes {lanes}: the default on ")
+    assert _reason(p, "threads") == f"threads {physical}: the default, one per physical core"
+    assert _reason(p, "context").startswith("context 8192: the default")
+    assert _reason(p, "kv").startswith("kv f16: the default")
+    assert not any("asked" in r or "calibrate" in r or "clamped" in r for r in p.reasons)
+    assert p.memory["kv"] == (1 + (lanes if lanes > 1 else 0)) * 8192 * 23040   # what the engine will hold
+
+
+def test_reasons_name_who_asked_flag_run_config_calibrated_clamped(small):
+    cfg = {"threads": 2, "parallel": 3, "max_context": 4096, "kv": "q8_0",
+           "calibrated": {"threads": 2, "chunk": 256, "date": "2026-12-03"}}
+    p = make_plan(small, _machine(), runconfig.plan_want(cfg, {}))
+    assert _reason(p, "threads") == "threads 2: measured fastest here by serve --calibrate (run config)"
+    assert _reason(p, "lanes") == "lanes 3: as asked (the run config)"
+    assert _reason(p, "context").startswith("context 4096: as asked (the run config)")
+    assert _reason(p, "kv") == "kv q8_0: as asked (the run config)"
+    p = make_plan(small, _machine(), runconfig.plan_want({**cfg, "threads": 3}, {"parallel": 12, "max_context": 2048}))
+    assert _reason(p, "threads") == "threads 3: as asked (the run config)"    # no longer the measured value
+    assert _reason(p, "lanes") == "lanes 8: 12 asked (--parallel), clamped to the engine's 1..8"
+    assert _reason(p, "context").startswith("context 2048: as asked (--ctx)")
+    p = make_plan(small, _machine(), runconfig.plan_want({}, {"threads": 4, "replicas": 2}))
+    assert _reason(p, "threads") == "threads 4: as asked (--threads)"
+    assert _reason(p, "replicas").startswith("replicas 2: as asked (--replicas)")
+    p = make_plan(small, _machine(free_ram_bytes=600 * MIB), runconfig.plan_want({}, {"parallel": 8}))
+    assert _reason(p, "context").startswith("context ") and "cut from 8192" in _reason(p, "context")
