@@ -133,7 +133,9 @@ class Lifecycle:
         Order: a request for the loaded model is admitted unless a request for another model has been waiting
         since before it came (`_pending`, by arrival number); the request that switches is admitted as the
         switch ends, so every switch serves at least the request that caused it."""
-        entry = self.resolve(name)
+        # one model: a request naming any model runs on it, as llama-server with one model answers clients
+        # that send "gpt-3.5-turbo" and the like; /v1/load, /v1/unload and /config keep the strict names
+        entry = self.entries[0] if len(self.entries) == 1 else self.resolve(name)
         deadline = self.clock() + SWITCH_WAIT_S
         with self._cv:
             self._seq += 1

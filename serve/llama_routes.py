@@ -25,8 +25,8 @@ Routes:
 - POST `/tokenize` `{content, add_special, parse_special (default true), with_pieces}` -> `{"tokens": [id]}`
   or `[{"id", "piece"}]` (a piece that is not whole UTF-8 is its list of byte values); `/detokenize`.
 - GET `/props`: `serve/llama_views.py`'s view plus the fields llama-server's clients read (`aliases`,
-  `chat_template_caps.supports_tools`, `endpoint_*`, `bos_token`, `eos_token`). `model_path` is left out on
-  purpose: a client has no use for the server's file system layout.
+  `chat_template_caps.supports_tools`, `endpoint_*`, `bos_token`, `eos_token`, `model_path`). `model_path` is the
+  file's name without its folders on purpose: a client has no use for the server's file system layout.
 
 Public surface: `completion`, `infill`, `apply_template`, `input_tokens`, `tokenize`, `detokenize`, `props`, `fim_ids`,
 `infill_ids`, `error_body`.
@@ -34,6 +34,7 @@ Public surface: `completion`, `infill`, `apply_template`, `input_tokens`, `token
 from __future__ import annotations
 
 import json
+import os
 
 from serve import llama_views
 from serve import sampling as sampling_mod
@@ -128,6 +129,9 @@ def props(service, body, ctx) -> JsonReply:
         sid = tok.special_ids
         name = lambda key: tok.id_to_token(sid[key]) if key in sid and hasattr(tok, "id_to_token") else ""
         out.setdefault("chat_template_caps", {})["supports_tools"] = True  # Strata's own tool format, any template
+        path = llama_views.model_file(service.engine)
+        if path:  # the file's name only: a client has no use for the server's folders
+            out["model_path"] = os.path.basename(path)
         out.update(aliases=list(service.config.get("aliases") or []), endpoint_slots=True, endpoint_props=True,
                    endpoint_metrics=True, bos_token=name("bos"), eos_token=name("eos"))
     return JsonReply(status, out)

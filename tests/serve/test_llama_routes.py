@@ -138,7 +138,9 @@ def test_props_extras(server):
     s = server(config={"aliases": ["smol"]})
     _, p, _ = s.request("GET", "/props")
     assert p["chat_template_caps"]["supports_tools"] is True and p["aliases"] == ["smol"]
-    assert "model_path" not in p and p["endpoint_slots"] is True
+    assert "model_path" not in p and p["endpoint_slots"] is True  # the fake engine is started without a file
+    s.svc.engine.args = [*s.svc.engine.args, "--model", "/home/someone/models/m.Q4_1.gguf"]
+    assert s.request("GET", "/props")[1]["model_path"] == "m.Q4_1.gguf"  # the file's name, not its folders
 
 
 def test_several_prompts_answer_a_list_in_order(server):
