@@ -21,6 +21,7 @@ Public surface: `chat_completions`, `completions`, `models`, `model_entries`, `e
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import secrets
 import time
@@ -31,6 +32,7 @@ from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Mess
                           KIND_CONTENT, KIND_PING, KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL,
                           KIND_TOOL_START)
 from serve.access import public_text
+from serve.llama_views import ENGINE_VERSION_DEFAULT
 from serve.replies import JsonReply, StreamReply
 from serve.sampling import check_max_tokens
 from serve.service import check_stop
@@ -55,6 +57,16 @@ def error_body(status: int, err_type: str, message: str, param=None, code=None) 
 
 def stream_error(message: str, err_type: str = "server_error") -> str:
     return _sse({"error": {"message": message, "type": err_type}})
+
+
+def system_fingerprint(service) -> str:
+    """OpenAI's `system_fingerprint`, the backend configuration a reply ran with: "b" (llama-server's build
+    prefix, which its clients and test suite read) + the engine's version + a hash of the model's name and the
+    engine's flags, so it changes when either does."""
+    e = getattr(service, "engine", None)
+    info = getattr(e, "info", None) or {}
+    key = f"{getattr(service, 'model_name', '')} {' '.join(map(str, getattr(e, 'args', []) or []))}"
+    return f"b{info.get('engine') or ENGINE_VERSION_DEFAULT}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
 
 
 def _sse(obj) -> str:
@@ -267,7 +279,7 @@ def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
         message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
             "name": c.name, "arguments": c.arguments if isinstance(c.arguments, str)
             else json.dumps(c.arguments, ensure_ascii=False)}} for c in calls]
-    return JsonReply(200, {**meta, "object": "chat.completion", "system_fingerprint": "strata",
+    return JsonReply(200, {**meta, "object": "chat.completion", "system_fingerprint": system_fingerprint(service),
                            "choices": [{"index": 0, "message": message,
                                         "finish_reason": _finish_reason(done, bool(calls))}],
                            "usage": _usage(done), "timings": done.timings})
@@ -275,10 +287,10 @@ def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
 
 def _chat_stream(service, prep, ctx, meta, include_usage, progress=None):
     def chunk(delta, finish=None, **extra):
-        return _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": "strata",
+        return _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": system_fingerprint(service),
                      "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra})
 
-    yield chunk({"role": "assistant", "content": ""})
+    yield chunk({"role": "assistant", "content": None})  # null, as llama-server's first chunk
     started, calls, done = set(), 0, None
     try:
         with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
@@ -319,7 +331,7 @@ def _chat_stream(service, prep, ctx, meta, include_usage, progress=None):
         return
     yield chunk({}, _finish_reason(done, calls > 0), timings=done.timings)
     if include_usage:
-        yield _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": "strata", "choices": [],
+        yield _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": system_fingerprint(service), "choices": [],
                     "usage": _usage(done), "timings": done.timings})
     yield "data: [DONE]\n\n"
 
@@ -352,7 +364,7 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     include_usage = _include_usage(body)
     prep = service.prepare(req)
     meta = {"id": "cmpl-" + secrets.token_hex(12), "created": int(time.time()),
-            "model": _model_name(service, req), "system_fingerprint": "strata"}
+            "model": _model_name(service, req), "system_fingerprint": system_fingerprint(service)}
     if req.stream:
         return StreamReply(_completion_stream(service, prep, ctx, meta, include_usage, req))
     text, done = [prompt] if req.echo else [], None

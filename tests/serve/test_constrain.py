@@ -55,7 +55,7 @@ def test_completions_and_llama_fields_and_streaming(cserver):
     assert status == 200
     status, events, raw = s.stream(chat("who?", json_schema=PERSON))
     assert status == 200 and raw.endswith("data: [DONE]\n\n")
-    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"]) == "yes"
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"]) == "yes"
     assert grammars() == [gbnf, ANY_OBJECT_GRAMMAR, schema_grammar(PERSON)]
 
 

@@ -155,9 +155,13 @@ def test_several_prompts_answer_a_list_in_order(server):
 def test_system_fingerprint_and_timings_on_the_openai_completions_too(server):
     s = server({"turns": [{"text": "ok"}]})
     body = s.post("/v1/completions", {"prompt": "x"})[1]
-    assert body["system_fingerprint"] == "strata" and body["timings"]["predicted_n"] >= 2
+    fp = body["system_fingerprint"]
+    assert fp.startswith("b") and body["timings"]["predicted_n"] >= 2  # "b": llama-server's build prefix
     _, events, _ = s.stream({"prompt": "x"}, path="/v1/completions")
-    assert all(e["system_fingerprint"] == "strata" for e in events) and "timings" in events[-1]
+    assert all(e["system_fingerprint"] == fp for e in events) and "timings" in events[-1]
+    assert s.post("/v1/chat/completions", chat("x"))[1]["system_fingerprint"] == fp
+    s.svc.engine.args = [*s.svc.engine.args, "--kv", "q8_0"]  # another backend configuration: another print
+    assert s.post("/v1/chat/completions", chat("x"))[1]["system_fingerprint"] != fp
 
 
 def test_logit_bias_by_text_or_id_reaches_the_engine(server, tmp_path):

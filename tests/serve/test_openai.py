@@ -23,9 +23,9 @@ def test_stream_rules_and_usage_chunk(server):
     s = server({"turns": [{"text": "héllo"}]})
     status, events, raw = s.stream(chat(stream_options={"include_usage": True}))
     assert status == 200 and raw.endswith("data: [DONE]\n\n")
-    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
     assert len({e["id"] for e in events}) == 1
-    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
     assert text == "héllo"  # the two bytes of é arrive in two tokens and are held until whole
     finish = [e for e in events if e["choices"] and e["choices"][0]["finish_reason"]]
     assert len(finish) == 1 and finish[0]["choices"][0]["delta"] == {} and "timings" in finish[0]
@@ -58,7 +58,7 @@ def test_max_tokens_exact_and_length(server):
 def test_stop_string_held_back_and_cut(server):
     s = server({"turns": [{"text": "one two STOP three"}]})
     _, events, _ = s.stream(chat(stop=["STOP"]))
-    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events)
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events)
     assert text == "one two " and events[-1]["choices"][0]["finish_reason"] == "stop"
     _, body, _ = s.post("/v1/chat/completions", chat(stop="tw"))
     assert body["choices"][0]["message"]["content"] == "one "
