@@ -74,7 +74,8 @@ def strata_cmd(model: str, port: int, config: str, threads: int) -> list[str]:
     p = PRESET
     return [os.path.join(ROOT, ".venv", "bin", "python"), "-m", "strata_cli", "serve", "--model", model,
             "--threads", str(threads),
-            "--host", "127.0.0.1", "--port", str(port), "--ctx", str(p["ctx"] // p["slots"]), "--parallel", str(p["slots"]),
+            "--host", "127.0.0.1", "--port", str(port), "--ctx", str(p["ctx"] // p["slots"]),
+            "--parallel", str(p["slots"]),
             "--config", config, "--quiet"]
 
 
