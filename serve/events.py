@@ -19,12 +19,13 @@ class BadRequest(ValueError):
     """Client input that cannot be served as sent. `param` names the field when there is one."""
 
     def __init__(self, message: str, param: str | None = None, status: int = 400,
-                 code: str | None = None):
+                 code: str | None = None, extra: dict | None = None):
         super().__init__(message)
         self.message = message
         self.param = param
         self.status = status  # 400, or 413 for bodies/prompts over a limit
         self.code = code
+        self.extra = extra or {}  # more keys for the error object (llama-server's figures), "type" included
 
 
 @dataclass

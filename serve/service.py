@@ -170,6 +170,11 @@ class _Run:
     tracker: object = None  # LiveFigures.Tracker: per-token latency and decode-share figures
 
 
+def _over(n_prompt: int, n_ctx: int) -> dict:
+    """The error figures llama-server puts beside a context refusal (its clients read them)."""
+    return {"type": "exceed_context_size_error", "n_prompt_tokens": n_prompt, "n_ctx": n_ctx}
+
+
 def check_stop(value) -> list[str]:
     """OpenAI `stop`: a string or a list of at most 4 strings; empty strings are dropped."""
     if value is None:
@@ -367,18 +372,19 @@ class Service:
         if not max_new:  # no limit of its own (absent, 0 or -1): the shared settings' cap, else the run's
             cap = self.default_max_tokens()
             if room < 1:
-                raise BadRequest(f"request exceeds the context window: prompt ({len(ids)} tokens) leaves no "
-                                 f"room to answer in the context ({ctx}); requests are never truncated",
-                                 param="messages", code="context_length_exceeded")
+                raise BadRequest(f"request exceeds the available context size: prompt ({len(ids)} tokens) "
+                                 f"leaves no room to answer in the context ({ctx}); requests are never truncated",
+                                 param="messages", code="context_length_exceeded", extra=_over(len(ids), ctx))
             max_new = min(cap, room)
         elif max_new > room:
             if self.config.get("fit_max_tokens") and room >= 1:
                 max_new = room
             else:
                 raise BadRequest(
-                    f"request exceeds the context window: prompt ({len(ids)} tokens) + max tokens ({max_new}) "
-                    f"exceeds the context ({ctx}); requests are never truncated. Send a smaller max_tokens "
-                    f"(at most {max(room, 0)} here)", param="max_tokens", code="context_length_exceeded")
+                    f"request exceeds the available context size: prompt ({len(ids)} tokens) + max tokens "
+                    f"({max_new}) exceeds the context ({ctx}); requests are never truncated. Send a smaller "
+                    f"max_tokens (at most {max(room, 0)} here)", param="max_tokens", code="context_length_exceeded",
+                    extra=_over(len(ids), ctx))
         keys = self._engine_keys(req, thinking)
         self.ensure_engine()
         return Prepared(req, ids, max_new, keys, thinking=thinking, chat=chat,

@@ -88,8 +88,15 @@ def test_context_rule(server):
     status, body, _ = s.post("/v1/chat/completions", chat("x" * 100))
     assert status == 400 and "never truncated" in body["error"]["message"]
     assert "context (64)" in body["error"]["message"] and body["error"]["code"] == "context_length_exceeded"
+    # llama-server's type and figures beside OpenAI's code (llama.cpp's clients and suite read them)
+    assert body["error"]["type"] == "exceed_context_size_error" and body["error"]["n_ctx"] == 64
+    assert body["error"]["n_prompt_tokens"] > 64 and "exceeds the available context size" in body["error"]["message"]
     status, body, _ = s.post("/v1/chat/completions", chat("x", max_tokens=60))
     assert status == 400 and "max tokens (60)" in body["error"]["message"]
+    status, err, _ = s.post("/completion", {"prompt": "x" * 100})  # llama.cpp's own route: the same figures
+    assert status == 400 and err["error"]["type"] == "exceed_context_size_error" and err["error"]["n_ctx"] == 64
+    status, err, _ = s.post("/v1/messages", {"max_tokens": 60, "messages": [{"role": "user", "content": "x"}]})
+    assert status == 400 and err["error"]["type"] == "invalid_request_error"  # Anthropic's types are fixed
     status, body, _ = s.post("/v1/chat/completions", chat("x", max_tokens=0))
     assert status == 200  # 0 = the rest of the context
 

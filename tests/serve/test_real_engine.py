@@ -58,4 +58,4 @@ def test_prompt_longer_than_the_context_is_a_400(real):
     status, body, _ = real.post("/v1/chat/completions", long, timeout=60)
     assert status == 400
     msg = body["error"]["message"]
-    assert "exceeds the context window" in msg and f"context ({CTX})" in msg and "never truncated" in msg
+    assert "exceeds the available context size" in msg and f"context ({CTX})" in msg and "never truncated" in msg
