@@ -279,10 +279,12 @@ def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
         message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
             "name": c.name, "arguments": c.arguments if isinstance(c.arguments, str)
             else json.dumps(c.arguments, ensure_ascii=False)}} for c in calls]
-    return JsonReply(200, {**meta, "object": "chat.completion", "system_fingerprint": system_fingerprint(service),
-                           "choices": [{"index": 0, "message": message,
-                                        "finish_reason": _finish_reason(done, bool(calls))}],
-                           "usage": _usage(done), "timings": done.timings})
+    out = {**meta, "object": "chat.completion", "system_fingerprint": system_fingerprint(service),
+           "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(done, bool(calls))}],
+           "usage": _usage(done), "timings": done.timings}
+    if body.get("verbose") is True:  # llama-server's debug echo: the prompt the engine read, as text
+        out["__verbose"] = {"prompt": service.tok.decode(prep.ids), "content": message["content"] or ""}
+    return JsonReply(200, out)
 
 
 def _chat_stream(service, prep, ctx, meta, include_usage, progress=None):

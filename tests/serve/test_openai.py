@@ -241,3 +241,12 @@ def test_usage_reports_reasoning_tokens(server):
     assert body["usage"]["completion_tokens_details"] == {"reasoning_tokens": len("abc</think>")}
     _, body, _ = s.post("/v1/completions", {"prompt": "x"})
     assert "completion_tokens_details" not in body["usage"]
+
+
+def test_verbose_echoes_the_prompt_the_engine_read(server):
+    # llama-server's `verbose: true` debug echo (its web UI and suite read __verbose.prompt)
+    s = server({"turns": [{"text": "ok"}, {"text": "ok"}]})
+    body = s.post("/v1/chat/completions", chat("hi", verbose=True))[1]
+    assert body["__verbose"]["prompt"].endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    assert body["__verbose"]["content"] == "ok"
+    assert "__verbose" not in s.post("/v1/chat/completions", chat("hi", verbose=False))[1]
