@@ -188,6 +188,10 @@ def test_return_progress_on_the_batch_path(slot_server):
     _, text, _ = s.post("/completion", {"prompt": "y" * 70, "stream": True, "return_progress": True})
     reports = _progress([d["prompt_progress"] for d in _data(text) if "prompt_progress" in d])
     assert len(reports) >= 3 and reports[-1]["total"] == 70
+    # the same prompt again: the slot kept it, so the read starts past the reused prefix (BACC's count)
+    _, text, _ = s.post("/completion", {"prompt": "y" * 70, "stream": True, "return_progress": True})
+    reports = _progress([d["prompt_progress"] for d in _data(text) if "prompt_progress" in d])
+    assert reports[0]["cache"] > 0 and reports[-1]["total"] == 70
 
 
 def test_continue_final_message_is_refused_not_ignored(server):
