@@ -132,6 +132,7 @@ class Event:
     call: ToolCall | None = None
     # a ping's prompt read: {total, cache, processed, time_ms} (llama-server's prompt_progress names), or None
     progress: dict | None = None
+    ids: list[int] = field(default_factory=list)  # content: the engine's token ids that made this text
 
 
 @dataclass
@@ -150,6 +151,7 @@ class Done:
     reasoning_tokens: int = 0
     stop_sequence: str | None = None
     timings: dict = field(default_factory=dict)  # llama.cpp names: prompt_n, prompt_ms, predicted_n, ...
+    ids: list[int] = field(default_factory=list)  # the engine's token ids of the reply (llama.cpp's `tokens`)
 
 
 class ProgressFeed:

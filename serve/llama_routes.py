@@ -6,15 +6,16 @@ Calling convention: the one `serve/openai.py` documents; errors are llama-server
 
 Routes:
 - POST `/completion` (and `/completions`): `prompt` (a string, token ids, or a list holding one of them),
-  `n_predict` (alias `max_tokens`; -1 = no cap), `stream` (SSE `data:` chunks `{index, content, tokens, stop:
-  false, id_slot, tokens_predicted, tokens_evaluated}`, then the final object; no `[DONE]`, as llama-server),
+  `n_predict` (alias `max_tokens`; -1 = no cap), `stream` (SSE `data:` chunks `{index, content, tokens (the ids
+  of that text), stop: false, id_slot, tokens_predicted, tokens_evaluated}`, then the final object; no `[DONE]`,
+  as llama-server), `return_tokens` (the final object's `tokens`: the reply's ids; else empty),
   `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `repeat_penalty`, `repeat_last_n`, `presence_penalty`,
   `frequency_penalty`, `logit_bias` (pairs or object), `stop`, `return_progress` (stream: `prompt_progress
   {total, cache, processed, time_ms}` chunks while the prompt is read), `response_fields` ("a/b" paths).
   Accepted without effect, as llama-server accepts options its build does not use: `cache_prompt` (the
   prefix is always reused), `samplers`, `id_slot`, `n_probs` (log-probs do not exist yet), `n_keep`,
   `typical_p`, `mirostat*`, `dry_*`, `xtc_*`. Wrong types are a 400 naming the field. The final object:
-  `content`, `tokens` (empty), `id_slot`, `stop`, `model`, `tokens_predicted`, `tokens_evaluated`,
+  `content`, `tokens` (with `return_tokens`), `id_slot`, `stop`, `model`, `tokens_predicted`, `tokens_evaluated`,
   `generation_settings`, `prompt`, `has_new_line`, `truncated` (always false: nothing is truncated),
   `stop_type` (eos | limit | word | none), `stopping_word`, `tokens_cached`, `timings`.
 - POST `/infill`: `input_prefix`, `input_suffix`, `input_extra [{filename, text}]`, `prompt`, and the
@@ -186,7 +187,7 @@ def _llama_request(service, body: dict, ids, text: str) -> CompletionRequest:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("stream: true or false", param="stream")
-    for name in ("return_progress", "cache_prompt"):
+    for name in ("return_progress", "cache_prompt", "return_tokens"):
         if name in body and not isinstance(body[name], bool):
             raise BadRequest(f"{name}: true or false", param=name)
     fields = body.get("response_fields")
@@ -234,7 +235,8 @@ def completion(service, body: dict, ctx):
 def _complete(service, body, ctx, req: CompletionRequest):
     prep = service.prepare(req)
     meta = {"model": _model_name(service, req), "prompt": req.prompt, "n_prompt": prep.prompt_tokens,
-            "settings": _settings(service, req), "fields": body.get("response_fields") or []}
+            "settings": _settings(service, req), "fields": body.get("response_fields") or [],
+            "return_tokens": body.get("return_tokens") is True}
     if req.stream:
         return StreamReply(_stream(service, prep, ctx, meta, bool(body.get("return_progress"))))
     events, done = collect(service, prep, ctx)
@@ -278,7 +280,8 @@ def _nested(obj: dict, paths: list[str]) -> dict:
 
 
 def _final(meta: dict, content: str, done: Done, stream: bool) -> dict:
-    res = {"index": 0, "content": content, "tokens": [], "id_slot": 0, "stop": True, "model": meta["model"],
+    tokens = done.ids if meta["return_tokens"] and not stream else []  # a stream's chunks carried them
+    res = {"index": 0, "content": content, "tokens": tokens, "id_slot": 0, "stop": True, "model": meta["model"],
            "tokens_predicted": done.completion_tokens, "tokens_evaluated": done.prompt_tokens,
            "generation_settings": meta["settings"], "prompt": meta["prompt"], "has_new_line": "\n" in content,
            "truncated": False, "stop_type": _stop_type(done), "stopping_word": done.stop_sequence or "",
@@ -298,8 +301,8 @@ def _stream(service, prep, ctx, meta, return_progress: bool):
                 if not reports:
                     yield ": keep-alive\n\n"
             elif ev.kind == KIND_CONTENT and ev.text:
-                n_out += 1
-                yield _sse({**head, "content": ev.text, "tokens_predicted": n_out})
+                n_out += max(1, len(ev.ids))
+                yield _sse({**head, "content": ev.text, "tokens": ev.ids, "tokens_predicted": n_out})
     except Exception as e:
         yield _sse(error_body(500, "server_error", _error_text(service, e)))
         return

@@ -202,3 +202,15 @@ def test_continue_final_message_is_refused_not_ignored(server):
         status, err, _ = s.post(path, body)
         assert status == 400 and "continue_final_message" in err["error"]["message"]
     assert s.post("/apply-template", {**body, "continue_final_message": False})[0] == 200
+
+
+def test_return_tokens_and_the_stream_chunks_carry_the_generated_ids(server):
+    # llama-server: `tokens` is empty unless return_tokens; each stream chunk carries the ids of its text
+    s = server({"turns": [{"text": "ok"}, {"text": "ok"}, {"text": "hé"}]})
+    assert s.post("/completion", {"prompt": "x", "return_tokens": True})[1]["tokens"] == [111, 107]
+    assert s.post("/completion", {"prompt": "x"})[1]["tokens"] == []
+    _, text, _ = s.post("/completion", {"prompt": "x", "stream": True})
+    chunks = [d for d in _data(text) if not d["stop"]]
+    # é is two byte tokens here: its chunk carries both, once the character is whole
+    assert [c["tokens"] for c in chunks] == [[104], [195, 169]] and chunks[-1]["tokens_predicted"] == 3
+    assert s.post("/completion", {"prompt": "x", "return_tokens": 1})[0] == 400
