@@ -11,6 +11,7 @@ change, in the caller's API's error shape), and the event `KIND_*` names.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,3 +174,22 @@ class ProgressFeed:
         if out:
             self.last = out[-1]
         return out
+
+
+class LiveTimings:
+    """llama-server's `timings_per_token`: a streaming reply's running figures, taken where its tokens reach the
+    server (prompt_ms: the request's start to its first token; predicted_ms: the first token to now). The
+    reply's last event carries the engine's own figures (`Done.timings`)."""
+
+    def __init__(self, prompt_n: int, clock=time.monotonic):
+        self.clock, self.t0, self.first = clock, clock(), None
+        self.prompt_n, self.n = prompt_n, 0
+
+    def token(self, n: int = 1) -> dict:
+        now = self.clock()
+        self.first = now if self.first is None else self.first
+        self.n += n
+        pm, dm = (self.first - self.t0) * 1e3, (now - self.first) * 1e3
+        return {"prompt_n": self.prompt_n, "prompt_ms": pm,
+                "prompt_per_second": 1e3 * self.prompt_n / pm if pm > 0 else 0.0,
+                "predicted_n": self.n, "predicted_ms": dm, "predicted_per_second": 1e3 * self.n / dm if dm > 0 else 0.0}
