@@ -198,6 +198,9 @@ def parse_chat(body: dict) -> ChatRequest:
         raise BadRequest("continue_final_message: not supported here; every reply starts a new assistant turn",
                          param="continue_final_message")
     req = ChatRequest(messages=_messages(body.get("messages")), tools=_tools(body.get("tools")))
+    if [m.role for m in req.messages[-2:]] == ["assistant", "assistant"]:  # as llama-server refuses it
+        raise BadRequest("messages: two assistant messages at the end; a reply follows a user or tool turn "
+                         "(merge them into one)", param="messages")
     req.tool_choice = _tool_choice(body.get("tool_choice", "auto"), req.notes)
     req.parallel_tool_calls = _bool_field(body, "parallel_tool_calls", True)
     # both are checked; max_completion_tokens (OpenAI's current name) wins over max_tokens when both are given

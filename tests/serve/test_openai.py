@@ -250,3 +250,13 @@ def test_verbose_echoes_the_prompt_the_engine_read(server):
     assert body["__verbose"]["prompt"].endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
     assert body["__verbose"]["content"] == "ok"
     assert "__verbose" not in s.post("/v1/chat/completions", chat("hi", verbose=False))[1]
+
+
+def test_two_assistant_messages_at_the_end_are_a_400(server):
+    # llama-server refuses them ("cannot have 2 or more assistant messages at the end"); one is a plain turn
+    s = server({"turns": [{"text": "ok"}]})
+    two = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+           {"role": "assistant", "content": "c"}]
+    status, err, _ = s.post("/v1/chat/completions", {"messages": two})
+    assert status == 400 and err["error"]["param"] == "messages" and "two assistant" in err["error"]["message"]
+    assert s.post("/v1/chat/completions", {"messages": two[:2]})[0] == 200
