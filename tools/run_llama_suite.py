@@ -15,7 +15,8 @@ a server on 127.0.0.1:$PORT, so each test's own server options (n_slots, n_predi
 applied: both servers run with the suite's default preset (tinyllama2: ctx 512, batch 32, 2 slots, n_predict 64,
 temperature 0.8, seed 42, model alias tinyllama-2) plus --metrics, and llama-server's defaults otherwise (jinja,
 /slots on). Strata gets the same through its flags and a run config (model_name tinyllama-2, default_max_tokens 64,
-sampling temperature 0.8 / seed 42); its --ctx is per request, so it gets llama-server's per-slot context,
+sampling temperature 0.8 / seed 42, fit_max_tokens: a max_tokens past the context is cut to the room left,
+as llama-server does, instead of Strata's default 400); its --ctx is per request, so it gets llama-server's per-slot context,
 512 / 2 = 256 (the suite checks n_ctx == ctx / slots).
 Each test file runs against a freshly started server (`-p no:cacheprovider`, a junit xml per file,
 `-m "not slow"` unless --slow), so one file's state or a crash does not leak into the next.
@@ -82,7 +83,9 @@ def strata_cmd(model: str, port: int, config: str, threads: int) -> list[str]:
 def write_strata_config(folder: str) -> str:
     path = os.path.join(folder, "strata-suite.json")
     with open(path, "w") as f:
-        json.dump({"default_max_tokens": PRESET["n_predict"], "model_name": ALIAS,
+        # fit_max_tokens: a max_tokens past the context ends the reply at the context's end (llama-server's
+        # way) instead of Strata's default 400
+        json.dump({"default_max_tokens": PRESET["n_predict"], "model_name": ALIAS, "fit_max_tokens": True,
                    "sampling": {"temperature": PRESET["temperature"], "seed": PRESET["seed"]}}, f)
     return path
 
