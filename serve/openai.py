@@ -27,9 +27,8 @@ import secrets
 import time
 
 from serve.constrain import openai_grammar, refuse_unsupported, strict_requested
-from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Message, ProgressFeed, ToolCall,
-                          ToolSpec,
-                          KIND_CONTENT, KIND_PING, KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL,
+from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, LiveTimings, Message, ProgressFeed,
+                          ToolCall, ToolSpec, KIND_CONTENT, KIND_PING, KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL,
                           KIND_TOOL_START)
 from serve.access import public_text
 from serve.llama_views import ENGINE_VERSION_DEFAULT
@@ -261,8 +260,9 @@ def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     meta = {"id": "chatcmpl-" + secrets.token_hex(12), "created": int(time.time()),
             "model": _model_name(service, req)}
     if req.stream:
-        progress = ProgressFeed() if _bool_field(body, "return_progress") else None  # llama.cpp's extension
-        return StreamReply(_chat_stream(service, prep, ctx, meta, include_usage, progress))
+        progress = ProgressFeed() if _bool_field(body, "return_progress") else None  # llama.cpp's extensions
+        live = LiveTimings(prep.prompt_tokens) if _bool_field(body, "timings_per_token") else None
+        return StreamReply(_chat_stream(service, prep, ctx, meta, include_usage, progress, live))
     content, reasoning, calls, done = [], [], [], None
     with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
         for ev in events:
@@ -290,7 +290,7 @@ def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     return JsonReply(200, out)
 
 
-def _chat_stream(service, prep, ctx, meta, include_usage, progress=None):
+def _chat_stream(service, prep, ctx, meta, include_usage, progress=None, live=None):
     def chunk(delta, finish=None, **extra):
         return _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": system_fingerprint(service),
                      "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra})
@@ -308,6 +308,8 @@ def _chat_stream(service, prep, ctx, meta, include_usage, progress=None):
                         yield _sse({**meta, "object": "chat.completion.chunk", "choices": [], "prompt_progress": p})
                     if not reports:
                         yield KEEP_ALIVE
+                elif ev.kind == KIND_CONTENT and live is not None:  # timings_per_token: running figures
+                    yield chunk({"content": ev.text}, timings=live.token(max(1, len(ev.ids))))
                 elif ev.kind == KIND_CONTENT:
                     yield chunk({"content": ev.text})
                 elif ev.kind == KIND_REASONING:

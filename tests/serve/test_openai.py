@@ -260,3 +260,14 @@ def test_two_assistant_messages_at_the_end_are_a_400(server):
     status, err, _ = s.post("/v1/chat/completions", {"messages": two})
     assert status == 400 and err["error"]["param"] == "messages" and "two assistant" in err["error"]["message"]
     assert s.post("/v1/chat/completions", {"messages": two[:2]})[0] == 200
+
+
+def test_timings_per_token_on_the_chat_stream(server):
+    # llama-server's timings_per_token: running timings on each content chunk, the final figures at the end
+    s = server({"turns": [{"text": "abc"}, {"text": "abc"}]})
+    _, events, _ = s.stream(chat("hi", timings_per_token=True))
+    content = [e for e in events if e["choices"] and e["choices"][0]["delta"].get("content")]
+    assert [e["timings"]["predicted_n"] for e in content] == [1, 2, 3]
+    assert "timings" not in events[0] and "predicted_per_second" in content[-1]["timings"]
+    _, events, _ = s.stream(chat("hi"))
+    assert not any("timings" in e for e in events if e["choices"] and e["choices"][0]["delta"].get("content"))
