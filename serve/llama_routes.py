@@ -10,7 +10,8 @@ Routes:
   of that text), stop: false, id_slot, tokens_predicted, tokens_evaluated}`, then the final object; no `[DONE]`,
   as llama-server), `return_tokens` (the final object's `tokens`: the reply's ids; else empty),
   `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `repeat_penalty`, `repeat_last_n`, `presence_penalty`,
-  `frequency_penalty`, `logit_bias` (pairs or object), `stop`, `return_progress` (stream: `prompt_progress
+  `frequency_penalty`, `logit_bias` (pairs or object), `ignore_eos` (bans the end-of-generation tokens; shown
+  in `generation_settings.logit_bias` with bias null, as llama-server), `stop`, `return_progress` (stream: `prompt_progress
   {total, cache, processed, time_ms}` chunks while the prompt is read), `response_fields` ("a/b" paths).
   Accepted without effect, as llama-server accepts options its build does not use: `cache_prompt` (the
   prefix is always reused), `samplers`, `id_slot`, `n_probs` (log-probs do not exist yet), `n_keep`,
@@ -187,7 +188,7 @@ def _llama_request(service, body: dict, ids, text: str) -> CompletionRequest:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("stream: true or false", param="stream")
-    for name in ("return_progress", "cache_prompt", "return_tokens"):
+    for name in ("return_progress", "cache_prompt", "return_tokens", "ignore_eos"):
         if name in body and not isinstance(body[name], bool):
             raise BadRequest(f"{name}: true or false", param=name)
     fields = body.get("response_fields")
@@ -195,6 +196,9 @@ def _llama_request(service, body: dict, ids, text: str) -> CompletionRequest:
         raise BadRequest("response_fields: a list of field paths", param="response_fields")
     fields = {k: v for k, v in body.items() if k != "seed" or v != -1}
     fields["logit_bias"] = _logit_bias(service.tok, body.get("logit_bias"))
+    if body.get("ignore_eos") and isinstance(fields["logit_bias"], (list, type(None))):
+        # llama-server's ignore_eos: every end-of-generation token banned, so the reply runs to its limit
+        fields["logit_bias"] = (fields["logit_bias"] or []) + [[t, -100] for t in sorted(service.stop_ids)]
     sampling = check_request_sampling(fields)
     return CompletionRequest(prompt=text, ids=ids, max_new=None if n_predict is None or n_predict < 0 else n_predict,
                              sampling=sampling, stop=check_stop(body.get("stop")), stream=stream,
@@ -254,7 +258,10 @@ def _settings(service, req: CompletionRequest) -> dict:
             "min_p": m.get("min_p", 0.0), "repeat_penalty": m.get("repetition_penalty", 1.0),
             "repeat_last_n": m.get("penalty_last_n", sampling_mod.PENALTY_LAST_N_DEFAULT),
             "presence_penalty": m.get("presence_penalty", 0.0), "frequency_penalty": m.get("frequency_penalty", 0.0),
-            "stop": req.stop, "stream": req.stream, "n_probs": 0}
+            "stop": req.stop, "stream": req.stream, "n_probs": 0,
+            # llama-server's list form; null is a ban (its -inf, the engine's -100)
+            "logit_bias": [{"token": t, "bias": None if b <= -100 else b}
+                           for t, b in sorted((req.sampling.logit_bias or {}).items())]}
 
 
 def _stop_type(done: Done) -> str:

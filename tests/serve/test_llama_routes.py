@@ -214,3 +214,16 @@ def test_return_tokens_and_the_stream_chunks_carry_the_generated_ids(server):
     # é is two byte tokens here: its chunk carries both, once the character is whole
     assert [c["tokens"] for c in chunks] == [[104], [195, 169]] and chunks[-1]["tokens_predicted"] == 3
     assert s.post("/completion", {"prompt": "x", "return_tokens": 1})[0] == 400
+
+
+def test_ignore_eos_bans_the_end_tokens_and_shows_them(server, tmp_path):
+    # llama-server: ignore_eos adds the end-of-generation tokens to logit_bias, shown with bias null (-inf)
+    gens = tmp_path / "gens.txt"
+    s = server({"turns": [{"text": "ok"}, {"text": "ok"}], "record_gen": str(gens)})
+    body = s.post("/completion", {"prompt": "x", "ignore_eos": True})[1]
+    ends = sorted(s.svc.stop_ids)
+    assert ends and body["generation_settings"]["logit_bias"] == [{"token": t, "bias": None} for t in ends]
+    keys = [w for w in gens.read_text().splitlines()[-1].split() if w.startswith("logit_bias=")]
+    assert keys == ["logit_bias=" + ",".join(f"{t}:-100" for t in ends)]
+    assert s.post("/completion", {"prompt": "x"})[1]["generation_settings"]["logit_bias"] == []
+    assert s.post("/completion", {"prompt": "x", "ignore_eos": "yes"})[0] == 400
