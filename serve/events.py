@@ -192,4 +192,5 @@ class LiveTimings:
         pm, dm = (self.first - self.t0) * 1e3, (now - self.first) * 1e3
         return {"prompt_n": self.prompt_n, "prompt_ms": pm,
                 "prompt_per_second": 1e3 * self.prompt_n / pm if pm > 0 else 0.0,
-                "predicted_n": self.n, "predicted_ms": dm, "predicted_per_second": 1e3 * self.n / dm if dm > 0 else 0.0}
+                "predicted_n": self.n, "predicted_ms": dm,
+                "predicted_per_second": 1e3 * (self.n - 1) / dm if dm > 0 else 0.0}  # steps after the first

@@ -12,7 +12,8 @@ Routes:
   `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `repeat_penalty`, `repeat_last_n`, `presence_penalty`,
   `frequency_penalty`, `logit_bias` (pairs or object), `ignore_eos` (bans the end-of-generation tokens; shown
   in `generation_settings.logit_bias` with bias null, as llama-server), `stop`, `return_progress` (stream: `prompt_progress
-  {total, cache, processed, time_ms}` chunks while the prompt is read), `response_fields` ("a/b" paths).
+  {total, cache, processed, time_ms}` chunks while the prompt is read), `timings_per_token` (stream: running
+  `timings` on each chunk, the prompt read's on the progress chunks), `response_fields` ("a/b" paths).
   Accepted without effect, as llama-server accepts options its build does not use: `cache_prompt` (the
   prefix is always reused), `samplers`, `id_slot`, `n_probs` (log-probs do not exist yet), `n_keep`,
   `typical_p`, `mirostat*`, `dry_*`, `xtc_*`. Wrong types are a 400 naming the field. The final object:
@@ -40,7 +41,7 @@ import os
 
 from serve import llama_views
 from serve import sampling as sampling_mod
-from serve.events import BadRequest, CompletionRequest, Done, KIND_CONTENT, KIND_PING, ProgressFeed
+from serve.events import BadRequest, CompletionRequest, Done, KIND_CONTENT, KIND_PING, LiveTimings, ProgressFeed
 from serve.openai import _error_text, _model_name, parse_chat
 from serve.replies import EventRun, JsonReply, StreamReply, collect
 from serve.sampling import check_request_sampling
@@ -188,7 +189,7 @@ def _llama_request(service, body: dict, ids, text: str) -> CompletionRequest:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("stream: true or false", param="stream")
-    for name in ("return_progress", "cache_prompt", "return_tokens", "ignore_eos"):
+    for name in ("return_progress", "cache_prompt", "return_tokens", "ignore_eos", "timings_per_token"):
         if name in body and not isinstance(body[name], bool):
             raise BadRequest(f"{name}: true or false", param=name)
     fields = body.get("response_fields")
@@ -242,7 +243,8 @@ def _complete(service, body, ctx, req: CompletionRequest):
             "settings": _settings(service, req), "fields": body.get("response_fields") or [],
             "return_tokens": body.get("return_tokens") is True}
     if req.stream:
-        return StreamReply(_stream(service, prep, ctx, meta, bool(body.get("return_progress"))))
+        live = LiveTimings(prep.prompt_tokens) if body.get("timings_per_token") is True else None
+        return StreamReply(_stream(service, prep, ctx, meta, bool(body.get("return_progress")), live))
     events, done = collect(service, prep, ctx)
     content = "".join(ev.text for ev in events if ev.kind == KIND_CONTENT)
     return JsonReply(200, _final(meta, content, done, stream=False))
@@ -296,7 +298,14 @@ def _final(meta: dict, content: str, done: Done, stream: bool) -> dict:
     return _nested(res, meta["fields"]) if meta["fields"] and not stream else res
 
 
-def _stream(service, prep, ctx, meta, return_progress: bool):
+def _read_timings(p: dict) -> dict:
+    """timings_per_token on a prompt_progress chunk: the read so far (the first report: all zero)."""
+    n, ms = p["processed"] - p["cache"], float(p["time_ms"])
+    return {"cache_n": p["cache"], "prompt_n": n, "prompt_ms": ms, "prompt_per_second": 1e3 * n / ms if ms else 0.0,
+            "predicted_n": 0, "predicted_ms": 0.0, "predicted_per_second": 0.0}
+
+
+def _stream(service, prep, ctx, meta, return_progress: bool, live=None):
     n_out, feed, run = 0, ProgressFeed(), EventRun(service, prep, ctx)
     head = {"index": 0, "tokens": [], "stop": False, "id_slot": 0, "tokens_evaluated": meta["n_prompt"]}
     try:
@@ -304,12 +313,15 @@ def _stream(service, prep, ctx, meta, return_progress: bool):
             if ev.kind == KIND_PING:
                 reports = feed.feed(ev.progress) if return_progress else []
                 for p in reports:
-                    yield _sse({**head, "content": "", "tokens_predicted": 0, "prompt_progress": p})
+                    extra = {"timings": _read_timings(p)} if live is not None else {}
+                    yield _sse({**head, "content": "", "tokens_predicted": 0, "prompt_progress": p, **extra})
                 if not reports:
                     yield ": keep-alive\n\n"
             elif ev.kind == KIND_CONTENT and ev.text:
-                n_out += max(1, len(ev.ids))
-                yield _sse({**head, "content": ev.text, "tokens": ev.ids, "tokens_predicted": n_out})
+                n = max(1, len(ev.ids))
+                n_out += n
+                extra = {"timings": live.token(n)} if live is not None else {}
+                yield _sse({**head, "content": ev.text, "tokens": ev.ids, "tokens_predicted": n_out, **extra})
     except Exception as e:
         yield _sse(error_body(500, "server_error", _error_text(service, e)))
         return

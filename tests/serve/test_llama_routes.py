@@ -227,3 +227,26 @@ def test_ignore_eos_bans_the_end_tokens_and_shows_them(server, tmp_path):
     assert keys == ["logit_bias=" + ",".join(f"{t}:-100" for t in ends)]
     assert s.post("/completion", {"prompt": "x"})[1]["generation_settings"]["logit_bias"] == []
     assert s.post("/completion", {"prompt": "x", "ignore_eos": "yes"})[0] == 400
+
+
+def test_timings_per_token_on_completion_progress_and_chunks(server):
+    # llama-server: with timings_per_token the prompt_progress chunks carry the read's timings (the first all
+    # zero, never going back) and each content chunk running figures
+    s = server({"turns": [{"text": "abc", "pp_chunk": 16}]})
+    body = {"prompt": "y" * 60, "stream": True, "return_progress": True, "timings_per_token": True}
+    data = _data(s.post("/completion", body)[1])
+    progress = [d["timings"] for d in data if "prompt_progress" in d]
+    assert len(progress) > 1 and progress[0]["prompt_n"] == 0 and progress[0]["prompt_ms"] == 0.0
+    assert all(b["prompt_ms"] >= a["prompt_ms"] for a, b in zip(progress, progress[1:]))
+    assert progress[-1]["prompt_n"] == 60 and all(t["predicted_n"] == 0 for t in progress)
+    content = [d["timings"]["predicted_n"] for d in data if d.get("content")]
+    assert content == [1, 2, 3]
+
+
+def test_the_decode_rate_is_over_the_steps_after_the_first_token():
+    # decode_ms runs from the first token: n tokens are n - 1 decode steps (llama-server's rate); one token: 0
+    from serve.thinking_pass import reply_timings
+    one = reply_timings({"prompt_ms": 5.0, "decode_ms": 0.0}, 10, 1)
+    assert one["predicted_per_second"] == 0.0 and one["predicted_per_token_ms"] == 0.0
+    t = reply_timings({"prompt_ms": 5.0, "decode_ms": 150.0}, 10, 16)
+    assert t["predicted_per_second"] == 1e3 * 15 / 150.0 and t["predicted_per_token_ms"] == 10.0
