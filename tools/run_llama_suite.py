@@ -22,7 +22,8 @@ Each test file runs against a freshly started server (`-p no:cacheprovider`, a j
 `-m "not slow"` unless --slow), so one file's state or a crash does not leak into the next.
 
 Output: the table (test, llama-server, strata) with `pass`, `fail`, `error`, `skip`, a summary line per server,
-the tests llama-server passes and Strata does not, and the reverse. `--json FILE` writes the outcomes.
+the tests llama-server passes and Strata does not, and the reverse. `--json FILE` writes the outcomes;
+`--from-json A.json B.json` prints the table of saved runs (B's outcomes replace A's), without running anything.
 """
 from __future__ import annotations
 
@@ -180,6 +181,17 @@ def summary(results: dict[str, dict[str, str]], servers: list[str]) -> list[str]
     return lines
 
 
+def print_saved(paths: list[str]) -> int:
+    results: dict[str, dict[str, str]] = {}
+    for path in paths:
+        with open(path) as f:
+            for server, outcomes in json.load(f).items():
+                results.setdefault(server, {}).update(outcomes)
+    servers = [s for s in ("llama", "strata") if s in results]
+    print("\n".join(table(results, servers) + [""] + summary(results, servers)))
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--python", default=sys.executable, help="interpreter with pytest, requests and the suite's "
@@ -195,7 +207,11 @@ def main(argv=None) -> int:
     ap.add_argument("--slow", action="store_true", help="also the tests marked slow")
     ap.add_argument("--json", default=None, help="write {server: {test: outcome}} to this file")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs, junit xml, pytest output)")
+    ap.add_argument("--from-json", nargs="*", default=None, help="no run: print the table of saved --json files "
+                    "(a later file's outcomes replace an earlier one's for the same server and test)")
     ns = ap.parse_args(argv)
+    if ns.from_json:
+        return print_saved(ns.from_json)
     suites = [ns.suite] if ns.suite else sorted(glob.glob(SUITE_GLOB))
     if not suites or not os.path.isdir(os.path.join(suites[0], "unit")):
         raise SystemExit(f"no llama.cpp server test suite (looked for {SUITE_GLOB}); pass --suite")
