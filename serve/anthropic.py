@@ -14,8 +14,8 @@ Request: `system` (string or text blocks), `messages` (content string or blocks:
 Answer: one `MessageBuilder` turns the event stream into the stream's SSE events *and* the assembled
 message, so a streamed and a non-streamed answer carry the same blocks. Stream order: `message_start`,
 `ping`, then per block `content_block_start`, `content_block_delta`s (`thinking_delta`, `text_delta`,
-`input_json_delta`), `content_block_stop`; then `message_delta` (stop_reason, stop_sequence, usage, and
-llama.cpp's `timings` as on the message) and `message_stop`. Keep-alives are `ping` events.
+`input_json_delta`), `content_block_stop`; then `message_delta` (stop_reason, stop_sequence, usage) and
+`message_stop`. Keep-alives are `ping` events.
 
 Public surface: `messages`, `count_tokens`, `parse_messages`, `MessageBuilder`, `error_body`, `stream_error`.
 """
@@ -334,7 +334,7 @@ class MessageBuilder:
         message = self.message(done)
         frames.append(_event("message_delta", {"type": "message_delta", "delta": {
             "stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]},
-            "usage": message["usage"], "timings": message["timings"]}))
+            "usage": message["usage"]}))
         frames.append(_event("message_stop", {"type": "message_stop"}))
         return frames
 
@@ -355,8 +355,7 @@ class MessageBuilder:
                 "stop_reason": self.stop_reason(done),
                 "stop_sequence": done.stop_sequence if done.stop_sequence else None,
                 "usage": {"input_tokens": done.prompt_tokens - reused, "cache_read_input_tokens": reused,
-                          "cache_creation_input_tokens": 0, "output_tokens": done.completion_tokens},
-                "timings": done.timings}  # llama.cpp's figures, as on every route that generates
+                          "cache_creation_input_tokens": 0, "output_tokens": done.completion_tokens}}
 
 
 def _builder(service, req: ChatRequest, prep) -> MessageBuilder:

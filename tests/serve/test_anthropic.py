@@ -74,7 +74,6 @@ def assemble(events):
             message["stop_reason"] = data["delta"]["stop_reason"]
             message["stop_sequence"] = data["delta"]["stop_sequence"]
             message["usage"].update(data["usage"])
-            message["timings"] = data["timings"]  # llama.cpp's figures ride on message_delta, as on the message
             seen_delta = True
         elif name == "message_stop":
             assert seen_delta
@@ -274,14 +273,3 @@ def test_count_tokens_handler():
     reply = anthropic.count_tokens(StubService(""), {"messages": [{"role": "user", "content": "x"}]},
                                    RequestContext())
     assert reply.body == {"input_tokens": 12}
-
-
-def test_timings_on_the_message_and_its_message_delta(server):
-    # llama.cpp's `timings` on every route that generates: here beside Anthropic's usage
-    s = server({"turns": [{"text": "ok"}, {"text": "ok"}]})
-    body = {"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
-    status, msg, _ = s.post("/v1/messages", body)
-    assert status == 200 and msg["timings"]["predicted_n"] >= 2 and "prompt_per_second" in msg["timings"]
-    _, text, _ = s.post("/v1/messages", {**body, "stream": True})
-    delta = [data for name, data in sse_events([text]) if name == "message_delta"]
-    assert delta and delta[0]["timings"]["predicted_n"] >= 2
