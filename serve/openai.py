@@ -338,8 +338,8 @@ def _chat_stream(service, prep, ctx, meta, include_usage, progress=None, live=No
         return
     yield chunk({}, _finish_reason(done, calls > 0), timings=done.timings)
     if include_usage:
-        yield _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": system_fingerprint(service), "choices": [],
-                    "usage": _usage(done), "timings": done.timings})
+        yield _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": system_fingerprint(service),
+                    "choices": [], "usage": _usage(done), "timings": done.timings})
     yield "data: [DONE]\n\n"
 
 

@@ -15,9 +15,9 @@ a server on 127.0.0.1:$PORT, so each test's own server options (n_slots, n_predi
 applied: both servers run with the suite's default preset (tinyllama2: ctx 512, batch 32, 2 slots, n_predict 64,
 temperature 0.8, seed 42, model alias tinyllama-2) plus --metrics, and llama-server's defaults otherwise (jinja,
 /slots on). Strata gets the same through its flags and a run config (model_name tinyllama-2, default_max_tokens 64,
-sampling temperature 0.8 / seed 42, fit_max_tokens: a max_tokens past the context is cut to the room left,
-as llama-server does, instead of Strata's default 400); its --ctx is per request, so it gets llama-server's per-slot context,
-512 / 2 = 256 (the suite checks n_ctx == ctx / slots).
+sampling temperature 0.8 / seed 42, fit_max_tokens: a max_tokens past the context is cut to the room left, as
+llama-server does, instead of Strata's default 400); its --ctx is per request, so it gets llama-server's per-slot
+context, 512 / 2 = 256 (the suite checks n_ctx == ctx / slots). Both run with --threads 1 (see --threads).
 Each test file runs against a freshly started server (`-p no:cacheprovider`, a junit xml per file,
 `-m "not slow"` unless --slow), so one file's state or a crash does not leak into the next.
 
@@ -67,7 +67,8 @@ def free_port() -> int:
 
 def llama_cmd(exe: str, model: str, port: int, threads: int) -> list[str]:
     p = PRESET
-    return [exe, "--model", model, "--threads", str(threads), "--host", "127.0.0.1", "--port", str(port), "--ctx-size", str(p["ctx"]),
+    return [exe, "--model", model, "--threads", str(threads), "--host", "127.0.0.1", "--port", str(port),
+            "--ctx-size", str(p["ctx"]),
             "--batch-size", str(p["batch"]), "--parallel", str(p["slots"]), "--n-predict", str(p["n_predict"]),
             "--temp", str(p["temperature"]), "--seed", str(p["seed"]), "--alias", ALIAS, "--metrics"]
 
