@@ -6,7 +6,8 @@ follow their schema, and turn them into one GBNF grammar (serve/json_schema.py c
 (logprobs, n > 1, ...): accepted-and-ignored is never an answer.
 
 - OpenAI chat and completions: `response_format` {type: text | json_object (with llama.cpp's `schema` beside it:
-  that schema) | json_schema {json_schema: {schema, strict, name}}}; llama.cpp's extensions on the same routes: `json_schema` (a schema) and
+  that schema) | json_schema {json_schema: {schema, strict, name}}}; llama.cpp's extensions on the same routes:
+  `json_schema` (a schema) and
   `grammar` (GBNF text, sent as written; the engine refuses a malformed one, which the service maps to a 400).
 - Forced tool calls (OpenAI tool_choice required/named, Anthropic any/tool) in the JSON call form: the call's
   opening stops after `"arguments": ` (or after `"name": "` when the tool is not named) and the grammar is

@@ -12,8 +12,9 @@ Routes:
   `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `repeat_penalty`, `repeat_last_n`, `presence_penalty`,
   `frequency_penalty`, `logit_bias` (pairs or object), `ignore_eos` (bans the end-of-generation tokens; shown
   in `generation_settings.logit_bias` with bias null, as llama-server), `stop`, `return_progress` (stream:
-  `prompt_progress {total, cache, processed, time_ms}` chunks while the prompt is read), `timings_per_token` (stream: running
-  `timings` on each chunk, the prompt read's on the progress chunks), `response_fields` ("a/b" paths).
+  `prompt_progress {total, cache, processed, time_ms}` chunks while the prompt is read), `timings_per_token`
+  (stream: running `timings` on each chunk, the prompt read's on the progress chunks), `response_fields` ("a/b"
+  paths).
   Accepted without effect, as llama-server accepts options its build does not use: `cache_prompt` (the
   prefix is always reused), `samplers`, `id_slot`, `n_probs` (log-probs do not exist yet), `n_keep`,
   `typical_p`, `mirostat*`, `dry_*`, `xtc_*`. Wrong types are a 400 naming the field. The final object:
