@@ -247,6 +247,9 @@ class BatchPath:
                 raise EngineRefused(line[4:])
             if line.startswith("BACC "):
                 req.accepted = True
+                parts = line.split()
+                if len(parts) > 2 and parts[2].isdigit():  # the prefix the slot kept: prompt_progress's `cache`
+                    req.figures["reused"] = int(parts[2])
                 return
 
     def _read(self, req: _SlotRequest):

@@ -5,8 +5,9 @@ follow their schema, and turn them into one GBNF grammar (serve/json_schema.py c
 `grammar=` engine key. Also refuses, with a 400 that says so, the output fields Strata does not implement
 (logprobs, n > 1, ...): accepted-and-ignored is never an answer.
 
-- OpenAI chat and completions: `response_format` {type: text | json_object | json_schema {json_schema:
-  {schema, strict, name}}}; llama.cpp's extensions on the same routes: `json_schema` (a schema) and
+- OpenAI chat and completions: `response_format` {type: text | json_object (with llama.cpp's `schema` beside it:
+  that schema) | json_schema {json_schema: {schema, strict, name}}}; llama.cpp's extensions on the same routes:
+  `json_schema` (a schema) and
   `grammar` (GBNF text, sent as written; the engine refuses a malformed one, which the service maps to a 400).
 - Forced tool calls (OpenAI tool_choice required/named, Anthropic any/tool) in the JSON call form: the call's
   opening stops after `"arguments": ` (or after `"name": "` when the tool is not named) and the grammar is
@@ -66,7 +67,9 @@ def openai_grammar(body: dict) -> str | None:
         if not isinstance(rf, dict) or rf.get("type") not in ("text", "json_object", "json_schema"):
             raise BadRequest('response_format: {"type": "text" | "json_object" | "json_schema", ...}',
                              param="response_format")
-        if rf["type"] == "json_object":
+        if rf["type"] == "json_object" and rf.get("schema") is not None:  # llama.cpp's extension: a schema
+            asks.append(_schema_grammar(rf["schema"], "response_format.schema"))
+        elif rf["type"] == "json_object":
             asks.append(ANY_OBJECT_GRAMMAR)
         elif rf["type"] == "json_schema":
             js = rf.get("json_schema")

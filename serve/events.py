@@ -11,6 +11,7 @@ change, in the caller's API's error shape), and the event `KIND_*` names.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,12 +20,13 @@ class BadRequest(ValueError):
     """Client input that cannot be served as sent. `param` names the field when there is one."""
 
     def __init__(self, message: str, param: str | None = None, status: int = 400,
-                 code: str | None = None):
+                 code: str | None = None, extra: dict | None = None):
         super().__init__(message)
         self.message = message
         self.param = param
         self.status = status  # 400, or 413 for bodies/prompts over a limit
         self.code = code
+        self.extra = extra or {}  # more keys for the error object (llama-server's figures), "type" included
 
 
 @dataclass
@@ -131,6 +133,7 @@ class Event:
     call: ToolCall | None = None
     # a ping's prompt read: {total, cache, processed, time_ms} (llama-server's prompt_progress names), or None
     progress: dict | None = None
+    ids: list[int] = field(default_factory=list)  # content: the engine's token ids that made this text
 
 
 @dataclass
@@ -149,6 +152,7 @@ class Done:
     reasoning_tokens: int = 0
     stop_sequence: str | None = None
     timings: dict = field(default_factory=dict)  # llama.cpp names: prompt_n, prompt_ms, predicted_n, ...
+    ids: list[int] = field(default_factory=list)  # the engine's token ids of the reply (llama.cpp's `tokens`)
 
 
 class ProgressFeed:
@@ -170,3 +174,23 @@ class ProgressFeed:
         if out:
             self.last = out[-1]
         return out
+
+
+class LiveTimings:
+    """llama-server's `timings_per_token`: a streaming reply's running figures, taken where its tokens reach the
+    server (prompt_ms: the request's start to its first token; predicted_ms: the first token to now). The
+    reply's last event carries the engine's own figures (`Done.timings`)."""
+
+    def __init__(self, prompt_n: int, clock=time.monotonic):
+        self.clock, self.t0, self.first = clock, clock(), None
+        self.prompt_n, self.n = prompt_n, 0
+
+    def token(self, n: int = 1) -> dict:
+        now = self.clock()
+        self.first = now if self.first is None else self.first
+        self.n += n
+        pm, dm = (self.first - self.t0) * 1e3, (now - self.first) * 1e3
+        return {"prompt_n": self.prompt_n, "prompt_ms": pm,
+                "prompt_per_second": 1e3 * self.prompt_n / pm if pm > 0 else 0.0,
+                "predicted_n": self.n, "predicted_ms": dm,
+                "predicted_per_second": 1e3 * (self.n - 1) / dm if dm > 0 else 0.0}  # steps after the first

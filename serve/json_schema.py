@@ -312,6 +312,9 @@ class _Compiler:
         return f'"{{" ws {first} "}}"'
 
     def array(self, s: dict, path: str) -> str:
+        if isinstance(s.get("items"), list) and "prefixItems" not in s:
+            # draft 4's tuple form `items: [schemas]`: those elements and no more (as llama.cpp reads it)
+            s = {**{k: v for k, v in s.items() if k != "items"}, "prefixItems": s["items"], "items": False}
         prefix = s.get("prefixItems", [])
         if not isinstance(prefix, list):
             raise SchemaError("prefixItems: a list of schemas", f"{path}/prefixItems")

@@ -169,8 +169,10 @@ class Lifecycle:
         Order: a request for a loaded model is admitted unless that model is draining (chosen to make room for
         another); a request for an unloaded one picks what to unload (`_room`) and loads as soon as those have
         no running requests; it is admitted as its load ends, so every load serves the request that caused
-        it. One such load is pending at a time; later ones wait behind it."""
-        entry = self.resolve(name)
+        it. One such load is pending at a time; later ones wait behind it.
+        One model: a request naming any model runs on it, as llama-server with one model answers clients that
+        send "gpt-3.5-turbo" and the like; /v1/load, /v1/unload and /config keep the strict names."""
+        entry = self.entries[0] if len(self.entries) == 1 else self.resolve(name)
         deadline = self.clock() + SWITCH_WAIT_S
         with self._cv:
             self._seq += 1

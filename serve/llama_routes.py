@@ -6,15 +6,19 @@ Calling convention: the one `serve/openai.py` documents; errors are llama-server
 
 Routes:
 - POST `/completion` (and `/completions`): `prompt` (a string, token ids, or a list holding one of them),
-  `n_predict` (alias `max_tokens`; -1 = no cap), `stream` (SSE `data:` chunks `{index, content, tokens, stop:
-  false, id_slot, tokens_predicted, tokens_evaluated}`, then the final object; no `[DONE]`, as llama-server),
+  `n_predict` (alias `max_tokens`; -1 = no cap), `stream` (SSE `data:` chunks `{index, content, tokens (the ids
+  of that text), stop: false, id_slot, tokens_predicted, tokens_evaluated}`, then the final object; no `[DONE]`,
+  as llama-server), `return_tokens` (the final object's `tokens`: the reply's ids; else empty),
   `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `repeat_penalty`, `repeat_last_n`, `presence_penalty`,
-  `frequency_penalty`, `logit_bias` (pairs or object), `stop`, `return_progress` (stream: `prompt_progress
-  {total, cache, processed, time_ms}` chunks while the prompt is read), `response_fields` ("a/b" paths).
+  `frequency_penalty`, `logit_bias` (pairs or object), `ignore_eos` (bans the end-of-generation tokens; shown
+  in `generation_settings.logit_bias` with bias null, as llama-server), `stop`, `return_progress` (stream:
+  `prompt_progress {total, cache, processed, time_ms}` chunks while the prompt is read), `timings_per_token`
+  (stream: running `timings` on each chunk, the prompt read's on the progress chunks), `response_fields` ("a/b"
+  paths).
   Accepted without effect, as llama-server accepts options its build does not use: `cache_prompt` (the
   prefix is always reused), `samplers`, `id_slot`, `n_probs` (log-probs do not exist yet), `n_keep`,
   `typical_p`, `mirostat*`, `dry_*`, `xtc_*`. Wrong types are a 400 naming the field. The final object:
-  `content`, `tokens` (empty), `id_slot`, `stop`, `model`, `tokens_predicted`, `tokens_evaluated`,
+  `content`, `tokens` (with `return_tokens`), `id_slot`, `stop`, `model`, `tokens_predicted`, `tokens_evaluated`,
   `generation_settings`, `prompt`, `has_new_line`, `truncated` (always false: nothing is truncated),
   `stop_type` (eos | limit | word | none), `stopping_word`, `tokens_cached`, `timings`.
 - POST `/infill`: `input_prefix`, `input_suffix`, `input_extra [{filename, text}]`, `prompt`, and the
@@ -25,8 +29,8 @@ Routes:
 - POST `/tokenize` `{content, add_special, parse_special (default true), with_pieces}` -> `{"tokens": [id]}`
   or `[{"id", "piece"}]` (a piece that is not whole UTF-8 is its list of byte values); `/detokenize`.
 - GET `/props`: `serve/llama_views.py`'s view plus the fields llama-server's clients read (`aliases`,
-  `chat_template_caps.supports_tools`, `endpoint_*`, `bos_token`, `eos_token`). `model_path` is left out on
-  purpose: a client has no use for the server's file system layout.
+  `chat_template_caps.supports_tools`, `endpoint_*`, `bos_token`, `eos_token`, `model_path`). `model_path` is the
+  file's name without its folders on purpose: a client has no use for the server's file system layout.
 
 Public surface: `completion`, `infill`, `apply_template`, `input_tokens`, `tokenize`, `detokenize`, `props`, `fim_ids`,
 `infill_ids`, `error_body`.
@@ -34,10 +38,11 @@ Public surface: `completion`, `infill`, `apply_template`, `input_tokens`, `token
 from __future__ import annotations
 
 import json
+import os
 
 from serve import llama_views
 from serve import sampling as sampling_mod
-from serve.events import BadRequest, CompletionRequest, Done, KIND_CONTENT, KIND_PING, ProgressFeed
+from serve.events import BadRequest, CompletionRequest, Done, KIND_CONTENT, KIND_PING, LiveTimings, ProgressFeed
 from serve.openai import _error_text, _model_name, parse_chat
 from serve.replies import EventRun, JsonReply, StreamReply, collect
 from serve.sampling import check_request_sampling
@@ -128,6 +133,9 @@ def props(service, body, ctx) -> JsonReply:
         sid = tok.special_ids
         name = lambda key: tok.id_to_token(sid[key]) if key in sid and hasattr(tok, "id_to_token") else ""
         out.setdefault("chat_template_caps", {})["supports_tools"] = True  # Strata's own tool format, any template
+        path = llama_views.model_file(service.engine)
+        if path:  # the file's name only: a client has no use for the server's folders
+            out["model_path"] = os.path.basename(path)
         out.update(aliases=list(service.config.get("aliases") or []), endpoint_slots=True, endpoint_props=True,
                    endpoint_metrics=True, bos_token=name("bos"), eos_token=name("eos"))
     return JsonReply(status, out)
@@ -182,7 +190,7 @@ def _llama_request(service, body: dict, ids, text: str) -> CompletionRequest:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("stream: true or false", param="stream")
-    for name in ("return_progress", "cache_prompt"):
+    for name in ("return_progress", "cache_prompt", "return_tokens", "ignore_eos", "timings_per_token"):
         if name in body and not isinstance(body[name], bool):
             raise BadRequest(f"{name}: true or false", param=name)
     fields = body.get("response_fields")
@@ -190,6 +198,9 @@ def _llama_request(service, body: dict, ids, text: str) -> CompletionRequest:
         raise BadRequest("response_fields: a list of field paths", param="response_fields")
     fields = {k: v for k, v in body.items() if k != "seed" or v != -1}
     fields["logit_bias"] = _logit_bias(service.tok, body.get("logit_bias"))
+    if body.get("ignore_eos") and isinstance(fields["logit_bias"], (list, type(None))):
+        # llama-server's ignore_eos: every end-of-generation token banned, so the reply runs to its limit
+        fields["logit_bias"] = (fields["logit_bias"] or []) + [[t, -100] for t in sorted(service.stop_ids)]
     sampling = check_request_sampling(fields)
     return CompletionRequest(prompt=text, ids=ids, max_new=None if n_predict is None or n_predict < 0 else n_predict,
                              sampling=sampling, stop=check_stop(body.get("stop")), stream=stream,
@@ -230,9 +241,11 @@ def completion(service, body: dict, ctx):
 def _complete(service, body, ctx, req: CompletionRequest):
     prep = service.prepare(req)
     meta = {"model": _model_name(service, req), "prompt": req.prompt, "n_prompt": prep.prompt_tokens,
-            "settings": _settings(service, req), "fields": body.get("response_fields") or []}
+            "settings": _settings(service, req), "fields": body.get("response_fields") or [],
+            "return_tokens": body.get("return_tokens") is True}
     if req.stream:
-        return StreamReply(_stream(service, prep, ctx, meta, bool(body.get("return_progress"))))
+        live = LiveTimings(prep.prompt_tokens) if body.get("timings_per_token") is True else None
+        return StreamReply(_stream(service, prep, ctx, meta, bool(body.get("return_progress")), live))
     events, done = collect(service, prep, ctx)
     content = "".join(ev.text for ev in events if ev.kind == KIND_CONTENT)
     return JsonReply(200, _final(meta, content, done, stream=False))
@@ -248,7 +261,10 @@ def _settings(service, req: CompletionRequest) -> dict:
             "min_p": m.get("min_p", 0.0), "repeat_penalty": m.get("repetition_penalty", 1.0),
             "repeat_last_n": m.get("penalty_last_n", sampling_mod.PENALTY_LAST_N_DEFAULT),
             "presence_penalty": m.get("presence_penalty", 0.0), "frequency_penalty": m.get("frequency_penalty", 0.0),
-            "stop": req.stop, "stream": req.stream, "n_probs": 0}
+            "stop": req.stop, "stream": req.stream, "n_probs": 0,
+            # llama-server's list form; null is a ban (its -inf, the engine's -100)
+            "logit_bias": [{"token": t, "bias": None if b <= -100 else b}
+                           for t, b in sorted((req.sampling.logit_bias or {}).items())]}
 
 
 def _stop_type(done: Done) -> str:
@@ -274,7 +290,8 @@ def _nested(obj: dict, paths: list[str]) -> dict:
 
 
 def _final(meta: dict, content: str, done: Done, stream: bool) -> dict:
-    res = {"index": 0, "content": content, "tokens": [], "id_slot": 0, "stop": True, "model": meta["model"],
+    tokens = done.ids if meta["return_tokens"] and not stream else []  # a stream's chunks carried them
+    res = {"index": 0, "content": content, "tokens": tokens, "id_slot": 0, "stop": True, "model": meta["model"],
            "tokens_predicted": done.completion_tokens, "tokens_evaluated": done.prompt_tokens,
            "generation_settings": meta["settings"], "prompt": meta["prompt"], "has_new_line": "\n" in content,
            "truncated": False, "stop_type": _stop_type(done), "stopping_word": done.stop_sequence or "",
@@ -282,7 +299,14 @@ def _final(meta: dict, content: str, done: Done, stream: bool) -> dict:
     return _nested(res, meta["fields"]) if meta["fields"] and not stream else res
 
 
-def _stream(service, prep, ctx, meta, return_progress: bool):
+def _read_timings(p: dict) -> dict:
+    """timings_per_token on a prompt_progress chunk: the read so far (the first report: all zero)."""
+    n, ms = p["processed"] - p["cache"], float(p["time_ms"])
+    return {"cache_n": p["cache"], "prompt_n": n, "prompt_ms": ms, "prompt_per_second": 1e3 * n / ms if ms else 0.0,
+            "predicted_n": 0, "predicted_ms": 0.0, "predicted_per_second": 0.0}
+
+
+def _stream(service, prep, ctx, meta, return_progress: bool, live=None):
     n_out, feed, run = 0, ProgressFeed(), EventRun(service, prep, ctx)
     head = {"index": 0, "tokens": [], "stop": False, "id_slot": 0, "tokens_evaluated": meta["n_prompt"]}
     try:
@@ -290,12 +314,15 @@ def _stream(service, prep, ctx, meta, return_progress: bool):
             if ev.kind == KIND_PING:
                 reports = feed.feed(ev.progress) if return_progress else []
                 for p in reports:
-                    yield _sse({**head, "content": "", "tokens_predicted": 0, "prompt_progress": p})
+                    extra = {"timings": _read_timings(p)} if live is not None else {}
+                    yield _sse({**head, "content": "", "tokens_predicted": 0, "prompt_progress": p, **extra})
                 if not reports:
                     yield ": keep-alive\n\n"
             elif ev.kind == KIND_CONTENT and ev.text:
-                n_out += 1
-                yield _sse({**head, "content": ev.text, "tokens_predicted": n_out})
+                n = max(1, len(ev.ids))
+                n_out += n
+                extra = {"timings": live.token(n)} if live is not None else {}
+                yield _sse({**head, "content": ev.text, "tokens": ev.ids, "tokens_predicted": n_out, **extra})
     except Exception as e:
         yield _sse(error_body(500, "server_error", _error_text(service, e)))
         return

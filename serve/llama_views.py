@@ -5,7 +5,7 @@ the default sampling and the slot count from /props and poll /slots for `is_proc
 computed from the Service and its engine(s) on every call; nothing here changes state.
 
 Public surface: props(svc, query) -> (status, body); slots(svc) -> list; total_slots(engine); engines(engine)
-(the engine processes behind a service).
+(the engine processes behind a service); model_file(engine).
 """
 from __future__ import annotations
 
@@ -20,6 +20,15 @@ def _engines(engine) -> list:
 
 
 engines = _engines  # the same list for the other views (serve/metrics_views.py)
+
+
+def model_file(engine) -> str | None:
+    """The GGUF path the (first) engine was started with, or None."""
+    args = list(getattr(_engines(engine)[0], "args", []) or [])
+    for i, a in enumerate(args[:-1]):
+        if a == "--model":
+            return args[i + 1]
+    return None
 
 
 def total_slots(engine) -> int:

@@ -167,19 +167,11 @@ def routes_view(get_routes: dict, post_routes: dict, pages: dict) -> list[dict]:
     return out
 
 
-def _model_path(engine) -> str | None:
-    args = list(getattr(llama_views.engines(engine)[0], "args", []) or [])
-    for i, a in enumerate(args[:-1]):
-        if a == "--model":
-            return args[i + 1]
-    return None
-
-
 def model_card(svc) -> dict:
     """Architecture, quantisation, context, template family, file size: from the engine's INFO and the GGUF
     header (read once per file)."""
     info = dict(llama_views.engines(svc.engine)[0].info or {})
-    path = _model_path(svc.engine)
+    path = llama_views.model_file(svc.engine)
     card = {"name": svc.model_name, "architecture": svc.arch or info.get("arch"), "file": None,
             "file_bytes": None, "quant": None, "context": svc.engine.max_context or svc.engine.known_ctx,
             "context_trained": info.get("n_ctx_train"), "n_layer": info.get("n_layer"),

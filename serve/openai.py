@@ -21,16 +21,17 @@ Public surface: `chat_completions`, `completions`, `models`, `model_entries`, `e
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import secrets
 import time
 
 from serve.constrain import openai_grammar, refuse_unsupported, strict_requested
-from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Message, ProgressFeed, ToolCall,
-                          ToolSpec,
-                          KIND_CONTENT, KIND_PING, KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL,
+from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, LiveTimings, Message, ProgressFeed,
+                          ToolCall, ToolSpec, KIND_CONTENT, KIND_PING, KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL,
                           KIND_TOOL_START)
 from serve.access import public_text
+from serve.llama_views import ENGINE_VERSION_DEFAULT
 from serve.replies import JsonReply, StreamReply
 from serve.sampling import check_max_tokens
 from serve.service import check_stop
@@ -55,6 +56,16 @@ def error_body(status: int, err_type: str, message: str, param=None, code=None) 
 
 def stream_error(message: str, err_type: str = "server_error") -> str:
     return _sse({"error": {"message": message, "type": err_type}})
+
+
+def system_fingerprint(service) -> str:
+    """OpenAI's `system_fingerprint`, the backend configuration a reply ran with: "b" (llama-server's build
+    prefix, which its clients and test suite read) + the engine's version + a hash of the model's name and the
+    engine's flags, so it changes when either does."""
+    e = getattr(service, "engine", None)
+    info = getattr(e, "info", None) or {}
+    key = f"{getattr(service, 'model_name', '')} {' '.join(map(str, getattr(e, 'args', []) or []))}"
+    return f"b{info.get('engine') or ENGINE_VERSION_DEFAULT}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
 
 
 def _sse(obj) -> str:
@@ -186,6 +197,9 @@ def parse_chat(body: dict) -> ChatRequest:
         raise BadRequest("continue_final_message: not supported here; every reply starts a new assistant turn",
                          param="continue_final_message")
     req = ChatRequest(messages=_messages(body.get("messages")), tools=_tools(body.get("tools")))
+    if [m.role for m in req.messages[-2:]] == ["assistant", "assistant"]:  # as llama-server refuses it
+        raise BadRequest("messages: two assistant messages at the end; a reply follows a user or tool turn "
+                         "(merge them into one)", param="messages")
     req.tool_choice = _tool_choice(body.get("tool_choice", "auto"), req.notes)
     req.parallel_tool_calls = _bool_field(body, "parallel_tool_calls", True)
     # both are checked; max_completion_tokens (OpenAI's current name) wins over max_tokens when both are given
@@ -246,8 +260,9 @@ def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     meta = {"id": "chatcmpl-" + secrets.token_hex(12), "created": int(time.time()),
             "model": _model_name(service, req)}
     if req.stream:
-        progress = ProgressFeed() if _bool_field(body, "return_progress") else None  # llama.cpp's extension
-        return StreamReply(_chat_stream(service, prep, ctx, meta, include_usage, progress))
+        progress = ProgressFeed() if _bool_field(body, "return_progress") else None  # llama.cpp's extensions
+        live = LiveTimings(prep.prompt_tokens) if _bool_field(body, "timings_per_token") else None
+        return StreamReply(_chat_stream(service, prep, ctx, meta, include_usage, progress, live))
     content, reasoning, calls, done = [], [], [], None
     with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
         for ev in events:
@@ -267,18 +282,20 @@ def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
         message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
             "name": c.name, "arguments": c.arguments if isinstance(c.arguments, str)
             else json.dumps(c.arguments, ensure_ascii=False)}} for c in calls]
-    return JsonReply(200, {**meta, "object": "chat.completion", "system_fingerprint": "strata",
-                           "choices": [{"index": 0, "message": message,
-                                        "finish_reason": _finish_reason(done, bool(calls))}],
-                           "usage": _usage(done), "timings": done.timings})
+    out = {**meta, "object": "chat.completion", "system_fingerprint": system_fingerprint(service),
+           "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(done, bool(calls))}],
+           "usage": _usage(done), "timings": done.timings}
+    if body.get("verbose") is True:  # llama-server's debug echo: the prompt the engine read, as text
+        out["__verbose"] = {"prompt": service.tok.decode(prep.ids), "content": message["content"] or ""}
+    return JsonReply(200, out)
 
 
-def _chat_stream(service, prep, ctx, meta, include_usage, progress=None):
+def _chat_stream(service, prep, ctx, meta, include_usage, progress=None, live=None):
     def chunk(delta, finish=None, **extra):
-        return _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": "strata",
+        return _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": system_fingerprint(service),
                      "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra})
 
-    yield chunk({"role": "assistant", "content": ""})
+    yield chunk({"role": "assistant", "content": None})  # null, as llama-server's first chunk
     started, calls, done = set(), 0, None
     try:
         with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
@@ -291,6 +308,8 @@ def _chat_stream(service, prep, ctx, meta, include_usage, progress=None):
                         yield _sse({**meta, "object": "chat.completion.chunk", "choices": [], "prompt_progress": p})
                     if not reports:
                         yield KEEP_ALIVE
+                elif ev.kind == KIND_CONTENT and live is not None:  # timings_per_token: running figures
+                    yield chunk({"content": ev.text}, timings=live.token(max(1, len(ev.ids))))
                 elif ev.kind == KIND_CONTENT:
                     yield chunk({"content": ev.text})
                 elif ev.kind == KIND_REASONING:
@@ -319,8 +338,8 @@ def _chat_stream(service, prep, ctx, meta, include_usage, progress=None):
         return
     yield chunk({}, _finish_reason(done, calls > 0), timings=done.timings)
     if include_usage:
-        yield _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": "strata", "choices": [],
-                    "usage": _usage(done), "timings": done.timings})
+        yield _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": system_fingerprint(service),
+                    "choices": [], "usage": _usage(done), "timings": done.timings})
     yield "data: [DONE]\n\n"
 
 
@@ -352,7 +371,7 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     include_usage = _include_usage(body)
     prep = service.prepare(req)
     meta = {"id": "cmpl-" + secrets.token_hex(12), "created": int(time.time()),
-            "model": _model_name(service, req), "system_fingerprint": "strata"}
+            "model": _model_name(service, req), "system_fingerprint": system_fingerprint(service)}
     if req.stream:
         return StreamReply(_completion_stream(service, prep, ctx, meta, include_usage, req))
     text, done = [prompt] if req.echo else [], None

@@ -26,6 +26,10 @@ per item `response.output_item.added`, (`response.content_part.added`, `response
 `response.failed` with its `error`). Every event has a `sequence_number` counting from 0. While a long
 prompt is read, a `response.in_progress` goes out at least every `IN_PROGRESS_EVERY_S` (Codex's idle
 timeout counts events, not SSE comments).
+llama-server's stream extensions: `return_progress: true` adds `response.in_progress` events with
+`prompt_progress {total, cache, processed, time_ms}` beside the response while the prompt is read;
+`timings_per_token: true` puts running `timings` on each `response.output_text.delta`; the last event carries
+the reply's `timings` beside the response (and in it), as llama-server does.
 
 Public surface: `responses`, `input_tokens`, `get_response`, `parse_responses`, `ResponseBuilder`, `error_body`.
 """
@@ -35,8 +39,8 @@ import json
 import secrets
 import time
 
-from serve.events import (BadRequest, ChatRequest, Done, Message, ToolCall, KIND_CONTENT, KIND_PING,
-                          KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START)
+from serve.events import (BadRequest, ChatRequest, Done, LiveTimings, Message, ProgressFeed, ToolCall, KIND_CONTENT,
+                          KIND_PING, KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START)
 from serve.openai import _error_text, _model_name, _text_of, _tool_choice, _tools, error_body
 from serve.reasoning import effort_from_openai, reasoning_fields
 from serve.replies import EventRun, JsonReply, StreamReply, collect
@@ -213,6 +217,8 @@ class ResponseBuilder:
         self.parts: list[str] = []
         self.calls: dict[int, dict] = {}  # parser call index -> its function_call item
         self.last_frame_at = time.monotonic()
+        self.live: LiveTimings | None = None     # timings_per_token: running figures on each text delta
+        self.progress: ProgressFeed | None = None  # return_progress: prompt_progress on response.in_progress
 
     def frame(self, kind: str, **fields) -> str:
         data = {"type": kind, "sequence_number": self.seq, **fields}
@@ -233,10 +239,14 @@ class ResponseBuilder:
         return [self.frame("response.created", response=self.response("in_progress")),
                 self.frame("response.in_progress", response=self.response("in_progress"))]
 
-    def ping(self) -> str | None:
+    def ping(self, progress: dict | None = None) -> list[str]:
+        reports = self.progress.feed(progress) if self.progress is not None else []
+        if reports:  # llama-server's return_progress: the prompt read so far, beside the response
+            return [self.frame("response.in_progress", response=self.response("in_progress"), prompt_progress=p)
+                    for p in reports]
         if time.monotonic() - self.last_frame_at >= IN_PROGRESS_EVERY_S:
-            return self.frame("response.in_progress", response=self.response("in_progress"))
-        return None
+            return [self.frame("response.in_progress", response=self.response("in_progress"))]
+        return []
 
     def _index(self) -> int:
         return len(self.output) - 1
@@ -274,13 +284,15 @@ class ResponseBuilder:
         frames.append(self.frame("response.output_item.done", output_index=self._index(), item=item))
         return frames
 
-    def _text(self, kind: str, text: str) -> list[str]:
+    def _text(self, kind: str, text: str, n_tokens: int = 1) -> list[str]:
         frames = []
         if self.open is None or self.open["type"] != kind:
             frames += self.close() + self._open_text_item(kind)
         self.parts.append(text)
         event = "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta"
         extra = {"logprobs": []} if kind == "message" else {}
+        if self.live is not None:
+            extra["timings"] = self.live.token(n_tokens)
         frames.append(self.frame(event, item_id=self.open["id"], output_index=self._index(), content_index=0,
                                  delta=text, **extra))
         return frames
@@ -297,7 +309,7 @@ class ResponseBuilder:
 
     def feed(self, ev) -> list[str]:
         if ev.kind == KIND_CONTENT and ev.text:
-            return self._text("message", ev.text)
+            return self._text("message", ev.text, max(1, len(ev.ids)))
         if ev.kind == KIND_REASONING and ev.text:
             return self._text("reasoning", ev.text)
         if ev.kind == KIND_TOOL_START:
@@ -335,7 +347,8 @@ class ResponseBuilder:
             item.pop("_at", None)
         self.output = [it for it in self.output if it.get("status") != "in_progress"]  # unfinished calls
         status = "incomplete" if done.finish == "length" else "completed"
-        return frames + [self.frame(f"response.{status}", response=self.response(status, done))]
+        return frames + [self.frame(f"response.{status}", response=self.response(status, done),
+                                    timings=done.timings)]  # llama-server's place for them, beside the response
 
     def failed(self, message: str) -> str:
         return self.frame("response.failed", response=self.response(
@@ -354,11 +367,23 @@ def _meta(service, req: ChatRequest, body: dict) -> dict:
             "truncation": "disabled", "metadata": body.get("metadata") or {}, "user": body.get("user")}
 
 
+def _flag(body: dict, name: str) -> bool:
+    """llama-server's stream extensions: true or false (default), else a 400 naming the field."""
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise BadRequest(f"{name}: true or false", param=name)
+    return value
+
+
 def responses(service, body: dict, ctx) -> JsonReply | StreamReply:
     req = parse_responses(body)
     prep = service.prepare(req)
     builder = ResponseBuilder(_meta(service, req, body))
     if req.stream:
+        if _flag(body, "timings_per_token"):
+            builder.live = LiveTimings(prep.prompt_tokens)
+        if _flag(body, "return_progress"):
+            builder.progress = ProgressFeed()
         return StreamReply(_stream(service, prep, ctx, builder))
     events, done = collect(service, prep, ctx)
     for ev in events:
@@ -374,7 +399,7 @@ def _stream(service, prep, ctx, builder: ResponseBuilder):
     try:
         for ev in run:
             if ev.kind == KIND_PING:
-                yield builder.ping() or ": keep-alive\n\n"
+                yield from builder.ping(ev.progress) or [": keep-alive\n\n"]
             else:
                 yield from builder.feed(ev)
     except Exception as e:  # after the headers: the response fails, with the reason

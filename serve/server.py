@@ -165,12 +165,14 @@ class Handler(BaseHTTPRequestHandler):
             with contextlib.suppress(OSError):  # the client left before its answer: nothing to tell it
                 self.wfile.write(data)
 
-    def _error(self, path, status, err_type, message, param=None, code=None):
+    def _error(self, path, status, err_type, message, param=None, code=None, extra=None):
         api = self._api(path)
         if path.startswith("/v1/messages") and anthropic_api is None:
             body = {"type": "error", "error": {"type": err_type, "message": message}}
         else:
             body = api.error_body(status, err_type, message, param, code)
+        if extra and api in (openai_api, llama_routes) and isinstance(body.get("error"), dict):
+            body["error"].update(extra)  # llama-server's error figures; Anthropic's fixed shape keeps its own
         metrics_views.note_rejected(self.server.service, getattr(self, "command", None), path, status, message)
         self._send(status, body)
 
@@ -327,7 +329,7 @@ class Handler(BaseHTTPRequestHandler):
         except (HttpError, LifecycleError) as e:
             return self._error(path, e.status, e.err_type, e.message, e.param, e.code)
         except BadRequest as e:
-            return self._error(path, e.status, "invalid_request_error", e.message, e.param, e.code)
+            return self._error(path, e.status, "invalid_request_error", e.message, e.param, e.code, e.extra)
         except ServiceError as e:  # the Service turned every engine failure into one (503 / 502)
             return self._error(path, e.status, e.err_type, access.public_text(e.message))
         except ValueError as e:  # an engine ERR, or a value the translator refused

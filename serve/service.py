@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from serve.engine_protocol import (CTX_SLACK, EngineBadLine, EngineClient, EngineDied, EngineNonFinite,
                                    EngineRefused, EngineStarting, EngineStuck)
@@ -168,6 +168,13 @@ class _Run:
     first_at: float | None = None
     pass_out: int = 0   # tokens of the current pass
     tracker: object = None  # LiveFigures.Tracker: per-token latency and decode-share figures
+    ids: list = field(default_factory=list)       # every token id the engine sent (llama.cpp's `tokens`)
+    unshown: list = field(default_factory=list)   # ids whose text no content event has carried yet
+
+
+def _over(n_prompt: int, n_ctx: int) -> dict:
+    """The error figures llama-server puts beside a context refusal (its clients read them)."""
+    return {"type": "exceed_context_size_error", "n_prompt_tokens": n_prompt, "n_ctx": n_ctx}
 
 
 def check_stop(value) -> list[str]:
@@ -367,18 +374,19 @@ class Service:
         if not max_new:  # no limit of its own (absent, 0 or -1): the shared settings' cap, else the run's
             cap = self.default_max_tokens()
             if room < 1:
-                raise BadRequest(f"request exceeds the context window: prompt ({len(ids)} tokens) leaves no "
-                                 f"room to answer in the context ({ctx}); requests are never truncated",
-                                 param="messages", code="context_length_exceeded")
+                raise BadRequest(f"request exceeds the available context size: prompt ({len(ids)} tokens) "
+                                 f"leaves no room to answer in the context ({ctx}); requests are never truncated",
+                                 param="messages", code="context_length_exceeded", extra=_over(len(ids), ctx))
             max_new = min(cap, room)
         elif max_new > room:
             if self.config.get("fit_max_tokens") and room >= 1:
                 max_new = room
             else:
                 raise BadRequest(
-                    f"request exceeds the context window: prompt ({len(ids)} tokens) + max tokens ({max_new}) "
-                    f"exceeds the context ({ctx}); requests are never truncated. Send a smaller max_tokens "
-                    f"(at most {max(room, 0)} here)", param="max_tokens", code="context_length_exceeded")
+                    f"request exceeds the available context size: prompt ({len(ids)} tokens) + max tokens "
+                    f"({max_new}) exceeds the context ({ctx}); requests are never truncated. Send a smaller "
+                    f"max_tokens (at most {max(room, 0)} here)", param="max_tokens", code="context_length_exceeded",
+                    extra=_over(len(ids), ctx))
         keys = self._engine_keys(req, thinking)
         self.ensure_engine()
         return Prepared(req, ids, max_new, keys, thinking=thinking, chat=chat,
@@ -498,7 +506,7 @@ class Service:
         record["timings"] = timings
         return Done(finish if finish != "shutdown" else "cancel", prep.prompt_tokens,
                     passes.n_out + passes.inserted, cached_tokens=figures.get("reused"),
-                    reasoning_tokens=passes.reasoning_tokens, stop_sequence=stop.hit, timings=timings)
+                    reasoning_tokens=passes.reasoning_tokens, stop_sequence=stop.hit, timings=timings, ids=run.ids)
 
     def _pass(self, run: "_Run", keys: str, result: dict, record: dict):
         """One engine pass; returns (finish, None) when the reply ends here, (None, text) when the pass ends
@@ -527,8 +535,12 @@ class Service:
                 if run.guard.looping(tid):
                     return "length", None
                 was_reasoning = parser is not None and parser.in_reasoning
+                run.ids.append(tid)
+                run.unshown.append(tid)
                 for ev in self._events(run.decoder.feed(tid), parser, stop):
                     passes.saw(ev)
+                    if ev.kind == KIND_CONTENT:  # the ids since the last content event ride on this one
+                        ev.ids, run.unshown = run.unshown, []
                     yield ev
                 if stop.hit is not None or (parser is not None and parser.done):
                     return "stop", None  # a stop string, or the one call parallel_tool_calls=false allows

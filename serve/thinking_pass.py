@@ -165,9 +165,10 @@ def reply_timings(r: dict, prompt_tokens: int, n_out: int) -> dict:
         t.update(prompt_ms=pm, prompt_per_token_ms=pm / prompt_n if prompt_n else 0.0,
                  prompt_per_second=1e3 * prompt_n / pm if pm else 0.0)
     t["predicted_n"] = n_out
-    if dm is not None:
-        t.update(predicted_ms=dm, predicted_per_token_ms=dm / n_out if n_out else 0.0,
-                 predicted_per_second=1e3 * n_out / dm if dm else 0.0)
+    if dm is not None:  # decode_ms runs from the first token, so the rate is over the n_out - 1 steps after it
+        steps = max(0, n_out - 1)  # (the first token comes with the prompt's last batch, as llama-server counts)
+        t.update(predicted_ms=dm, predicted_per_token_ms=dm / steps if steps and dm else 0.0,
+                 predicted_per_second=1e3 * steps / dm if steps and dm else 0.0)
     if r.get("drafts_off"):
         t.update(draft_n=r["drafts_off"], draft_n_accepted=r.get("drafts_acc") or 0)
     return t

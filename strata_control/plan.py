@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 LANES_MAX = 8                  # the engine's slot limit (docs/PROTOCOL.md: --batch 1..8)
 CPU_CONTEXT_CAP = 8192         # the engine's default context cap on the CPU (engine/main.cpp)
 MIN_CONTEXT = 512              # a context smaller than this cannot hold a chat with its template; refuse
+ASKED_CONTEXT_MIN = 256        # an asked --ctx below this cannot hold the template, its system prompt and a question
 CONTEXT_STEP = 256             # a context cut to fit is rounded down to this
 ENGINE_OVERHEAD_BYTES = 64 << 20   # per engine: code, thread stacks, scratch buffers, the tokenizer's tables
 RAM_USE_FRACTION = 0.9         # of the RAM free now: the rest stays for the system and the server itself
@@ -220,8 +221,8 @@ def _fit(model, machine: Machine, want: dict, lanes: int, replicas: int, sources
     first, q8_0 when f16 does not fit (and the head size allows it)."""
     train = model.n_ctx_train or CPU_CONTEXT_CAP
     asked_ctx, asked_kv = want.get("max_context"), want.get("kv")
-    if asked_ctx is not None and not MIN_CONTEXT <= int(asked_ctx) <= train:
-        raise PlanRefused(f"--ctx {asked_ctx}: {model.id} takes {MIN_CONTEXT}..{train} tokens "
+    if asked_ctx is not None and not ASKED_CONTEXT_MIN <= int(asked_ctx) <= train:
+        raise PlanRefused(f"--ctx {asked_ctx}: {model.id} takes {ASKED_CONTEXT_MIN}..{train} tokens "
                           f"(its training context is {train})")
     target = int(asked_ctx) if asked_ctx is not None else min(train, CPU_CONTEXT_CAP)
     sequences = 1 + (lanes if lanes >= 2 else 0)   # the solo sequence and one per lane

@@ -273,3 +273,10 @@ def test_count_tokens_handler():
     reply = anthropic.count_tokens(StubService(""), {"messages": [{"role": "user", "content": "x"}]},
                                    RequestContext())
     assert reply.body == {"input_tokens": 12}
+
+
+def test_no_llama_timings_in_anthropic_answers(server):
+    # Anthropic's shape stays exact: llama-server's own suite asserts `timings` is absent on /v1/messages
+    s = server({"turns": [{"text": "ok"}]})
+    status, msg, _ = s.post("/v1/messages", {"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 200 and "timings" not in msg

@@ -52,7 +52,7 @@ def _clients(s, n_clients, n_each):
             word = f"client{c}-turn{k}"
             if (c + k) % 2:
                 status, events, _ = s.stream(chat(word))
-                text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+                text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
             else:
                 status, body, _ = s.post("/v1/chat/completions", chat(word))
                 text = body["choices"][0]["message"]["content"] if status == 200 else body

@@ -46,6 +46,18 @@ def test_response_format_json_schema_and_json_object_send_their_grammars(cserver
     assert grammars() == [schema_grammar(PERSON), ANY_OBJECT_GRAMMAR]  # "text" asks for nothing
 
 
+def test_json_object_with_a_schema_beside_it_follows_that_schema(cserver):
+    # llama.cpp's extension {"type": "json_object", "schema": {...}}: its schema, checked like any other
+    s, grammars = cserver({"turns": [{"text": '{"name": "Ann"}'}]})
+    rf = {"type": "json_object", "schema": PERSON}
+    assert s.post("/v1/chat/completions", chat("who?", response_format=rf))[0] == 200
+    assert grammars() == [schema_grammar(PERSON)]
+    for bad in (123, {"type": 123}, {"type": "hiccup"}):
+        status, err, _ = s.post("/v1/chat/completions", chat("who?", response_format={"type": "json_object",
+                                                                                      "schema": bad}))
+        assert status == 400 and "response_format.schema" in err["error"]["message"]
+
+
 def test_completions_and_llama_fields_and_streaming(cserver):
     s, grammars = cserver({"turns": [{"text": "yes"}]})
     gbnf = 'root ::= "yes" | "no"\n'
@@ -55,7 +67,7 @@ def test_completions_and_llama_fields_and_streaming(cserver):
     assert status == 200
     status, events, raw = s.stream(chat("who?", json_schema=PERSON))
     assert status == 200 and raw.endswith("data: [DONE]\n\n")
-    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"]) == "yes"
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"]) == "yes"
     assert grammars() == [gbnf, ANY_OBJECT_GRAMMAR, schema_grammar(PERSON)]
 
 

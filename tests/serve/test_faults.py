@@ -27,7 +27,7 @@ def test_engine_dies_mid_stream_then_next_request_restarts(server, tmp_path):
     assert status == 200 and raw.endswith("data: [DONE]\n\n")
     err = events[-1]["error"]
     assert "exit code 3" in err["message"] and "next request restarts it" in err["message"]
-    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1]) == "abc"
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1]) == "abc"
     status, body, _ = s.post("/v1/chat/completions", chat())
     assert status == 200 and body["choices"][0]["message"]["content"] == "Hello from the fake engine."
 
@@ -55,7 +55,7 @@ def test_invalid_utf8_bytes_become_replacement_chars(server):
     status, body, _ = s.post("/v1/chat/completions", chat())
     assert status == 200 and body["choices"][0]["message"]["content"] == "\ufffdA\ufffdB"
     _, events, _ = s.stream(chat())
-    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events) == "\ufffdA\ufffdB"
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events) == "\ufffdA\ufffdB"
 
 
 def _raw_request(port, body, rcvbuf=None):

@@ -73,6 +73,9 @@ def test_arrays_counts_prefix_items_and_formats():
     pre = {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": False}
     assert [accepts(pre, t) for t in ("[]", "[1]", '[1,"a"]', '[1,"a",2]', '["a"]')] == \
         [True, True, True, False, False]
+    # draft 4's tuple form (llama.cpp's suite sends {"items": [{"type": "integer"}]}): those elements, no more
+    tup = {"items": [{"type": "integer"}]}
+    assert [accepts(tup, t) for t in ("[]", "[-3000]", "[1,2]", '["a"]')] == [True, True, False, False]
     assert accepts({"type": "string", "format": "date"}, '"2024-02-28"')
     assert not accepts({"type": "string", "format": "date"}, '"2024-13-01"')
     assert accepts({"type": "string", "format": "uuid"}, '"123e4567-e89b-12d3-a456-426614174000"')

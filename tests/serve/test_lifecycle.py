@@ -112,6 +112,16 @@ def test_unknown_model_is_a_404_listing_the_known_ones(lifecycle_server):
     assert run.svc.loads == 0
 
 
+def test_one_model_answers_a_request_naming_any_model(lifecycle_server):
+    # llama-server with one model serves clients that send "gpt-3.5-turbo" and the like (llama.cpp's own suite
+    # does); /v1/load keeps the strict names
+    run = lifecycle_server(names=("alpha",))
+    status, body, _ = run.post("/v1/chat/completions", chat(model="gpt-3.5-turbo"))
+    assert status == 200 and body["choices"][0]["message"]["content"] == "I am alpha."
+    status, body, _ = run.post("/v1/load", {"model": "nope"})
+    assert status == 404 and body["error"]["param"] == "model"
+
+
 def test_routes_of_the_lifecycle_are_404_on_a_single_service_server(server):
     run = server()
     assert run.post("/v1/load", {})[0] == 404 and run.request("GET", "/v1/lease")[0] == 404

@@ -138,7 +138,9 @@ def test_props_extras(server):
     s = server(config={"aliases": ["smol"]})
     _, p, _ = s.request("GET", "/props")
     assert p["chat_template_caps"]["supports_tools"] is True and p["aliases"] == ["smol"]
-    assert "model_path" not in p and p["endpoint_slots"] is True
+    assert "model_path" not in p and p["endpoint_slots"] is True  # the fake engine is started without a file
+    s.svc.engine.args = [*s.svc.engine.args, "--model", "/home/someone/models/m.Q4_1.gguf"]
+    assert s.request("GET", "/props")[1]["model_path"] == "m.Q4_1.gguf"  # the file's name, not its folders
 
 
 def test_several_prompts_answer_a_list_in_order(server):
@@ -153,9 +155,13 @@ def test_several_prompts_answer_a_list_in_order(server):
 def test_system_fingerprint_and_timings_on_the_openai_completions_too(server):
     s = server({"turns": [{"text": "ok"}]})
     body = s.post("/v1/completions", {"prompt": "x"})[1]
-    assert body["system_fingerprint"] == "strata" and body["timings"]["predicted_n"] >= 2
+    fp = body["system_fingerprint"]
+    assert fp.startswith("b") and body["timings"]["predicted_n"] >= 2  # "b": llama-server's build prefix
     _, events, _ = s.stream({"prompt": "x"}, path="/v1/completions")
-    assert all(e["system_fingerprint"] == "strata" for e in events) and "timings" in events[-1]
+    assert all(e["system_fingerprint"] == fp for e in events) and "timings" in events[-1]
+    assert s.post("/v1/chat/completions", chat("x"))[1]["system_fingerprint"] == fp
+    s.svc.engine.args = [*s.svc.engine.args, "--kv", "q8_0"]  # another backend configuration: another print
+    assert s.post("/v1/chat/completions", chat("x"))[1]["system_fingerprint"] != fp
 
 
 def test_logit_bias_by_text_or_id_reaches_the_engine(server, tmp_path):
@@ -182,6 +188,10 @@ def test_return_progress_on_the_batch_path(slot_server):
     _, text, _ = s.post("/completion", {"prompt": "y" * 70, "stream": True, "return_progress": True})
     reports = _progress([d["prompt_progress"] for d in _data(text) if "prompt_progress" in d])
     assert len(reports) >= 3 and reports[-1]["total"] == 70
+    # the same prompt again: the slot kept it, so the read starts past the reused prefix (BACC's count)
+    _, text, _ = s.post("/completion", {"prompt": "y" * 70, "stream": True, "return_progress": True})
+    reports = _progress([d["prompt_progress"] for d in _data(text) if "prompt_progress" in d])
+    assert reports[0]["cache"] > 0 and reports[-1]["total"] == 70
 
 
 def test_continue_final_message_is_refused_not_ignored(server):
@@ -192,3 +202,51 @@ def test_continue_final_message_is_refused_not_ignored(server):
         status, err, _ = s.post(path, body)
         assert status == 400 and "continue_final_message" in err["error"]["message"]
     assert s.post("/apply-template", {**body, "continue_final_message": False})[0] == 200
+
+
+def test_return_tokens_and_the_stream_chunks_carry_the_generated_ids(server):
+    # llama-server: `tokens` is empty unless return_tokens; each stream chunk carries the ids of its text
+    s = server({"turns": [{"text": "ok"}, {"text": "ok"}, {"text": "hé"}]})
+    assert s.post("/completion", {"prompt": "x", "return_tokens": True})[1]["tokens"] == [111, 107]
+    assert s.post("/completion", {"prompt": "x"})[1]["tokens"] == []
+    _, text, _ = s.post("/completion", {"prompt": "x", "stream": True})
+    chunks = [d for d in _data(text) if not d["stop"]]
+    # é is two byte tokens here: its chunk carries both, once the character is whole
+    assert [c["tokens"] for c in chunks] == [[104], [195, 169]] and chunks[-1]["tokens_predicted"] == 3
+    assert s.post("/completion", {"prompt": "x", "return_tokens": 1})[0] == 400
+
+
+def test_ignore_eos_bans_the_end_tokens_and_shows_them(server, tmp_path):
+    # llama-server: ignore_eos adds the end-of-generation tokens to logit_bias, shown with bias null (-inf)
+    gens = tmp_path / "gens.txt"
+    s = server({"turns": [{"text": "ok"}, {"text": "ok"}], "record_gen": str(gens)})
+    body = s.post("/completion", {"prompt": "x", "ignore_eos": True})[1]
+    ends = sorted(s.svc.stop_ids)
+    assert ends and body["generation_settings"]["logit_bias"] == [{"token": t, "bias": None} for t in ends]
+    keys = [w for w in gens.read_text().splitlines()[-1].split() if w.startswith("logit_bias=")]
+    assert keys == ["logit_bias=" + ",".join(f"{t}:-100" for t in ends)]
+    assert s.post("/completion", {"prompt": "x"})[1]["generation_settings"]["logit_bias"] == []
+    assert s.post("/completion", {"prompt": "x", "ignore_eos": "yes"})[0] == 400
+
+
+def test_timings_per_token_on_completion_progress_and_chunks(server):
+    # llama-server: with timings_per_token the prompt_progress chunks carry the read's timings (the first all
+    # zero, never going back) and each content chunk running figures
+    s = server({"turns": [{"text": "abc", "pp_chunk": 16}]})
+    body = {"prompt": "y" * 60, "stream": True, "return_progress": True, "timings_per_token": True}
+    data = _data(s.post("/completion", body)[1])
+    progress = [d["timings"] for d in data if "prompt_progress" in d]
+    assert len(progress) > 1 and progress[0]["prompt_n"] == 0 and progress[0]["prompt_ms"] == 0.0
+    assert all(b["prompt_ms"] >= a["prompt_ms"] for a, b in zip(progress, progress[1:]))
+    assert progress[-1]["prompt_n"] == 60 and all(t["predicted_n"] == 0 for t in progress)
+    content = [d["timings"]["predicted_n"] for d in data if d.get("content")]
+    assert content == [1, 2, 3]
+
+
+def test_the_decode_rate_is_over_the_steps_after_the_first_token():
+    # decode_ms runs from the first token: n tokens are n - 1 decode steps (llama-server's rate); one token: 0
+    from serve.thinking_pass import reply_timings
+    one = reply_timings({"prompt_ms": 5.0, "decode_ms": 0.0}, 10, 1)
+    assert one["predicted_per_second"] == 0.0 and one["predicted_per_token_ms"] == 0.0
+    t = reply_timings({"prompt_ms": 5.0, "decode_ms": 150.0}, 10, 16)
+    assert t["predicted_per_second"] == 1e3 * 15 / 150.0 and t["predicted_per_token_ms"] == 10.0

@@ -23,9 +23,9 @@ def test_stream_rules_and_usage_chunk(server):
     s = server({"turns": [{"text": "héllo"}]})
     status, events, raw = s.stream(chat(stream_options={"include_usage": True}))
     assert status == 200 and raw.endswith("data: [DONE]\n\n")
-    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
     assert len({e["id"] for e in events}) == 1
-    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
     assert text == "héllo"  # the two bytes of é arrive in two tokens and are held until whole
     finish = [e for e in events if e["choices"] and e["choices"][0]["finish_reason"]]
     assert len(finish) == 1 and finish[0]["choices"][0]["delta"] == {} and "timings" in finish[0]
@@ -58,7 +58,7 @@ def test_max_tokens_exact_and_length(server):
 def test_stop_string_held_back_and_cut(server):
     s = server({"turns": [{"text": "one two STOP three"}]})
     _, events, _ = s.stream(chat(stop=["STOP"]))
-    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events)
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events)
     assert text == "one two " and events[-1]["choices"][0]["finish_reason"] == "stop"
     _, body, _ = s.post("/v1/chat/completions", chat(stop="tw"))
     assert body["choices"][0]["message"]["content"] == "one "
@@ -88,8 +88,15 @@ def test_context_rule(server):
     status, body, _ = s.post("/v1/chat/completions", chat("x" * 100))
     assert status == 400 and "never truncated" in body["error"]["message"]
     assert "context (64)" in body["error"]["message"] and body["error"]["code"] == "context_length_exceeded"
+    # llama-server's type and figures beside OpenAI's code (llama.cpp's clients and suite read them)
+    assert body["error"]["type"] == "exceed_context_size_error" and body["error"]["n_ctx"] == 64
+    assert body["error"]["n_prompt_tokens"] > 64 and "exceeds the available context size" in body["error"]["message"]
     status, body, _ = s.post("/v1/chat/completions", chat("x", max_tokens=60))
     assert status == 400 and "max tokens (60)" in body["error"]["message"]
+    status, err, _ = s.post("/completion", {"prompt": "x" * 100})  # llama.cpp's own route: the same figures
+    assert status == 400 and err["error"]["type"] == "exceed_context_size_error" and err["error"]["n_ctx"] == 64
+    status, err, _ = s.post("/v1/messages", {"max_tokens": 60, "messages": [{"role": "user", "content": "x"}]})
+    assert status == 400 and err["error"]["type"] == "invalid_request_error"  # Anthropic's types are fixed
     status, body, _ = s.post("/v1/chat/completions", chat("x", max_tokens=0))
     assert status == 200  # 0 = the rest of the context
 
@@ -234,3 +241,33 @@ def test_usage_reports_reasoning_tokens(server):
     assert body["usage"]["completion_tokens_details"] == {"reasoning_tokens": len("abc</think>")}
     _, body, _ = s.post("/v1/completions", {"prompt": "x"})
     assert "completion_tokens_details" not in body["usage"]
+
+
+def test_verbose_echoes_the_prompt_the_engine_read(server):
+    # llama-server's `verbose: true` debug echo (its web UI and suite read __verbose.prompt)
+    s = server({"turns": [{"text": "ok"}, {"text": "ok"}]})
+    body = s.post("/v1/chat/completions", chat("hi", verbose=True))[1]
+    assert body["__verbose"]["prompt"].endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    assert body["__verbose"]["content"] == "ok"
+    assert "__verbose" not in s.post("/v1/chat/completions", chat("hi", verbose=False))[1]
+
+
+def test_two_assistant_messages_at_the_end_are_a_400(server):
+    # llama-server refuses them ("cannot have 2 or more assistant messages at the end"); one is a plain turn
+    s = server({"turns": [{"text": "ok"}]})
+    two = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+           {"role": "assistant", "content": "c"}]
+    status, err, _ = s.post("/v1/chat/completions", {"messages": two})
+    assert status == 400 and err["error"]["param"] == "messages" and "two assistant" in err["error"]["message"]
+    assert s.post("/v1/chat/completions", {"messages": two[:2]})[0] == 200
+
+
+def test_timings_per_token_on_the_chat_stream(server):
+    # llama-server's timings_per_token: running timings on each content chunk, the final figures at the end
+    s = server({"turns": [{"text": "abc"}, {"text": "abc"}]})
+    _, events, _ = s.stream(chat("hi", timings_per_token=True))
+    content = [e for e in events if e["choices"] and e["choices"][0]["delta"].get("content")]
+    assert [e["timings"]["predicted_n"] for e in content] == [1, 2, 3]
+    assert "timings" not in events[0] and "predicted_per_second" in content[-1]["timings"]
+    _, events, _ = s.stream(chat("hi"))
+    assert not any("timings" in e for e in events if e["choices"] and e["choices"][0]["delta"].get("content"))

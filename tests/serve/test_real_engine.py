@@ -36,7 +36,7 @@ def test_paris_and_stream_equals_non_stream(real):
     assert "Paris" in text
     status, events, raw = real.stream(FRANCE)
     assert status == 200 and raw.endswith("data: [DONE]\n\n")
-    streamed = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+    streamed = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
     assert streamed == text
     assert events[-1]["choices"][0]["finish_reason"] == body["choices"][0]["finish_reason"]
 
@@ -58,4 +58,4 @@ def test_prompt_longer_than_the_context_is_a_400(real):
     status, body, _ = real.post("/v1/chat/completions", long, timeout=60)
     assert status == 400
     msg = body["error"]["message"]
-    assert "exceeds the context window" in msg and f"context ({CTX})" in msg and "never truncated" in msg
+    assert "exceeds the available context size" in msg and f"context ({CTX})" in msg and "never truncated" in msg

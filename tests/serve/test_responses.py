@@ -79,9 +79,9 @@ def test_in_progress_beat_while_the_prompt_is_read(server, monkeypatch):
 def test_ping_gives_in_progress_only_after_the_quiet_gap():
     b = responses.ResponseBuilder({"id": "resp_x"})
     b.start()
-    assert b.ping() is None  # an event just went out
+    assert b.ping() == []  # an event just went out
     b.last_frame_at = time.monotonic() - responses.IN_PROGRESS_EVERY_S - 0.1
-    frame = b.ping()
+    [frame] = b.ping()
     assert frame.startswith("event: response.in_progress\n") and '"sequence_number": 2' in frame
     assert responses.IN_PROGRESS_EVERY_S < 15.0 - 10.0 + 1e-9  # pings come every <= 10 s: gaps stay under 15 s
 
@@ -111,3 +111,22 @@ def test_builder_skips_an_unfinished_call_and_empty_text():
     from serve.events import Done
     b.finish(Done("length", 3, 3))
     assert b.output == []
+
+
+def test_llama_telemetry_progress_and_timings_per_token(server, monkeypatch):
+    # llama-server's return_progress / timings_per_token on /v1/responses (its suite's telemetry test)
+    monkeypatch.setattr(responses, "IN_PROGRESS_EVERY_S", 1000.0)  # only the progress reports, no beats
+    s = server({"turns": [{"text": "abc", "pp_chunk": 16}]})
+    body = {"input": "y" * 60, "stream": True, "return_progress": True, "timings_per_token": True}
+    _, text, _ = s.post("/v1/responses", body)
+    evs = _events(text)
+    progress = [e["prompt_progress"] for e in evs if "prompt_progress" in e]
+    assert progress and all(e["type"] == "response.in_progress" for e in evs if "prompt_progress" in e)
+    assert progress[-1]["processed"] == progress[-1]["total"] == evs[-1]["response"]["usage"]["input_tokens"]
+    deltas = [e for e in evs if e["type"] == "response.output_text.delta"]
+    assert [d["timings"]["predicted_n"] for d in deltas] == [1, 2, 3]
+    assert all("prompt_per_second" in d["timings"] and "predicted_per_second" in d["timings"] for d in deltas)
+    assert evs[-1]["type"] == "response.completed" and evs[-1]["timings"] == evs[-1]["response"]["timings"]
+    _, text, _ = s.post("/v1/responses", {"input": "y", "stream": True})  # without them: neither
+    assert not any("prompt_progress" in e or "timings" in e for e in _events(text)[:-1])
+    assert s.post("/v1/responses", {"input": "y", "stream": True, "return_progress": "yes"})[0] == 400

@@ -84,7 +84,7 @@ def test_streamed_events_continue_across_passes(thinking_server):
     deltas = [e["choices"][0]["delta"] for e in events if e["choices"]]
     reasoning = "".join(d.get("reasoning_content", "") for d in deltas)
     assert reasoning.startswith("abcd\n\nI have thought") and "</think>" not in reasoning
-    assert "".join(d.get("content", "") for d in deltas) == "Four."
+    assert "".join(d.get("content") or "" for d in deltas) == "Four."
     assert events[-1]["usage"]["completion_tokens_details"]["reasoning_tokens"] > 4
     assert raw.count("data: [DONE]") == 1
 

@@ -248,7 +248,7 @@ def test_openai_stream_assembles_to_the_message_on_every_specimen(spec):
         chunks = [json.loads(f[6:]) for f in "".join(stream.frames).split("\n\n")
                   if f.startswith("data: {")]
         deltas = [c["choices"][0]["delta"] for c in chunks if c.get("choices")]
-        assert deltas[0] == {"role": "assistant", "content": ""}
+        assert deltas[0] == {"role": "assistant", "content": None}
         streamed = assemble_openai_stream([tc for d in deltas for tc in d.get("tool_calls", [])])
         finished = message.get("tool_calls", [])
         assert [c for c in streamed if c["id"] in {f["id"] for f in finished}] == finished

@@ -81,7 +81,7 @@ def test_a_context_over_the_models_is_refused_with_the_numbers():
         pytest.skip("needs the default model and the built engine")
     r = _cli("serve", "--port", "0", "--ctx", "100000")
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("strata: --ctx 100000: ")
-    assert "512..8192" in r.stderr
+    assert "256..8192" in r.stderr
 
 
 def _spawn(tmp_path, env, *extra):

@@ -64,9 +64,13 @@ def test_threads_and_context_out_of_range_are_refused(small):
         make_plan(small, _machine(), {"threads": 9})
     with pytest.raises(PlanRefused, match="--threads 0"):
         make_plan(small, _machine(), {"threads": 0})
-    with pytest.raises(PlanRefused, match="512..8192"):
+    with pytest.raises(PlanRefused, match="256..8192"):
         make_plan(small, _machine(), {"max_context": 100000})
     assert make_plan(small, _machine(), {"threads": 8, "max_context": 2048}).n_ctx == 2048
+    # as small as llama.cpp's suite runs a slot (ctx 512 over 2 slots), and no smaller
+    assert make_plan(small, _machine(), {"max_context": 256}).n_ctx == 256
+    with pytest.raises(PlanRefused, match="256..8192"):
+        make_plan(small, _machine(), {"max_context": 255})
 
 
 def test_many_cores_and_replicas_share_the_physical_cores(small):
