@@ -22,6 +22,7 @@ from serve.replies import JsonReply
 MODEL_ROUTES = frozenset({"/v1/chat/completions", "/chat/completions", "/v1/completions", "/v1/messages",
                           "/v1/responses", "/responses", "/api/chat", "/api/generate", "/completion",
                           "/completions", "/infill"})  # every route whose body's `model` picks the model
+MODEL_ROUTES |= {"/v1/embeddings", "/embedding", "/embeddings", "/api/embed", "/api/embeddings"}
 LEASE_PREFIX = "/v1/lease"
 
 

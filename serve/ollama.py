@@ -8,8 +8,7 @@ Routes: GET `/api/version`, GET `/api/tags` (the served model and its aliases, a
 `/api/show`, GET `/api/ps`, POST `/api/chat`, POST `/api/generate` (an empty prompt answers `done_reason:
 "load"` as Ollama does; `raw: true` skips the template; `system` is the system turn), and answers that say
 what this server does not do: `/api/pull`, `/api/push`, `/api/create`, `/api/copy`, DELETE `/api/delete` (501:
-no model hub, the model is the one file it serves) and `/api/embed`, `/api/embeddings` (501 until embeddings
-exist).
+no model hub, the model is the one file it serves). `/api/embed` and `/api/embeddings` are serve/embeddings.py's.
 
 Request fields: `messages` (`role`, `content`, `thinking`, `tool_calls`, `tool_name`; `images` refused: no
 vision encoder), `tools` (OpenAI's function shape), `stream` (default **true**: NDJSON, one object a line),
@@ -25,7 +24,7 @@ Answer lines: `{model, created_at, message: {role, content[, thinking][, tool_ca
 `eval_count`, `eval_duration` (durations in nanoseconds, as Ollama reports them). A tool call is one line
 with the whole call (`{function: {name, arguments: {...}}}`), as Ollama sends it.
 
-Public surface: `version`, `tags`, `show`, `ps`, `chat`, `generate`, `no_hub`, `no_embeddings`, `error_body`.
+Public surface: `version`, `tags`, `show`, `ps`, `chat`, `generate`, `no_hub`, `error_body`.
 """
 from __future__ import annotations
 
@@ -166,10 +165,6 @@ def no_hub(service, body, ctx) -> JsonReply:
     what = ctx.path.rsplit("/", 1)[-1]
     return JsonReply(501, {"error": f"/api/{what} is not available: this server has no model hub; it serves the "
                                     f"one model file it was started with ('{service.model_name}')"})
-
-
-def no_embeddings(service, body, ctx) -> JsonReply:
-    return JsonReply(501, {"error": f"{ctx.path}: embeddings are not supported yet on this server"})
 
 
 # ---------------------------------------------------------------- request parsing
