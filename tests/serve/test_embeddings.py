@@ -4,6 +4,7 @@ the solo fake (EMB) and the slot fake (BEMB)."""
 import base64
 import json
 import math
+import os
 import struct
 import sys
 
@@ -14,6 +15,7 @@ from serve.service import Service
 from tests.fake_engine import fake_vector_line
 from tests.serve.conftest import start_http, stop_http
 from tests.serve.test_batch import FAKE_SLOTS
+from tests.serve.test_lifecycle import lifecycle_server  # noqa: F401 (a fixture)
 from tools.strata_tokenizer import ByteTokenizer
 
 
@@ -145,3 +147,14 @@ def test_a_refused_embedding_leaves_the_slot_usable(slots_server):
     status, out, _ = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                                      "max_tokens": 5})
     assert status == 200
+
+
+def test_the_body_model_picks_the_model_as_on_the_other_routes(lifecycle_server):
+    run = lifecycle_server()
+    status, out, _ = run.post("/v1/embeddings", {"model": "beta-alias", "input": "hi"})
+    assert status == 200 and out["model"] == "beta"  # as the chat routes name it
+    assert "EMB " in open(run.rec("beta")).read() and not os.path.exists(run.rec("alpha"))
+    status, err, _ = run.post("/v1/embeddings", {"model": "nope", "input": "hi"})
+    assert status == 404 and err["error"]["param"] == "model"
+    status, err, _ = run.post("/api/embed", {"model": "nope", "input": "hi"})
+    assert status == 404 and isinstance(err["error"], str)
