@@ -58,16 +58,8 @@ int embed_eval_chunk(strata_model* model, kv_cache* kv, const int32_t* tokens, i
     const std::vector<uint8_t> no_logits(static_cast<size_t>(len), 0), all(static_cast<size_t>(len), 1);
     hidden->resize(static_cast<size_t>(len) * static_cast<size_t>(E));
     kv_cache* kvs[1] = {kv};
-    eval_batch b;
-    b.n = len;
-    b.token = tokens;
-    b.pos = p.data();
-    b.seq = sq.data();
-    b.want_logits = no_logits.data();
-    b.kvs = kvs;
-    b.n_seq = 1;
-    b.want_hidden = all.data();
-    b.hidden = hidden->data();
+    const eval_batch b{.n = len, .token = tokens, .pos = p.data(), .seq = sq.data(), .want_logits = no_logits.data(),
+                       .kvs = kvs, .n_seq = 1, .want_hidden = all.data(), .hidden = hidden->data()};
     const int rc = model_eval(model, b, nullptr, err);
     if (rc == 0) pool->add(hidden->data(), len, E);
     return rc;

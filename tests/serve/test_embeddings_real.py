@@ -25,13 +25,9 @@ from tests.conftest import ENGINE_EXE, model_path
 from tests.serve.conftest import start_http, stop_http
 from tools.strata_tokenizer import Tokenizer
 
-ENGINE = os.environ.get("STRATA_TEST_ENGINE", ENGINE_EXE)
 MODEL = model_path()
-pytestmark = pytest.mark.skipif(not (os.access(ENGINE, os.X_OK) and MODEL),
-                                reason="needs build/strata-engine and the SmolLM2 model")
-CTX = 1024
-COSINE_MIN = 0.998
-COMPONENT_TOL = 0.03
+pytestmark = pytest.mark.skipif(not (os.access(ENGINE_EXE, os.X_OK) and MODEL), reason="needs the engine and model")
+CTX, COSINE_MIN, COMPONENT_TOL = 1024, 0.998, 0.03  # the tolerance: see the module docstring
 TEXTS = ["The cat sat on the mat.", "Quantum chromodynamics describes the strong force.",
          "def add(a, b):\n    return a + b\n"]
 
@@ -40,7 +36,7 @@ TEXTS = ["The cat sat on the mat.", "Quantum chromodynamics describes the strong
 def _server(tmp, lanes):
     tok = Tokenizer.from_gguf(MODEL, cache_dir=str(tmp))
     args = ["--model", MODEL, "--max-context", str(CTX)] + (["--batch", str(lanes)] if lanes > 1 else [])
-    engine = StrataEngine([ENGINE], args, log_path=str(tmp / f"e{lanes}.log"))
+    engine = StrataEngine([ENGINE_EXE], args, log_path=str(tmp / f"e{lanes}.log"))
     engine.start()
     started = []
     run = start_http(Service(engine, tok, "smollm2", ChatTemplate.from_text(tok.chat_template), arch="llama"),
