@@ -371,8 +371,6 @@ void serve_loop::run_gen(const command& cmd_in, int64_t seq) {
                  generated > 1 ? (generated - 1) * 1000.0 / std::max(1e-6, decode_ms) : 0.0);
 }
 
-// An admission: checked, its prefix reused into the slot and accepted at once (BACC); the read goes on in
-// the slots' steps.
 // Whether slot s can take an admission (ERR written when not).
 bool serve_loop::check_slot(const char* verb, int32_t s) {
     const std::string v = verb;
@@ -391,6 +389,8 @@ bool serve_loop::check_slot(const char* verb, int32_t s) {
     return true;
 }
 
+// An admission: checked, its prefix reused into the slot and accepted at once (BACC); the read goes on in
+// the slots' steps.
 void serve_loop::run_bgen(const command& cmd, int64_t seq) {
     const int32_t s = cmd.slot;
     if (!check_slot("BGEN", s)) return;
