@@ -12,8 +12,9 @@ follow their schema, and turn them into one GBNF grammar (serve/json_schema.py c
 - Forced tool calls (OpenAI tool_choice required/named, Anthropic any/tool) in the JSON call form: the call's
   opening stops after `"arguments": ` (or after `"name": "` when the tool is not named) and the grammar is
   the arguments per the tool's schema, then `}` and `</tool_call>`; a schema outside the subset is a 400.
-  Calls in the XML form (Qwen3.5 / Qwen3-Coder) likewise, XML-wrapped: the opening stops after
-  `<function=NAME>\n` (after `<function=` when the tool is not named) and the grammar is one
+  Calls in the XML form (Qwen3.5 / Qwen3-Coder) likewise, XML-wrapped: the opening is forced_opening's
+  (`<function=NAME>\n`, then `<parameter=` when the tool has required parameters; `<function=` when the
+  tool is not named) and the grammar goes on with one
   `<parameter=P>\nVALUE\n</parameter>\n` per property (required ones first, then the optional ones, each in
   the schema's order; no others), then `</function>\n</tool_call>`. A value whose `type` is text
   (toolcalls.value_is_text) is raw text, as the call parser reads it: its `const`/`enum` strings, its
@@ -111,7 +112,7 @@ def forced_call(tool_choice, tools, fmt: str) -> tuple[str, str] | None:
     elif len(tools) == 1:
         name = tools[0].name
     if fmt == "xml":
-        return _forced_xml_call(name, tools)
+        return _forced_xml_call(name, tools, forced_opening(tool_choice, tools, fmt))
     tail = f'"}}" "\\n" {gbnf_literal(CALL_CLOSE)}'
     if name is not None:
         tool = next(t for t in tools if t.name == name)
@@ -126,34 +127,40 @@ def forced_call(tool_choice, tools, fmt: str) -> tuple[str, str] | None:
     return head, "\n".join([f"root ::= ( {' | '.join(alts)} ) {tail}"] + lines) + "\n"
 
 
-def _forced_xml_call(name, tools) -> tuple[str, str]:
+def _forced_xml_call(name, tools, opening: str) -> tuple[str, str]:
+    """The opening is forced_opening's (for a named tool with required parameters it ends in `<parameter=`,
+    which keeps small models on the format); the grammar goes on from there."""
     tail = gbnf_literal(FUNCTION_CLOSE + "\n" + CALL_CLOSE)
     if name is not None:
         tool = next(t for t in tools if t.name == name)
-        params, lines = _xml_params(tool, "t0-")
-        return f"{CALL_OPEN}\n{FUNCTION_OPEN}{name}>\n", "\n".join([f"root ::= {params} {tail}"] + lines) + "\n"
+        params, lines = _xml_params(tool, "t0-", opened=opening.endswith(PARAM_OPEN))
+        return opening, "\n".join([f"root ::= {params} {tail}"] + lines) + "\n"
     alts, lines = [], []
     for i, tool in enumerate(tools):
         params, more = _xml_params(tool, f"t{i}-")
         alts.append(f"{gbnf_literal(tool.name + '>' + chr(10))} {params}")
         lines += more
-    return f"{CALL_OPEN}\n{FUNCTION_OPEN}", "\n".join([f"root ::= ( {' | '.join(alts)} ) {tail}"] + lines) + "\n"
+    return opening, "\n".join([f"root ::= ( {' | '.join(alts)} ) {tail}"] + lines) + "\n"
 
 
-def _xml_params(tool, prefix: str) -> tuple[str, list[str]]:
-    """(the parameters' sequence, its rules) of one tool's call body in the XML form."""
+def _xml_params(tool, prefix: str, opened: bool = False) -> tuple[str, list[str]]:
+    """(the parameters' sequence, its rules) of one tool's call body in the XML form; `opened`: the opening
+    already wrote the first (required) parameter's `<parameter=`."""
     params = tool.parameters if isinstance(tool.parameters, dict) else {}
     _tool_args(tool)  # the whole schema inside the subset, or a 400 naming the keyword
     props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
     required = [k for k in props if k in (params.get("required") or [])]
+    if opened and not required:
+        raise BadRequest(f"tools[{tool.name}].parameters: `required` names no parameter of `properties`",
+                         param="tools")
     seq, lines = [], []
     for k, key in enumerate(required + [k for k in props if k not in required]):
         field = f"tools[{tool.name}].parameters.properties.{key}"
         sub = props[key] if isinstance(props[key], dict) else {}
         value = _raw_text_grammar(sub, field) if value_is_text(sub.get("type")) else _schema_grammar(sub, field)
         lines += _prefixed(value, f"{prefix}p{k}-")
-        item = (f"{gbnf_literal(PARAM_OPEN + key + '>' + chr(10))} {prefix}p{k}-root "
-                f"{gbnf_literal(chr(10) + PARAM_CLOSE + chr(10))}")
+        tag = ("" if opened and k == 0 else PARAM_OPEN) + key + ">\n"
+        item = f"{gbnf_literal(tag)} {prefix}p{k}-root {gbnf_literal(chr(10) + PARAM_CLOSE + chr(10))}"
         seq.append(item if key in required else f"( {item} )?")
     return " ".join(seq) or '""', lines
 

@@ -25,10 +25,10 @@ WEATHER = {"type": "object", "properties": {
 
 def test_the_opening_and_the_grammar_of_a_named_xml_call():
     opening, grammar = forced_call({"name": "weather"}, [ToolSpec("weather", "", WEATHER)], "xml")
-    assert opening == "<tool_call>\n<function=weather>\n"
+    assert opening == "<tool_call>\n<function=weather>\n<parameter="  # forced_opening's, as before
     root = grammar.splitlines()[0]
     # required parameters first and always, the optional ones each optional, then the closing tags
-    assert root.startswith('root ::= "<parameter=city>\\x0a" t0-p0-root "\\x0a</parameter>\\x0a" '
+    assert root.startswith('root ::= "city>\\x0a" t0-p0-root "\\x0a</parameter>\\x0a" '
                            '"<parameter=days>\\x0a" t0-p1-root')
     assert root.count(")?") == 3 and root.endswith('"</function>\\x0a</tool_call>"')
     rules = dict(line.split(" ::= ", 1) for line in grammar.splitlines())
@@ -39,7 +39,7 @@ def test_the_opening_and_the_grammar_of_a_named_xml_call():
 
 
 def test_forced_xml_call_reaches_the_engine_and_reads_back(cserver):
-    s, grammars = cserver({"turns": [{"text": "<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+    s, grammars = cserver({"turns": [{"text": "city>\nParis\n</parameter>\n<parameter=days>\n3\n"
                                               "</parameter>\n</function>\n</tool_call>"}]})
     s.svc.template = ChatTemplate(tool_format="xml")
     tools = [{"type": "function", "function": {"name": "weather", "parameters": WEATHER}}]
