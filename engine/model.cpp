@@ -727,6 +727,14 @@ int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string*
         if (!l.ffn_post_norm.empty()) run_entries(m, n, post_norm_range, &f);
         run_entries(m, n, add_range, &f);
     }
+    if (b.want_hidden && b.hidden) {  // embeddings: the final-normed rows, as the head would read them
+        int32_t k = 0;
+        for (int32_t i = 0; i < n; ++i) {
+            if (!b.want_hidden[i]) continue;
+            rmsnorm_row(s.x.data() + size_t(i) * size_t(E), m->output_norm.data(), b.hidden + size_t(k) * size_t(E), E, hp.rms_eps);
+            ++k;
+        }
+    }
     // final norm of the entries that want logits, compacted, then the head straight into logits
     int32_t n_out = 0;
     for (int32_t i = 0; i < n; ++i) {

@@ -100,6 +100,11 @@ struct eval_batch {
     const uint8_t* want_logits = nullptr; // (n)
     kv_cache* const* kvs = nullptr;       // (n_seq)
     int32_t n_seq = 0;
+    // Embeddings (engine/embed.h): for entries with want_hidden[i] != 0 the final-normed hidden state
+    // (rmsnorm(x) * output_norm, the head's input; n_embd floats) is written to hidden + k * n_embd, k counting
+    // only those entries, in entry order. Both nullptr = none wanted.
+    const uint8_t* want_hidden = nullptr; // (n) or nullptr
+    float* hidden = nullptr;              // (entries wanting it, n_embd) out
 };
 // Returns 0 on success, -1 on bad input (n > n_batch, pos out of range, ...) with *err set.
 int model_eval(strata_model* model, const eval_batch& batch, float* logits, std::string* err);

@@ -272,6 +272,15 @@ bool protocol_parse(const std::string& raw, int32_t n_vocab, command* out) {
         if (!parse_slot(w, out)) return false;
         return parse_request(w, 2, n_vocab, out);
     }
+    if (verb == "EMB" || verb == "BEMB") {  // <ids> only: no keys, no max_new
+        out->kind = verb == "EMB" ? CMD_EMB : CMD_BEMB;
+        if (out->kind == CMD_BEMB && !parse_slot(w, out)) return false;
+        const size_t first = out->kind == CMD_BEMB ? 2 : 1;
+        if (w.size() != first + 1) return fail(out, w.size() <= first ? "empty prompt" : verb + ": ids only");
+        std::string why;
+        if (!parse_ids(w[first], n_vocab, &out->ids, &why)) return fail(out, why);
+        return true;
+    }
     if (verb == "STOP") {
         out->kind = CMD_STOP;
         return true;

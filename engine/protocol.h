@@ -27,6 +27,8 @@ enum cmd_kind : int32_t {
     CMD_SAVE,        // SAVE <path>
     CMD_RESTORE,     // RESTORE <path>
     CMD_QUIT,        // QUIT
+    CMD_EMB,         // EMB <ids>: solo embedding (engine/embed.h)
+    CMD_BEMB,        // BEMB <slot> <ids>: embedding in an idle slot, read in the slot steps
 };
 
 struct command {
@@ -36,7 +38,7 @@ struct command {
     sampler_params sampling;    // GEN/BGEN
     bool ckpt = true;           // GEN/BGEN: ckpt=0 asks for no conversation checkpoint (a one-shot call)
     std::string grammar;        // GEN/BGEN: grammar=<GBNF, %XX-escaped>, decoded ("" = unconstrained)
-    std::vector<int32_t> ids;   // GEN/BGEN: the prompt
+    std::vector<int32_t> ids;   // GEN/BGEN/EMB/BEMB: the prompt
     std::string path;           // SAVE/RESTORE
     int64_t vram_mib = -1;      // VRAM argument, -1 when absent
     std::string error;          // set when protocol_parse returns false

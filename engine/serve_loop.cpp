@@ -11,6 +11,7 @@
 #include <random>
 
 #include "prefill/chunking.hpp"
+#include "embed.h"
 #include "grammar.h"
 #include "prefill/pf_timer.h"
 #include "protocol.h"
@@ -80,6 +81,9 @@ private:
     bool handle(const stdin_line& line);  // false: QUIT
     void run_gen(const command& cmd, int64_t seq);
     void run_bgen(const command& cmd, int64_t seq);
+    void run_emb(const command& cmd, int64_t seq);
+    void run_bemb(const command& cmd, int64_t seq);
+    bool check_slot(const char* verb, int32_t s);
     void run_session_file(const command& cmd);
     void run_vram();
     bool check_request(const command& cmd);
@@ -191,6 +195,8 @@ bool serve_loop::handle(const stdin_line& line) {
         case CMD_QUIT: return false;
         case CMD_GEN: run_gen(cmd, line.seq); return true;
         case CMD_BGEN: run_bgen(cmd, line.seq); return true;
+        case CMD_EMB: run_emb(cmd, line.seq); return true;
+        case CMD_BEMB: run_bemb(cmd, line.seq); return true;
         case CMD_SAVE:
         case CMD_RESTORE: run_session_file(cmd); return true;
         case CMD_VRAM: run_vram(); return true;
@@ -372,22 +378,29 @@ void serve_loop::run_gen(const command& cmd_in, int64_t seq) {
                  generated > 1 ? (generated - 1) * 1000.0 / std::max(1e-6, decode_ms) : 0.0);
 }
 
+// Whether slot s can take an admission (ERR written when not).
+bool serve_loop::check_slot(const char* verb, int32_t s) {
+    const std::string v = verb;
+    if (cfg_.n_slots <= 0) {
+        err_line(v + ": no batch slots (start the engine with --batch N)");
+        return false;
+    }
+    if (s >= cfg_.n_slots) {
+        err_line(v + ": no slot " + std::to_string(s) + " (batch slots: " + std::to_string(cfg_.n_slots) + ")");
+        return false;
+    }
+    if (slots_.at(s).phase != SLOT_IDLE) {
+        err_line(v + ": slot " + std::to_string(s) + " is busy");
+        return false;
+    }
+    return true;
+}
+
 // An admission: checked, its prefix reused into the slot and accepted at once (BACC); the read goes on in
 // the slots' steps.
 void serve_loop::run_bgen(const command& cmd, int64_t seq) {
-    if (cfg_.n_slots <= 0) {
-        err_line("BGEN: no batch slots (start the engine with --batch N)");
-        return;
-    }
     const int32_t s = cmd.slot;
-    if (s >= cfg_.n_slots) {
-        err_line("BGEN: no slot " + std::to_string(s) + " (batch slots: " + std::to_string(cfg_.n_slots) + ")");
-        return;
-    }
-    if (slots_.at(s).phase != SLOT_IDLE) {
-        err_line("BGEN: slot " + std::to_string(s) + " is busy");
-        return;
-    }
+    if (!check_slot("BGEN", s)) return;
     if (!check_request(cmd)) return;
     std::shared_ptr<grammar_matcher> gm;
     if (!start_grammar(cmd, &gm)) return;
@@ -403,6 +416,62 @@ void serve_loop::run_bgen(const command& cmd, int64_t seq) {
     const int32_t ckpt = cmd.ckpt ? session_turn_checkpoint(cmd.ids, cfg_.turn_token) : 0;
     slots_.accept(s, seq, cmd.ids, reused, ckpt, cmd.max_new, cmd.sampling, request_seed(cmd.sampling), std::move(gm));
     protocol_write_line("BACC " + std::to_string(s) + " " + std::to_string(reused));
+}
+
+// An embedding in a slot: accepted at once (BACC <slot> 0: it reads every position itself), read in the
+// slots' steps; the slot's previous conversation is parked first when it is one (session_apply_reuse).
+void serve_loop::run_bemb(const command& cmd, int64_t seq) {
+    const int32_t s = cmd.slot;
+    if (!check_slot("BEMB", s) || !check_request(cmd)) return;
+    if (!slots_.ensure_kv(s)) {
+        err_line("BEMB: cannot allocate the KV cache of slot " + std::to_string(s));
+        return;
+    }
+    session_apply_reuse(&slots_.at(s).st, cmd.ids, reuse_source{}, &cache_);
+    slots_.accept_embed(s, seq, cmd.ids);
+    protocol_write_line("BACC " + std::to_string(s) + " 0");
+}
+
+// A solo embedding: RESUME 0, PP per chunk, VEC <n_embd> <base64>, DONE (generated 0). The solo session is
+// read from position 0 (its previous conversation parked first) and holds the prompt afterwards. Slots wait.
+void serve_loop::run_emb(const command& cmd, int64_t seq) {
+    if (!check_request(cmd)) return;
+    const clock_type::time_point t0 = clock_type::now();
+    const int32_t n = static_cast<int32_t>(cmd.ids.size());
+    session_apply_reuse(&live_, cmd.ids, reuse_source{}, &cache_);
+    protocol_write_line("RESUME 0");
+    embed_pool pool;
+    pool.reset(info_.n_embd);
+    std::vector<float> hidden;
+    const char* finish = "stop";
+    int32_t pos = 0;
+    while (pos < n) {
+        const int32_t len = pf::chunk_next_len(pos, n, cfg_.chunk);
+        std::string err;
+        if (embed_eval_chunk(model_, live_.kv, cmd.ids.data() + pos, len, pos, &hidden, &pool, &err) != 0) {
+            err_line("model: " + err);
+            return;
+        }
+        live_.tokens.insert(live_.tokens.end(), cmd.ids.begin() + pos, cmd.ids.begin() + pos + len);
+        pos += len;
+        const double ms = ms_between(t0, clock_type::now());
+        protocol_write_line("PP " + std::to_string(pos) + " " + std::to_string(n) + " " + protocol_fixed1(ms) + " " +
+                            protocol_fixed1(pos / std::max(1e-9, ms / 1000.0)));
+        if (pos < n && reader_.stop_requested(seq)) {
+            finish = "cancel";
+            break;
+        }
+    }
+    if (pos == n) {
+        const std::string payload = pool.payload();
+        if (payload.empty()) {
+            drop_poisoned(&live_);
+            finish = "nonfinite";
+        } else {
+            protocol_write_line("VEC " + payload);
+        }
+    }
+    protocol_write_line(done_line(0, n, ms_between(t0, clock_type::now()), 0.0, finish, 0, pos));
 }
 
 void serve_loop::run_session_file(const command& cmd) {

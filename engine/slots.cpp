@@ -64,6 +64,14 @@ void slot_table::accept(int32_t i, int64_t seq, const std::vector<int32_t>& prom
     s.sampling = sp;
     s.seed = seed;
     s.gm = std::move(gm);
+    s.embed = false;
+}
+
+void slot_table::accept_embed(int32_t i, int64_t seq, const std::vector<int32_t>& prompt) {
+    accept(i, seq, prompt, 0, 0, 0, sampler_params{}, 0);
+    slot& s = at(i);
+    s.embed = true;
+    s.pool.reset(model_get_info(model_).n_embd);
 }
 
 void slot_table::finish(int32_t i, const char* why) {
@@ -79,6 +87,8 @@ void slot_table::finish(int32_t i, const char* why) {
     s.phase = SLOT_IDLE;
     s.pending = -1;
     s.gm.reset();
+    s.embed = false;
+    s.pool.sum.clear();
     s.prompt.clear();
     s.prompt.shrink_to_fit();
 }
@@ -156,6 +166,8 @@ bool slot_table::step(const stdin_reader& reader, const std::vector<int32_t>& eo
     kvs_.clear();
     append(rows_, 0, &token_, &pos_, &seq_, &kvs_);
     want_.assign(rows_.size(), 1);
+    want_hidden_.assign(rows_.size(), 0);
+    size_t n_hidden = 0;
     for (const chunk_plan& c : reads_) {
         const slot& s = at(c.slot);
         const int32_t sq = static_cast<int32_t>(kvs_.size());
@@ -164,8 +176,10 @@ bool slot_table::step(const stdin_reader& reader, const std::vector<int32_t>& eo
             pos_.push_back(c.pos + j);
             seq_.push_back(sq);
             want_.push_back(0);
+            want_hidden_.push_back(s.embed ? 1 : 0);
         }
-        if (c.pos + c.len == static_cast<int32_t>(s.prompt.size())) want_.back() = 1;  // its first token
+        if (s.embed) n_hidden += static_cast<size_t>(c.len);
+        else if (c.pos + c.len == static_cast<int32_t>(s.prompt.size())) want_.back() = 1;  // its first token
         kvs_.push_back(s.st.kv);
     }
     const size_t n_want = static_cast<size_t>(std::count(want_.begin(), want_.end(), 1));
@@ -177,6 +191,11 @@ bool slot_table::step(const stdin_reader& reader, const std::vector<int32_t>& eo
     batch.want_logits = want_.data();
     batch.kvs = kvs_.data();
     batch.n_seq = static_cast<int32_t>(kvs_.size());
+    if (n_hidden > 0) {
+        hidden_.resize(n_hidden * static_cast<size_t>(model_get_info(model_).n_embd));
+        batch.want_hidden = want_hidden_.data();
+        batch.hidden = hidden_.data();
+    }
     logits_.resize(n_want * static_cast<size_t>(n_vocab_));
     if (model_eval(model_, batch, logits_.data(), err) != 0) {
         fail(rows_);
@@ -187,10 +206,17 @@ bool slot_table::step(const stdin_reader& reader, const std::vector<int32_t>& eo
     }
     after_eval(rows_, logits_.data(), eos_ids);
     const float* next = logits_.data() + rows_.size() * static_cast<size_t>(n_vocab_);
+    const int32_t E = model_get_info(model_).n_embd;
+    const float* rows = hidden_.data();
     for (const chunk_plan& c : reads_) {
-        const bool last = c.pos + c.len == static_cast<int32_t>(at(c.slot).prompt.size());
+        slot& s = at(c.slot);
+        const bool last = c.pos + c.len == static_cast<int32_t>(s.prompt.size());
+        if (s.embed) {
+            s.pool.add(rows, c.len, E);
+            rows += static_cast<size_t>(c.len) * static_cast<size_t>(E);
+        }
         after_read(c, next, eos_ids);
-        if (last) next += n_vocab_;
+        if (last && !s.embed) next += n_vocab_;
     }
     return true;
 }
@@ -204,7 +230,22 @@ void slot_table::after_read(const chunk_plan& c, const float* logits, const std:
     const double read_s = std::max(1e-9, ms / 1000.0);
     protocol_write_line("BPP " + std::to_string(c.slot) + " " + std::to_string(c.pos + c.len) + " " +
                         std::to_string(n) + " " + protocol_fixed1(ms) + " " + protocol_fixed1(s.n_read / read_s));
-    if (c.pos + c.len == n) first_token(c.slot, logits, eos_ids);
+    if (c.pos + c.len != n) return;
+    if (s.embed) embed_done(c.slot);
+    else first_token(c.slot, logits, eos_ids);
+}
+
+// The embedding's read has ended: its vector (BVEC <slot> <n_embd> <base64>), then BDONE with 0 generated.
+void slot_table::embed_done(int32_t i) {
+    slot& s = at(i);
+    const std::string payload = s.pool.payload();
+    if (payload.empty()) {
+        s.st.tokens.clear();  // what this slot's cache holds may be poisoned
+        finish(i, "nonfinite");
+        return;
+    }
+    protocol_write_line("BVEC " + std::to_string(i) + " " + payload);
+    finish(i, "stop");
 }
 
 void slot_table::first_token(int32_t i, const float* logits, const std::vector<int32_t>& eos_ids) {

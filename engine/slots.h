@@ -13,6 +13,9 @@
 //    When it finishes it is idle and keeps that conversation (prefix reuse, its turn checkpoint), so "the
 //    slot holds prompt + generated minus the last" holds after BDONE too; a read that was cancelled holds
 //    what it read.
+//  - An embedding slot (BEMB, engine/embed.h) reads like any other and is scheduled with the reads; its
+//    entries ask for hidden rows instead of logits; when its read ends it writes BVEC and BDONE (generated 0)
+//    and holds its prompt, like a request that ended at once.
 //  - Acceptance (prefix reuse into the slot, the BACC line) is the serve loop's: it calls accept().
 #pragma once
 
@@ -21,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "embed.h"
 #include "grammar.h"
 #include "model.h"
 #include "sampler.h"
@@ -55,6 +59,9 @@ struct slot {
     uint64_t seed = 0;
     std::shared_ptr<grammar_matcher> gm;  // the request's grammar (grammar=), or nullptr
     std::chrono::steady_clock::time_point t0;  // first token (decoding started)
+    // an embedding (BEMB): read only, every chunk's hidden rows pooled; BVEC then BDONE when the read ends
+    bool embed = false;
+    embed_pool pool;
 };
 
 class slot_table {
@@ -77,6 +84,8 @@ public:
     void accept(int32_t i, int64_t seq, const std::vector<int32_t>& prompt, int32_t reused, int32_t ckpt,
                 int32_t max_new, const sampler_params& sp, uint64_t seed,
                 std::shared_ptr<grammar_matcher> gm = nullptr);
+    // Slot i (its state emptied) starts reading an embedding's prompt from position 0 (engine/embed.h).
+    void accept_embed(int32_t i, int64_t seq, const std::vector<int32_t>& prompt);
     // One step (see the contract). Writes BPP/BT/BDONE lines. Returns false (with *err) only when the model
     // refused the batch, in which case every slot in it was ended with BDONE ... nonfinite.
     bool step(const stdin_reader& reader, const std::vector<int32_t>& eos_ids, int32_t step_tokens,
@@ -105,6 +114,7 @@ private:
     void plan_reads(int32_t budget);
     void after_read(const chunk_plan& c, const float* logits, const std::vector<int32_t>& eos_ids);
     void first_token(int32_t i, const float* logits, const std::vector<int32_t>& eos_ids);
+    void embed_done(int32_t i);
 
     strata_model* model_;
     int32_t n_vocab_;
@@ -116,5 +126,7 @@ private:
     std::vector<int32_t> rows_, token_, pos_, seq_;  // step's batch (reused)
     std::vector<chunk_plan> reads_;                  // step's prompt chunks, shortest remaining first
     std::vector<uint8_t> want_;
+    std::vector<uint8_t> want_hidden_;               // step's embedding entries
+    std::vector<float> hidden_;                      // (embedding entries, n_embd)
     std::vector<kv_cache*> kvs_;
 };

@@ -75,8 +75,9 @@ void stdin_reader::handle_line(std::string&& line, bool too_long) {
             }
         }
     }
-    // GEN/BGEN open a new request number (a cheap prefix test: the loop does the real parse).
-    const bool is_request = line.compare(0, 4, "GEN ") == 0 || line.compare(0, 5, "BGEN ") == 0;
+    // GEN/BGEN/EMB/BEMB open a new request number (a cheap prefix test: the loop does the real parse).
+    const bool is_request = line.compare(0, 4, "GEN ") == 0 || line.compare(0, 5, "BGEN ") == 0 ||
+                            line.compare(0, 4, "EMB ") == 0 || line.compare(0, 5, "BEMB ") == 0;
     item.seq = is_request ? req_seq_.load() + 1 : req_seq_.load();
     if (is_request) req_seq_.store(item.seq, std::memory_order_release);
     item.text = std::move(line);

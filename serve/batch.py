@@ -86,8 +86,9 @@ class _Waiter:
 class _SlotRequest:
     """One request's state; only its own thread touches it (the slot claim goes through slot_cv)."""
 
-    def __init__(self, ids, max_new, keys, cancelled):
+    def __init__(self, ids, max_new, keys, cancelled, embed=False):
         self.ids = list(ids)
+        self.embed = embed        # BEMB: an embedding (no tokens; BVEC before BDONE)
         self.max_new = int(max_new)
         self.keys = (" " + keys.strip()) if keys and keys.strip() else ""
         self.cancelled = cancelled or (lambda: False)
@@ -145,10 +146,11 @@ class BatchPath:
                     "quarantines": self.quarantines}
 
     # ------------------------------------------------------------------ one request
-    def generate(self, ids, max_new, keys="", cancelled=None, result=None):
-        """Yields token ids, and None as heartbeats; `result` gets the request's figures at the end."""
+    def generate(self, ids, max_new, keys="", cancelled=None, result=None, embed=False):
+        """Yields token ids, and None as heartbeats; `result` gets the request's figures at the end (an
+        embedding's vector as `result["embedding"]`)."""
         result = {} if result is None else result
-        req = _SlotRequest(ids, max_new, keys, cancelled)
+        req = _SlotRequest(ids, max_new, keys, cancelled, embed)
         req.figures = result  # filled as the lines come: progress, then BDONE's figures
         try:
             if not (yield from self._claim(req)):
@@ -225,7 +227,9 @@ class BatchPath:
         try:
             if proc.ended or proc is not e.current():
                 raise EngineDied(e.gone(proc))  # never sent to a later process
-            proc.admit(req.slot, f"BGEN {req.slot} {req.max_new}{req.keys} {','.join(map(str, req.ids))}")
+            ids = ','.join(map(str, req.ids))
+            proc.admit(req.slot, f"BEMB {req.slot} {ids}" if req.embed else
+                       f"BGEN {req.slot} {req.max_new}{req.keys} {ids}")
             req.sent = True
         finally:
             e.ctl.release()
@@ -284,6 +288,8 @@ class BatchPath:
                     self._progress(req, rest, line, clock, now)
                     beat = now
                     yield None
+                elif word == "BVEC":
+                    req.figures["embedding"] = rest
                 elif word == "BDONE":
                     self._done(req, parse_bdone(line))
                     return

@@ -5,6 +5,7 @@ follow their schema, and turn them into one GBNF grammar (serve/json_schema.py c
 `grammar=` engine key. Also refuses, with a 400 that says so, the output fields Strata does not implement
 (logprobs, n > 1, ...): accepted-and-ignored is never an answer.
 
+- Responses `text.format` and Ollama `format` (their translators call `schema_ask` / take ANY_OBJECT_GRAMMAR).
 - OpenAI chat and completions: `response_format` {type: text | json_object (with llama.cpp's `schema` beside it:
   that schema) | json_schema {json_schema: {schema, strict, name}}}; llama.cpp's extensions on the same routes:
   `json_schema` (a schema) and
@@ -12,9 +13,15 @@ follow their schema, and turn them into one GBNF grammar (serve/json_schema.py c
 - Forced tool calls (OpenAI tool_choice required/named, Anthropic any/tool) in the JSON call form: the call's
   opening stops after `"arguments": ` (or after `"name": "` when the tool is not named) and the grammar is
   the arguments per the tool's schema, then `}` and `</tool_call>`; a schema outside the subset is a 400.
-  Calls in the XML form (`<function=...>`) are not constrained (their opening stays as it was).
+  Calls in the XML form (Qwen3.5 / Qwen3-Coder) likewise, XML-wrapped: the opening is forced_opening's
+  (`<function=NAME>\n`, then `<parameter=` when the tool has required parameters; `<function=` when the
+  tool is not named) and the grammar goes on with one
+  `<parameter=P>\nVALUE\n</parameter>\n` per property (required ones first, then the optional ones, each in
+  the schema's order; no others), then `</function>\n</tool_call>`. A value whose `type` is text
+  (toolcalls.value_is_text) is raw text, as the call parser reads it: its `const`/`enum` strings, its
+  `format`, or up to `maxLength` characters other than `<`; any other value is JSON per its schema.
 
-Public surface: `openai_grammar(body)`, `refuse_unsupported(body, api)`, `forced_call(tool_choice, tools,
+Public surface: `openai_grammar(body)`, `schema_ask(schema, field)`, `refuse_unsupported(body, api)`, `forced_call(tool_choice, tools,
 fmt)`, `grammar_key(text)`, `GRAMMAR_INFO_KEY`. Knows no HTTP beyond BadRequest and no engine.
 """
 from __future__ import annotations
@@ -23,8 +30,9 @@ import json
 import urllib.parse
 
 from serve.events import BadRequest
-from serve.json_schema import ANY_OBJECT_GRAMMAR, SchemaError, gbnf_literal, schema_grammar
-from serve.toolcalls import CALL_CLOSE, CALL_OPEN, forced_opening
+from serve.json_schema import ANY_OBJECT_GRAMMAR, FORMATS, SchemaError, gbnf_literal, schema_grammar
+from serve.toolcalls import (CALL_CLOSE, CALL_OPEN, FUNCTION_CLOSE, FUNCTION_OPEN, PARAM_CLOSE, PARAM_OPEN,
+                             forced_opening, value_is_text)
 
 GRAMMAR_INFO_KEY = "grammar"  # INFO grammar=1: the engine applies grammar= (docs/PROTOCOL.md)
 GRAMMAR_TEXT_MAX_BYTES = 1 << 20
@@ -57,6 +65,12 @@ def _schema_grammar(schema, field: str) -> str:
         return schema_grammar(schema)
     except SchemaError as e:
         raise BadRequest(f"{field}: {e}", param=field) from None
+
+
+def schema_ask(schema, field: str) -> str:
+    """The grammar of a JSON Schema a request asks for in `field` (Responses `text.format`, Ollama `format`);
+    a 400 naming the field and the keyword outside the subset."""
+    return _schema_grammar(schema, field)
 
 
 def openai_grammar(body: dict) -> str | None:
@@ -92,17 +106,17 @@ def openai_grammar(body: dict) -> str | None:
 
 
 def forced_call(tool_choice, tools, fmt: str) -> tuple[str, str] | None:
-    """(opening, grammar of the rest of the reply) for a forced call in the JSON form, else None."""
-    if fmt != "json" or forced_opening(tool_choice, tools, fmt) is None:
+    """(opening, grammar of the rest of the reply) for a forced call (JSON or XML form), else None."""
+    if forced_opening(tool_choice, tools, fmt) is None:
         return None
-    opening = forced_opening(tool_choice, tools, fmt)
-    tail = f'"}}" "\\n" {gbnf_literal(CALL_CLOSE)}'
-
     name = None
     if isinstance(tool_choice, dict):
         name = tool_choice.get("name")
     elif len(tools) == 1:
         name = tools[0].name
+    if fmt == "xml":
+        return _forced_xml_call(name, tools, forced_opening(tool_choice, tools, fmt))
+    tail = f'"}}" "\\n" {gbnf_literal(CALL_CLOSE)}'
     if name is not None:
         tool = next(t for t in tools if t.name == name)
         head = f'{CALL_OPEN}\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": '
@@ -114,6 +128,60 @@ def forced_call(tool_choice, tools, fmt: str) -> tuple[str, str] | None:
         alts.append(f"{name_lit} t{i}-root")
         lines += _prefixed(_tool_args(tool), f"t{i}-")
     return head, "\n".join([f"root ::= ( {' | '.join(alts)} ) {tail}"] + lines) + "\n"
+
+
+def _forced_xml_call(name, tools, opening: str) -> tuple[str, str]:
+    """The opening is forced_opening's (for a named tool with required parameters it ends in `<parameter=`,
+    which keeps small models on the format); the grammar goes on from there."""
+    tail = gbnf_literal(FUNCTION_CLOSE + "\n" + CALL_CLOSE)
+    if name is not None:
+        tool = next(t for t in tools if t.name == name)
+        params, lines = _xml_params(tool, "t0-", opened=opening.endswith(PARAM_OPEN))
+        return opening, "\n".join([f"root ::= {params} {tail}"] + lines) + "\n"
+    alts, lines = [], []
+    for i, tool in enumerate(tools):
+        params, more = _xml_params(tool, f"t{i}-")
+        alts.append(f"{gbnf_literal(tool.name + '>' + chr(10))} {params}")
+        lines += more
+    return opening, "\n".join([f"root ::= ( {' | '.join(alts)} ) {tail}"] + lines) + "\n"
+
+
+def _xml_params(tool, prefix: str, opened: bool = False) -> tuple[str, list[str]]:
+    """(the parameters' sequence, its rules) of one tool's call body in the XML form; `opened`: the opening
+    already wrote the first (required) parameter's `<parameter=`."""
+    params = tool.parameters if isinstance(tool.parameters, dict) else {}
+    _tool_args(tool)  # the whole schema inside the subset, or a 400 naming the keyword
+    props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+    required = [k for k in props if k in (params.get("required") or [])]
+    if opened and not required:
+        raise BadRequest(f"tools[{tool.name}].parameters: `required` names no parameter of `properties`",
+                         param="tools")
+    seq, lines = [], []
+    for k, key in enumerate(required + [k for k in props if k not in required]):
+        field = f"tools[{tool.name}].parameters.properties.{key}"
+        sub = props[key] if isinstance(props[key], dict) else {}
+        value = _raw_text_grammar(sub, field) if value_is_text(sub.get("type")) else _schema_grammar(sub, field)
+        lines += _prefixed(value, f"{prefix}p{k}-")
+        tag = ("" if opened and k == 0 else PARAM_OPEN) + key + ">\n"
+        item = f"{gbnf_literal(tag)} {prefix}p{k}-root {gbnf_literal(chr(10) + PARAM_CLOSE + chr(10))}"
+        seq.append(item if key in required else f"( {item} )?")
+    return " ".join(seq) or '""', lines
+
+
+def _raw_text_grammar(prop: dict, field: str) -> str:
+    """A text value as raw text (no quotes, no escapes): its const / enum strings, its format, or up to maxLength
+    characters other than `<` (so a value never runs into its closing tag)."""
+    _schema_grammar(prop, field)  # inside the subset, or a 400
+    if "const" in prop or "enum" in prop:
+        values = [prop["const"]] if "const" in prop else list(prop["enum"])
+        texts = [v if isinstance(v, str) else json.dumps(v) for v in values]
+        return f"root ::= {' | '.join(gbnf_literal(t) for t in texts)}\n"
+    fmt = prop.get("format")
+    if fmt in FORMATS:  # the format's own rules, without the quotes around them
+        rules = schema_grammar({"type": "string", "format": fmt}).splitlines()[1:]
+        return "\n".join([f"root ::= {fmt}"] + rules) + "\n"
+    lo, hi = prop.get("minLength", 0), prop.get("maxLength")
+    return f"root ::= [^<]{{{lo},{'' if hi is None else hi}}}\n"
 
 
 def _tool_args(tool) -> str:

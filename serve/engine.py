@@ -315,13 +315,14 @@ class StrataEngine:
 
     # ---------------------------------------------------------------- the solo path
     def generate(self, ids: list[int], max_new: int, keys: str = "", cancelled=None,
-                 result: dict | None = None):
-        """Yields token ids, and None as heartbeats; `result` gets the figures."""
+                 result: dict | None = None, embed: bool = False):
+        """Yields token ids, and None as heartbeats; `result` gets the figures. `embed`: an embedding
+        (EMB / BEMB: no tokens; `result["embedding"]` gets the vector's `<n_embd> <base64>`)."""
         result = {} if result is None else result
         if not self.alive():
             raise EngineDied("the engine is unavailable; this request was not sent")
         if self.batched():
-            yield from self.batch.generate(ids, max_new, keys, cancelled, result)
+            yield from self.batch.generate(ids, max_new, keys, cancelled, result, embed)
             return
         if not (yield from self._take_ctl(cancelled)):
             result["finish"] = "cancel"
@@ -330,7 +331,7 @@ class StrataEngine:
             proc = self._cur
             if proc is None or proc.ended:
                 raise EngineDied("the engine is unavailable; this request was not sent")
-            yield from _SoloRequest(self, proc, ids, keys, cancelled, result).run(max_new)
+            yield from _SoloRequest(self, proc, ids, keys, cancelled, result, embed).run(max_new)
         finally:
             self.ctl.release()
 
@@ -421,15 +422,17 @@ class StrataEngine:
 class _SoloRequest:
     """One GEN on a solo engine, read from the control lines while `ctl` is held."""
 
-    def __init__(self, engine: StrataEngine, proc: EngineProcess, ids, keys, cancelled, result):
+    def __init__(self, engine: StrataEngine, proc: EngineProcess, ids, keys, cancelled, result, embed=False):
         self.e, self.proc, self.ids, self.result = engine, proc, list(ids), result
+        self.embed = embed
         self.keys = (" " + keys.strip()) if keys and keys.strip() else ""
         self.cancelled = cancelled or (lambda: False)
         self.clock = Allowance(engine.silence_s, len(ids), engine.stall_s, proc.popen.pid)
         self.done = False
 
     def run(self, max_new: int):
-        self.proc.write(f"GEN {max_new}{self.keys} {','.join(map(str, self.ids))}")
+        ids = ','.join(map(str, self.ids))
+        self.proc.write(f"EMB {ids}" if self.embed else f"GEN {max_new}{self.keys} {ids}")
         try:
             beat = time.monotonic()
             while True:
@@ -451,6 +454,8 @@ class _SoloRequest:
                     beat = now
                     self._progress(rest, line, now)
                     yield None
+                elif kind == "VEC":
+                    self.result["embedding"] = rest
                 elif kind == "RESUME":
                     word = (rest.split() or ["-"])[0]
                     self.result["reused"] = int(word) if word.isdigit() else None

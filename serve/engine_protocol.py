@@ -40,7 +40,7 @@ MAX_LINE_BYTES = 4 << 20     # the protocol's line limit
 LINE_QUEUE_MAX = 1 << 16     # control lines buffered per process; a full queue makes the engine wait on its pipe
 CTX_SLACK = 8                # the engine refuses n + max_new + CTX_SLACK > context
 SLOTS_MAX = 8                # the engine's limit (--batch 1..8)
-SLOT_WORDS = ("BPP", "BT", "BDONE")  # lines that name a slot: routed to its owner's queue
+SLOT_WORDS = ("BPP", "BT", "BVEC", "BDONE")  # lines that name a slot: routed to its owner's queue
 FATAL_PREFIXES = ("ERR verify: timed out at layer ", "ERR verify batch: timed out at layer ",
                   "ERR verify: an earlier window never finished",
                   "ERR verify batch: an earlier window never finished", "FATAL ")
@@ -95,7 +95,7 @@ class EngineClient(Protocol):
     def close(self) -> None: ...
     def kill_now(self) -> None: ...
     def generate(self, ids: list[int], max_new: int, keys: str = "", cancelled: Callable | None = None,
-                 result: dict | None = None) -> Iterator[int | None]: ...
+                 result: dict | None = None, embed: bool = False) -> Iterator[int | None]: ...
 
 
 # ---------------------------------------------------------------------------------------------- parsing

@@ -23,6 +23,7 @@ from serve.service import REPEAT_STOP_TOKENS
 MODEL_ROUTES = frozenset({"/v1/chat/completions", "/chat/completions", "/v1/completions", "/v1/messages",
                           "/v1/responses", "/responses", "/api/chat", "/api/generate", "/completion",
                           "/completions", "/infill"})  # every route whose body's `model` picks the model
+MODEL_ROUTES |= {"/v1/embeddings", "/embedding", "/embeddings", "/api/embed", "/api/embeddings"}
 LEASE_PREFIX = "/v1/lease"
 # Routes that read a model's tokenizer, template or settings: the body's (POST) or query's (GET) `model` picks
 # it; they never load an engine (the model's Service is built once and kept: its tokenizer read from the GGUF)

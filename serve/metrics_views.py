@@ -27,7 +27,7 @@ FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9:
               18: "Q6_K", 32: "BF16"}
 # the module a route's handler lives in -> the wire dialect it speaks (a module not listed shows its name)
 DIALECTS = {"serve.openai": "OpenAI", "serve.anthropic": "Anthropic", "serve.ollama": "Ollama",
-            "serve.responses": "OpenAI Responses", "serve.llama_views": "llama.cpp"}
+            "serve.responses": "OpenAI Responses", "serve.llama_views": "llama.cpp", "serve.embeddings": "OpenAI"}
 STRATA_PATHS = ("/api/health", "/v1/health")   # Strata's own aliases under other dialects' prefixes
 PATH_DIALECTS = (("/v1/messages", "Anthropic"), ("/v1/responses", "OpenAI Responses"), ("/api/", "Ollama"))
 LLAMA_PATHS = ("/props", "/slots", "/tokenize", "/detokenize", "/metrics/prometheus", "/health", "/completion",

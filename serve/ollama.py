@@ -8,8 +8,7 @@ Routes: GET `/api/version`, GET `/api/tags` (the served model and its aliases, a
 `/api/show`, GET `/api/ps`, POST `/api/chat`, POST `/api/generate` (an empty prompt answers `done_reason:
 "load"` as Ollama does; `raw: true` skips the template; `system` is the system turn), and answers that say
 what this server does not do: `/api/pull`, `/api/push`, `/api/create`, `/api/copy`, DELETE `/api/delete` (501:
-no model hub, the model is the one file it serves) and `/api/embed`, `/api/embeddings` (501 until embeddings
-exist).
+no model hub, the model is the one file it serves). `/api/embed` and `/api/embeddings` are serve/embeddings.py's.
 
 Request fields: `messages` (`role`, `content`, `thinking`, `tool_calls`, `tool_name`; `images` refused: no
 vision encoder), `tools` (OpenAI's function shape), `stream` (default **true**: NDJSON, one object a line),
@@ -17,7 +16,8 @@ vision encoder), `tools` (OpenAI's function shape), `stream` (default **true**: 
 `num_predict` (-1 or -2 = no cap), `seed`, `stop`, `repeat_penalty`, `repeat_last_n`, `presence_penalty`,
 `frequency_penalty`; `num_ctx` is a check: a prompt longer than it is a 400, never truncated; other options
 are ignored, as Ollama ignores options a runner does not use), `keep_alive` (checked and accepted: the model
-stays loaded; lifecycle comes later), `format` ("json" or a schema: 501 until structured output exists).
+stays loaded; lifecycle comes later), `format` ("json" = any JSON object, or a schema: the reply follows it by
+grammar, serve/constrain.py).
 
 Answer lines: `{model, created_at, message: {role, content[, thinking][, tool_calls]}, done: false}` (chat) or
 `{model, created_at, response[, thinking], done: false}` (generate); the last one `done: true` with
@@ -25,7 +25,7 @@ Answer lines: `{model, created_at, message: {role, content[, thinking][, tool_ca
 `eval_count`, `eval_duration` (durations in nanoseconds, as Ollama reports them). A tool call is one line
 with the whole call (`{function: {name, arguments: {...}}}`), as Ollama sends it.
 
-Public surface: `version`, `tags`, `show`, `ps`, `chat`, `generate`, `no_hub`, `no_embeddings`, `error_body`.
+Public surface: `version`, `tags`, `show`, `ps`, `chat`, `generate`, `no_hub`, `error_body`.
 """
 from __future__ import annotations
 
@@ -36,8 +36,10 @@ import re
 import time
 from datetime import datetime, timezone
 
+from serve.constrain import schema_ask
 from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Message, ToolCall, KIND_CONTENT,
                           KIND_PING, KIND_REASONING, KIND_TOOL_CALL)
+from serve.json_schema import ANY_OBJECT_GRAMMAR
 from serve.openai import _error_text, _text_of, _tools
 from serve.reasoning import normalize_effort
 from serve.replies import EventRun, JsonReply, StreamReply
@@ -168,17 +170,15 @@ def no_hub(service, body, ctx) -> JsonReply:
                                     f"one model file it was started with ('{service.model_name}')"})
 
 
-def no_embeddings(service, body, ctx) -> JsonReply:
-    return JsonReply(501, {"error": f"{ctx.path}: embeddings are not supported yet on this server"})
-
-
 # ---------------------------------------------------------------- request parsing
-def _check_format(value) -> None:
+def _format_grammar(value) -> str | None:
+    """`format`: "json" = any JSON object, a schema = that schema's grammar (serve/constrain.py)."""
     if value is None or value == "":
-        return
-    if value == "json" or isinstance(value, dict):
-        raise BadRequest("format: structured output (json or a schema) is not supported yet on this server",
-                         param="format", status=501)
+        return None
+    if value == "json":
+        return ANY_OBJECT_GRAMMAR
+    if isinstance(value, dict):
+        return schema_ask(value, "format")
     raise BadRequest('format: "json" or a JSON schema object', param="format")
 
 
@@ -262,7 +262,7 @@ def _messages(raw) -> list[Message]:
 
 def _common(body: dict, req) -> dict:
     """The fields chat and generate share; returns what the answer needs (stream flag, num_ctx)."""
-    _check_format(body.get("format"))
+    req.grammar = _format_grammar(body.get("format"))
     _check_keep_alive(body.get("keep_alive"))
     fields, predict, num_ctx, stop = _options(body.get("options"))
     req.sampling, req.max_new, req.stop = _sampling(fields), predict, stop

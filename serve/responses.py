@@ -9,12 +9,12 @@ Request: `input` (a string, or items: messages with `role` and string / `input_t
 text goes back into the next assistant turn), `instructions` (the first system turn), `tools` in the flat
 shape `{type: "function", name, description, parameters}` (other tool types, such as `web_search`, are
 skipped and said in the request's notes: nothing here can run them), `tool_choice`, `parallel_tool_calls`,
-`max_output_tokens`, `temperature` / `top_p` (and the other sampling fields), `reasoning.effort`, `stream`.
+`max_output_tokens`, `temperature` / `top_p` (and the other sampling fields), `reasoning.effort`, `stream`,
+`text.format` (json_object or json_schema: the reply follows it by grammar, serve/constrain.py).
 Accepted and without effect: `store` (nothing is kept: the answer says `"store": false`), `metadata`,
 `user`, `include`, `truncation` (requests are never truncated), `prompt_cache_key`, `service_tier`.
 Refused: `previous_response_id` (400 `previous_response_not_found`: nothing is stored, send the whole
-conversation), `background: true` (400), `text.format` other than text (501 until structured output exists),
-GET / DELETE `/v1/responses/{id}` and its sub-paths (404: nothing is stored).
+conversation), `background: true` (400), GET / DELETE `/v1/responses/{id}` and its sub-paths (404: nothing is stored).
 
 Answer: one `ResponseBuilder` turns the event stream into the stream's events *and* the final response
 object, so a streamed and a non-streamed answer carry the same output items (`reasoning`, `message` with
@@ -39,12 +39,14 @@ import json
 import secrets
 import time
 
+from serve.constrain import schema_ask
 from serve.events import (BadRequest, ChatRequest, Done, LiveTimings, Message, ProgressFeed, ToolCall, KIND_CONTENT,
                           KIND_PING, KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START)
 from serve.openai import _error_text, _model_name, _text_of, _tool_choice, _tools, error_body
 from serve.reasoning import effort_from_openai, reasoning_fields
 from serve.replies import EventRun, JsonReply, StreamReply, collect
 from serve.sampling import check_max_tokens, check_request_sampling
+from serve.json_schema import ANY_OBJECT_GRAMMAR
 from serve.toolcalls import arguments_text
 
 __all__ = ["responses", "input_tokens", "get_response", "parse_responses", "ResponseBuilder", "error_body"]
@@ -145,21 +147,27 @@ def _function_tools(raw, notes: list) -> list:
     return _tools(kept)
 
 
-def _check_text_format(text) -> None:
+def _text_format_grammar(text) -> str | None:
+    """`text.format` -> the reply's grammar (serve/constrain.py): text = none, json_object = any object,
+    json_schema {name, schema, strict} = the schema's; anything else a 400 naming the field."""
     if text is None:
-        return
+        return None
     if not isinstance(text, dict):
         raise BadRequest('text: an object like {"format": {"type": "text"}}', param="text")
     fmt = text.get("format")
     if fmt is None:
-        return
+        return None
     kind = fmt.get("type") if isinstance(fmt, dict) else None
     if kind == "text":
-        return
-    if kind in ("json_object", "json_schema"):
-        raise BadRequest(f"text.format {kind}: structured output is not supported yet on this server",
-                         param="text.format", status=501, code="unsupported")
-    raise BadRequest('text.format.type: "text" (structured formats are not supported yet)', param="text.format")
+        return None
+    if kind == "json_object":
+        return ANY_OBJECT_GRAMMAR
+    if kind == "json_schema":
+        if not isinstance(fmt.get("schema"), dict):
+            raise BadRequest('text.format: {"type": "json_schema", "name": ..., "schema": {...}}',
+                             param="text.format")
+        return schema_ask(fmt["schema"], "text.format.schema")
+    raise BadRequest('text.format.type: "text", "json_object" or "json_schema"', param="text.format")
 
 
 def parse_responses(body: dict) -> ChatRequest:
@@ -170,8 +178,9 @@ def parse_responses(body: dict) -> ChatRequest:
     if body.get("background"):
         raise BadRequest("background: this server keeps no responses, so it cannot run one in the background",
                          param="background")
-    _check_text_format(body.get("text"))
+    grammar = _text_format_grammar(body.get("text"))
     req = ChatRequest(messages=_input_items(body.get("input")), api="responses")
+    req.grammar = grammar
     instructions = body.get("instructions")
     if instructions is not None:
         if not isinstance(instructions, str):
@@ -361,7 +370,7 @@ def _meta(service, req: ChatRequest, body: dict) -> dict:
             "max_output_tokens": req.max_new, "parallel_tool_calls": req.parallel_tool_calls,
             "previous_response_id": None, "reasoning": {"effort": req.reasoning_effort, "summary": None},
             "store": False, "temperature": req.sampling.temperature, "top_p": req.sampling.top_p,
-            "text": {"format": {"type": "text"}}, "tool_choice": body.get("tool_choice", "auto"),
+            "text": _echo_text(body), "tool_choice": body.get("tool_choice", "auto"),
             "tools": [{"type": "function", "name": t.name, "description": t.description,
                        "parameters": t.parameters, "strict": False} for t in req.tools],
             "truncation": "disabled", "metadata": body.get("metadata") or {}, "user": body.get("user")}
@@ -373,6 +382,12 @@ def _flag(body: dict, name: str) -> bool:
     if not isinstance(value, bool):
         raise BadRequest(f"{name}: true or false", param=name)
     return value
+
+
+def _echo_text(body: dict) -> dict:
+    text = body.get("text")
+    return {"format": text["format"]} if isinstance(text, dict) and isinstance(text.get("format"), dict) else {
+        "format": {"type": "text"}}
 
 
 def responses(service, body: dict, ctx) -> JsonReply | StreamReply:

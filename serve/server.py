@@ -35,7 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from serve import openai as openai_api
-from serve import (access, http_guard, lifecycle_routes, llama_routes, llama_views, metrics_views, ollama,
+from serve import (access, embeddings, http_guard, lifecycle_routes, llama_routes, llama_views, metrics_views, ollama,
                    prometheus, responses, telemetry)
 from serve.errors import ServiceError
 from serve.config import save_shared_settings
@@ -492,8 +492,7 @@ GET_ROUTES.update({"/api/version": ollama.version, "/api/tags": ollama.tags, "/a
 POST_ROUTES.update({"/v1/responses": responses.responses, "/responses": responses.responses,
                     "/api/chat": ollama.chat, "/api/generate": ollama.generate, "/api/show": ollama.show,
                     "/api/pull": ollama.no_hub, "/api/push": ollama.no_hub, "/api/create": ollama.no_hub,
-                    "/api/copy": ollama.no_hub, "/api/embed": ollama.no_embeddings,
-                    "/api/embeddings": ollama.no_embeddings,
+                    "/api/copy": ollama.no_hub,
                     "/completion": llama_routes.completion, "/completions": llama_routes.completion,
                     "/infill": llama_routes.infill, "/apply-template": llama_routes.apply_template,
                     "/v1/chat/completions/input_tokens": llama_routes.input_tokens,
@@ -501,11 +500,15 @@ POST_ROUTES.update({"/v1/responses": responses.responses, "/responses": response
                     "/v1/responses/input_tokens": responses.input_tokens,
                     "/responses/input_tokens": responses.input_tokens,
                     "/tokenize": llama_routes.tokenize, "/detokenize": llama_routes.detokenize})
+POST_ROUTES.update({"/v1/embeddings": embeddings.openai_embeddings, "/embedding": embeddings.llama_embedding,
+                    "/embeddings": embeddings.llama_embedding, "/api/embed": embeddings.ollama_embed,
+                    "/api/embeddings": embeddings.ollama_embeddings})
 DELETE_ROUTES = {"/api/delete": ollama.no_hub}
 PREFIX_ROUTES = {(m, "/v1/responses/"): responses.get_response for m in ("GET", "POST", "DELETE")}  # nothing stored
 # Error bodies in the dialect of the path (the rest: OpenAI's, or Anthropic's under /v1/messages)
 ERROR_DIALECTS = (("/api/", ollama), ("/completion", llama_routes), ("/infill", llama_routes),
-                  ("/apply-template", llama_routes), ("/tokenize", llama_routes), ("/detokenize", llama_routes))
+                  ("/apply-template", llama_routes), ("/tokenize", llama_routes), ("/detokenize", llama_routes),
+                  ("/embedding", llama_routes))
 # Routes that change the server for every client: JSON only, and from this server's own page (or a client
 # that sends no Origin, such as curl), whatever the API key
 OWN_PAGE_ROUTES = {"/settings", "/config"}

@@ -417,6 +417,25 @@ class Service:
         """A dead engine is restarted by the next request (before its answer starts)."""
         self.engine.ensure_running()
 
+    # ---------------------------------------------------------------- embeddings (serve/embeddings.py)
+    def embed_room(self) -> int:
+        """The most tokens one embedding input may have (the engine keeps CTX_SLACK of the context free)."""
+        return self._context() - CTX_SLACK
+
+    def embed(self, ids: list[int], cancelled=None) -> str:
+        """One input's vector as the engine wrote it: `<n_embd> <base64 of float32 LE>` (docs/PROTOCOL.md
+        "Embeddings"); engine failures come out as service errors, a client that left as a 503."""
+        result: dict = {}
+        try:
+            self.engine.ensure_running()
+            for _ in self.engine.generate(ids, 0, "", cancelled, result, embed=True):
+                pass
+        except Exception as e:
+            raise self.service_error(e) from None
+        if not isinstance(result.get("embedding"), str):
+            raise ServiceUnavailable(f"the embedding was not computed (finish {result.get('finish')})")
+        return result["embedding"]
+
     # ---------------------------------------------------------------- running
     def run(self, prep: Prepared, cancelled=None):
         """The events of one reply; engine failures come out as service errors (see service_error)."""

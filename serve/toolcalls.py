@@ -162,6 +162,9 @@ def _is_string_type(kind: Any) -> bool:
                                 not ({"object", "array", "number", "integer", "boolean"} & set(kind)))
 
 
+value_is_text = _is_string_type  # an XML value of this `type` is raw text (serve/constrain.py's grammar agrees)
+
+
 def _json_value(text: str) -> Any:
     """JSON-decoded value, or the text itself when it does not parse (NaN and infinities do not)."""
     def refuse(_: str):

@@ -28,10 +28,13 @@ with no `root ::=` is refused with the real engine's ERR; `record_grammar` (scri
 request's decoded grammar is appended to (one JSON string per line). The scripted answer is not checked
 against it.
 """
+import base64
 import json
+import math
 import os
 import queue
 import re
+import struct
 import sys
 import threading
 import time
@@ -73,6 +76,32 @@ def request_grammar(words, script):
                 f.write(json.dumps(text) + "\n")
         return text
     return None
+
+
+FAKE_EMBD = 8  # the fakes' embedding width
+
+
+def fake_vector_line(ids, dim=FAKE_EMBD) -> str:
+    """`<dim> <base64>` of a deterministic, L2-normalised vector: the mean over the tokens of a per-(id,
+    position-free) pattern, so equal prompts give equal vectors and different ones (almost surely) differ."""
+    sums = [sum(math.sin(0.37 * (t + 1) * (j + 1)) for t in ids) / len(ids) for j in range(dim)]
+    norm = math.sqrt(sum(v * v for v in sums)) or 1.0
+    raw = struct.pack(f"<{dim}f", *(v / norm for v in sums))
+    return f"{dim} {base64.b64encode(raw).decode('ascii')}"
+
+
+def fake_embed_ids(line, n_slot_words, ctx):
+    """The ids of an EMB (n_slot_words 0) or BEMB (1) line, or an ERR reason (str) as the real engine's."""
+    w = line.split()
+    if len(w) != 2 + n_slot_words:
+        return "empty prompt" if len(w) < 2 + n_slot_words else f"{w[0]}: ids only"
+    try:
+        ids = [int(x) for x in w[-1].split(",")]
+    except ValueError:
+        return "malformed id list"
+    if not ids or any(i < 0 or i >= N_VOCAB for i in ids) or len(ids) + CTX_SLACK > ctx:
+        return f"context: {len(ids)} prompt + 0 max_new + {CTX_SLACK} > {ctx}"
+    return ids
 
 
 def load_script(argv):
@@ -147,12 +176,27 @@ class Engine:
                 sys.exit(0)
             elif word == "GEN":
                 self.gen(line)
+            elif word == "EMB":
+                self.embed(line)
             elif word == "VRAM":
                 emit("VRAM ram_used_mib=10 ram_total_mib=100")
             elif word in ("SAVE", "RESTORE"):
                 emit(f"{'SAVED' if word == 'SAVE' else 'RESTORED'} {len(self.session)} 100 1.0")
             else:
                 emit(f"ERR unknown command {word[:40]}")
+
+    def embed(self, line):
+        ids = fake_embed_ids(line, 0, self.s["ctx"])
+        if isinstance(ids, str):
+            emit(f"ERR {ids}")
+            return
+        if self.s.get("embed_delay_s"):
+            time.sleep(self.s["embed_delay_s"])
+        emit("RESUME 0")
+        emit(f"PP {len(ids)} {len(ids)} 1.0 1000.0")
+        emit(f"VEC {fake_vector_line(ids)}")
+        self.session = list(ids)
+        emit(f"DONE 0 {len(ids)} 1.0 0.0 stop - - 0 - - - - - {len(ids)} -")
 
     def turn(self):
         turns = self.s.get("turns") or [DEFAULT_TURN]

@@ -1,7 +1,7 @@
 """A protocol-faithful fake of `strata-engine --serve --batch N` (docs/PROTOCOL.md), scripted per test.
 
 Like tests/fake_engine.py (same ByteTokenizer ids: 256 `<|endoftext|>`, 257 `<|im_start|>`, 258 `<|im_end|>`),
-plus decode slots: BGEN answered at once (BACC), the reads and decoding in slot steps (decode entries first,
+plus decode slots: BGEN (and BEMB: embeddings, vectors from tests/fake_engine.fake_vector_line) answered at once (BACC), the reads and decoding in slot steps (decode entries first,
 then prompt chunks shortest remaining first under the step budget), BPP/BT/BDONE, BSTOP in either phase,
 each idle slot keeping its stream (prefix reuse; a solo GEN takes an idle slot's state back), STOP/BSTOP
 stamped against request numbers as the real engine does.
@@ -35,8 +35,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tests.fake_engine import (CTX_SLACK, EOS_IDS, IM_START, N_VOCAB, emit, load_script,  # noqa: E402
-                               request_grammar)
+from tests.fake_engine import (CTX_SLACK, EOS_IDS, IM_START, N_VOCAB, emit, fake_embed_ids,  # noqa: E402
+                               fake_vector_line, load_script, request_grammar)
 
 NEWLINE = 10
 COMMANDS_PER_STEP = 16   # as the real engine: queued commands taken between two steps
@@ -108,7 +108,7 @@ class Engine:
                 if w and w[0] == "BSTOP" and len(w) == 2 and w[1].isdigit() and int(w[1]) < self.n:
                     self.bstop_at[int(w[1])] = self.reqno
                     continue
-                if w and w[0] in ("GEN", "BGEN"):
+                if w and w[0] in ("GEN", "BGEN", "EMB", "BEMB"):
                     self.reqno += 1
                     self.commands.put((self.reqno, line))
                     continue
@@ -169,6 +169,10 @@ class Engine:
             self.solo(seq, line)
         elif word == "BGEN":
             self.admit(seq, line)
+        elif word == "BEMB":
+            self.admit_embed(seq, line)
+        elif word == "EMB":
+            self.solo_embed(seq, line)
         elif word == "BSTOP":
             emit(f"ERR BSTOP: no slot {line[6:40]}")
         elif word == "VRAM":
@@ -230,8 +234,36 @@ class Engine:
         sl["held"] = ids[:reused]
         sl.pop("lag", None)
         sl.update(phase="read", seq=seq, ids=ids, q=q, answer=answer, max_new=max_new, reused=reused,
-                  read=0, generated=0, t_acc=time.monotonic(), prompt_ms=0.0)
+                  read=0, generated=0, t_acc=time.monotonic(), prompt_ms=0.0, embed=False)
         emit(f"BACC {slot} {reused}")
+
+    def admit_embed(self, seq, line):
+        """BEMB: read in the steps like a prompt (no reuse), then BVEC and BDONE ... 0 stop."""
+        w = line.split()
+        slot = int(w[1]) if len(w) > 1 and w[1].isdigit() else -1
+        ids = fake_embed_ids(line, 1, self.s["ctx"])
+        if not 0 <= slot < self.n or self.slots[slot]["phase"]:
+            ids = f"BEMB: no slot {slot}" if not 0 <= slot < self.n else f"BEMB: slot {slot} is busy"
+        if isinstance(ids, str):
+            emit(f"ERR {ids}")
+            return
+        sl = self.slots[slot]
+        sl["held"] = []
+        sl.pop("lag", None)
+        sl.update(phase="read", seq=seq, ids=ids, q=b"", answer=[], max_new=0, reused=0, read=0, generated=0,
+                  t_acc=time.monotonic(), prompt_ms=0.0, embed=True)
+        emit(f"BACC {slot} 0")
+
+    def solo_embed(self, seq, line):
+        ids = fake_embed_ids(line, 0, self.s["ctx"])
+        if isinstance(ids, str):
+            emit(f"ERR {ids}")
+            return
+        emit("RESUME 0")
+        emit(f"PP {len(ids)} {len(ids)} 1.0 1000.0")
+        emit(f"VEC {fake_vector_line(ids)}")
+        self.live[:] = ids
+        emit(f"DONE 0 {len(ids)} 1.0 0.0 stop - - 0 - - - - - {len(ids)} - chunk={self.s.get('pp_chunk', 64)}")
 
     def step(self, skip=None):
         busy = [b for b, sl in enumerate(self.slots) if sl["phase"] and b != skip]
@@ -281,7 +313,10 @@ class Engine:
         sl["read"] += nxt - reached
         ms = (time.monotonic() - sl["t_acc"]) * 1000
         emit(f"BPP {b} {nxt} {len(ids)} {ms:.1f} {max(1.0, sl['read'] / max(ms, 1e-3) * 1000):.1f}")
-        if nxt == len(ids):
+        if nxt == len(ids) and sl.get("embed"):
+            emit(f"BVEC {b} {fake_vector_line(ids)}")
+            self.finish(b, "stop")
+        elif nxt == len(ids):
             sl["prompt_ms"] = ms
             sl["t0"] = time.monotonic()
             sl["phase"] = "decode"
@@ -314,6 +349,7 @@ class Engine:
         emit(f"BDONE {b} {sl['generated']} {why} {decode_ms:.1f} {len(sl['ids'])} {sl['prompt_ms']:.1f} "
              f"{sl['reused']} {sl['read']}")
         sl["phase"] = None
+        sl["embed"] = False
 
     # ------------------------------------------------------------------ GEN
     def stopped(self, seq):

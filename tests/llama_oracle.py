@@ -12,6 +12,7 @@ Requests ({"op": ...}):
   dequant   {type, data, out, n}: ggml's to_float for n elements of raw blocks of ggml type number `type`
             read from file `data`, written as float32 to `out` -> {}.
   tokenize  {model, texts, add_special, parse_special} -> {"ids": [[...], ...]}
+  embed     {model, prompts: [[ids], ...]} -> {"embeddings": [[n_embd floats], ...]}: pooling mean, unnormalised
   template  {model, name, chats: [[{role, content}], ...], add_ass} -> {"texts": [...]} (llama.cpp's built-in
             rendering of the named template family, or of the model's own template when name is null)
 """
@@ -96,6 +97,35 @@ def op_logits(req):
     return {"tokens": tokens, "n_vocab": n_vocab}
 
 
+def op_embed(req):
+    """llama.cpp's pooled embedding (`--pooling mean`, before any normalisation) of each id list in one
+    ubatch (its pooled output is per ubatch, so the whole prompt goes in one)."""
+    model = _load(req["model"])
+    n_embd = ll.llama_model_n_embd(model)
+    out = []
+    for ids in req["prompts"]:
+        ll.llama_log_set(_quiet, None)
+        cp = ll.llama_context_default_params()
+        cp.n_ctx = cp.n_batch = cp.n_ubatch = max(len(ids) + 8, 64)
+        cp.n_threads = cp.n_threads_batch = 2
+        cp.flash_attn_type = 0
+        cp.embeddings = True
+        cp.pooling_type = ll.LLAMA_POOLING_TYPE_MEAN
+        ctx = ll.llama_init_from_model(model, cp)
+        batch = ll.llama_batch_init(len(ids), 0, 1)
+        batch.n_tokens = len(ids)
+        for i, t in enumerate(ids):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = t, i, 1, 1
+            batch.seq_id[i][0] = 0
+        if ll.llama_decode(ctx, batch) != 0:
+            raise SystemExit("llama_decode failed")
+        p = ll.llama_get_embeddings_seq(ctx, 0)
+        out.append([p[j] for j in range(n_embd)])
+        ll.llama_batch_free(batch)
+        ll.llama_free(ctx)
+    return {"embeddings": out}
+
+
 class _TypeTraits(ctypes.Structure):  # struct ggml_type_traits (ggml.h)
     _fields_ = [("type_name", ctypes.c_char_p), ("blck_size", ctypes.c_int64),
                 ("blck_size_interleave", ctypes.c_int64), ("type_size", ctypes.c_size_t),
@@ -174,7 +204,8 @@ def op_template(req):
 def main():
     with open(sys.argv[1]) as f:
         req = json.load(f)
-    answer = {"logits": op_logits, "dequant": op_dequant, "tokenize": op_tokenize, "template": op_template}[req["op"]](req)
+    answer = {"logits": op_logits, "dequant": op_dequant, "tokenize": op_tokenize, "template": op_template,
+              "embed": op_embed}[req["op"]](req)
     sys.stdout.write(json.dumps(answer) + "\n")
 
 

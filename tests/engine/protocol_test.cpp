@@ -43,6 +43,8 @@ void test_parse_ok() {
     CHECK(parses("VRAM 700", &c) && c.vram_mib == 700);
     CHECK(parses("", &c) && c.kind == CMD_NONE);
     CHECK(parses("QUIT", &c) && c.kind == CMD_QUIT);
+    CHECK(parses("EMB 1,2,3", &c) && c.kind == CMD_EMB && c.ids.size() == 3 && c.max_new == 0);
+    CHECK(parses("BEMB 2 7", &c) && c.kind == CMD_BEMB && c.slot == 2 && c.ids == (std::vector<int32_t>{7}));
 }
 
 void test_parse_refused() {
@@ -51,7 +53,8 @@ void test_parse_refused() {
                          "GEN 4 top_k=-1 1", "GEN 4 seed=-2 1", "GEN 4 logit_bias=1 1", "GEN 4 logit_bias=5000:1 1",
                          "GEN 4 ckpt=2 1", "GEN 4 loose 1", "GEN 4 =3 1", "GEN 4 temperature=1", "BGEN x 4 1",
                          "BSTOP", "BSTOP -1", "BYIELD 1", "SAVE", "RESTORE   ", "VRAM x", "WHAT", "gen 4 1",
-                         "GEN 4 12345678901 1", "GEN 99999999999999999999 1"};
+                         "GEN 4 12345678901 1", "GEN 99999999999999999999 1", "EMB", "EMB 4 1", "EMB 1,1000",
+                         "EMB seed=1 1", "BEMB 1", "BEMB x 1", "BEMB 0 temperature=1 1", "emb 1"};
     for (const char* line : bad) {
         command c;
         const bool ok = parses(line, &c);

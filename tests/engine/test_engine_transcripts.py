@@ -117,9 +117,10 @@ def test_transcript_on_real_engine(engine_path, model_path, tmp_path, monkeypatc
         e.close()
 
 
-def test_batch_transcript_on_the_fake_engine(tmp_path):
+@pytest.mark.parametrize("name", ["protocol_batch.txt", "protocol_embed.txt"])
+def test_batch_transcript_on_the_fake_engine(tmp_path, name):
     """The fake that the server's slot tests use speaks the same batch protocol as the real engine."""
-    args, items = load_transcript(DATA / "protocol_batch.txt")
+    args, items = load_transcript(DATA / name)
     fake = pathlib.Path(__file__).resolve().parents[1] / "fake_engine_slots.py"
     e = Engine(None, None, argv=[sys.executable, str(fake), "--serve", *args])
     try:

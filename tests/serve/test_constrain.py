@@ -147,7 +147,8 @@ def test_required_choice_over_several_tools_lets_the_grammar_pick_the_name():
     assert opening.endswith('{"name": "')
     assert grammar.splitlines()[0] == ('root ::= ( "a\\", \\"arguments\\": " t0-root | "b\\", \\"arguments\\": " '
                                        't1-root ) "}" "\\n" "</tool_call>"')
-    assert forced_call("required", tools, "xml") is None  # the XML call form is not constrained
+    opening, grammar = forced_call("required", tools, "xml")  # the XML form lets the grammar pick it too
+    assert opening == "<tool_call>\n<function=" and grammar.startswith('root ::= ( "a>\\x0a" "" | "b>\\x0a" ')
 
 
 def test_strict_tools_in_auto_mode_send_the_text_or_calls_grammar(cserver):
