@@ -456,7 +456,8 @@ void serve_loop::run_bgen(const command& cmd, int64_t seq) {
     const reuse_source src = session_find_reuse(*target, cmd.ids, &cache_, others);
     const int32_t reused = session_apply_reuse(target, cmd.ids, src, &cache_);
     const int32_t ckpt = cmd.ckpt ? session_turn_checkpoint(cmd.ids, cfg_.turn_token) : 0;
-    slots_.accept(s, seq, cmd.ids, reused, ckpt, cmd.max_new, cmd.sampling, request_seed(cmd.sampling), std::move(gm));
+    slots_.accept(s, seq, cmd.ids, reused, ckpt, cmd.max_new, cmd.sampling, request_seed(cmd.sampling), std::move(gm),
+                  cmd.draft);
     protocol_write_line("BACC " + std::to_string(s) + " " + std::to_string(reused));
 }
 
