@@ -80,6 +80,9 @@ KEYS: dict[str, Key] = {
     "repeat_stop_tokens": Key("int", "the same token this many times in a row ends a reply (0 = off)", 0, 1 << 20,
                               editable=True),
     "tokenizer": Key("gguf|bytes", "bytes = the byte tokenizer (test engines only)"),
+    "drafting": Key("auto|lookup|model|off", "drafting (--drafting; default auto: prompt lookup, and the draft "
+                    "model where lookup finds nothing; `strata drafting plan` says why)"),
+    "draft_model": Key("str", "a smaller GGUF with the model's vocabulary that proposes drafts (--draft-model)"),
 }
 EDITABLE = tuple(k for k, v in KEYS.items() if v.editable)
 
