@@ -25,8 +25,8 @@ const char* drafting_mode_name(drafting_mode mode) {
     return "off";
 }
 
-// The most recent earlier occurrence of the last n tokens, scanning backwards; the proposal is what followed
-// it (never past the end of hist). Longer n-grams first: they predict better.
+// The most recent earlier occurrence of the last n tokens, scanning backwards; the proposal is the k tokens
+// that followed it. Longer n-grams first: they predict better.
 int32_t draft_lookup(const int32_t* hist, int32_t n_hist, int32_t k, std::vector<int32_t>* out) {
     if (k <= 0) return 0;
     for (int32_t n = DRAFT_NGRAM_MAX; n >= DRAFT_NGRAM_MIN; --n) {
@@ -35,10 +35,15 @@ int32_t draft_lookup(const int32_t* hist, int32_t n_hist, int32_t k, std::vector
         // candidate start s: hist[s, s + n) == tail, s + n < n_hist (something follows it)
         for (int32_t s = n_hist - n - 1; s >= 0; --s) {
             if (hist[s + n - 1] != tail[n - 1] || !std::equal(tail, tail + n - 1, hist + s)) continue;
+            // the continuation; where it runs into the end, the proposal continues itself (a repeating
+            // run: what follows "a b c a b" is "c a b c ...")
             const int32_t from = s + n;
-            const int32_t len = std::min(k, n_hist - from);
-            out->insert(out->end(), hist + from, hist + from + len);
-            return len;
+            const size_t base = out->size();
+            for (int32_t i = 0; i < k; ++i) {
+                const int32_t at = from + i;
+                out->push_back(at < n_hist ? hist[at] : (*out)[base + static_cast<size_t>(at - n_hist)]);
+            }
+            return k;
         }
     }
     return 0;

@@ -61,7 +61,8 @@ enum drafting_mode : int32_t {
 bool drafting_mode_parse(const std::string& text, drafting_mode* out);
 const char* drafting_mode_name(drafting_mode mode);
 
-// Prompt lookup over hist[0, n_hist): appends up to k proposed tokens to *out; returns how many.
+// Prompt lookup over hist[0, n_hist): appends k proposed tokens to *out (0 when nothing matches); returns
+// how many. A match near the end continues itself periodically (a repeated run keeps being proposed).
 int32_t draft_lookup(const int32_t* hist, int32_t n_hist, int32_t k, std::vector<int32_t>* out);
 
 // The adaptive k of one request.

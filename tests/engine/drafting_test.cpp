@@ -30,10 +30,11 @@ void test_lookup() {
     const std::vector<int32_t> h2 = {9, 5, 6, 7, 7, 1, 5, 6, 2, 9, 5, 6};
     CHECK(draft_lookup(h2.data(), int32_t(h2.size()), 2, &out) == 2 && out == std::vector<int32_t>({7, 7}),
           "lookup: longest n-gram first");
-    // never past the end of the history; k bounds it
+    // a match near the end continues periodically; k bounds it
     out.clear();
     const std::vector<int32_t> h3 = {1, 2, 3, 1, 2};
-    CHECK(draft_lookup(h3.data(), 5, 8, &out) == 3 && out == std::vector<int32_t>({3, 1, 2}), "lookup: up to the end");
+    CHECK(draft_lookup(h3.data(), 5, 8, &out) == 8 && out == std::vector<int32_t>({3, 1, 2, 3, 1, 2, 3, 1}),
+          "lookup: a repeating run goes on");
     out.clear();
     CHECK(draft_lookup(h3.data(), 5, 1, &out) == 1 && out[0] == 3, "lookup: k = 1");
     out.clear();
