@@ -245,22 +245,27 @@ void slot_table::after_read(const chunk_plan& c, const float* logits, const std:
     if (c.pos + c.len == n) first_token(c.slot, logits, eos_ids);
 }
 
+// A sampler status other than OK ends the slot's request: the grammar allowed no token (stop), or the logits
+// were not finite (what the slot's cache holds may be poisoned: dropped). True when it ended.
+bool slot_table::ended_by_sampler(int32_t i, sample_status st) {
+    if (st == SAMPLE_OK) return false;
+    if (st == SAMPLE_NO_TOKEN) {
+        finish(i, "stop");
+        return true;
+    }
+    at(i).st.tokens.clear();
+    at(i).ckpt = 0;
+    finish(i, "nonfinite");
+    return true;
+}
+
 void slot_table::first_token(int32_t i, const float* logits, const std::vector<int32_t>& eos_ids) {
     slot& s = at(i);
     const int32_t n = static_cast<int32_t>(s.st.tokens.size());
     int32_t tok = -1;
     const sample_status st =
         grammar_sample(s.gm.get(), s.sampling, logits, n_vocab_, s.st.tokens.data(), n, n, s.seed, &scratch_, &tok);
-    if (st == SAMPLE_NO_TOKEN) {
-        finish(i, "stop");  // the grammar allows no token at all
-        return;
-    }
-    if (st != SAMPLE_OK) {
-        s.st.tokens.clear();  // what this slot's cache holds may be poisoned
-        s.ckpt = 0;
-        finish(i, "nonfinite");
-        return;
-    }
+    if (ended_by_sampler(i, st)) return;
     s.prompt_ms = ms_since(s.t_acc);
     s.t0 = clock_type::now();
     s.phase = SLOT_DECODING;
@@ -311,17 +316,8 @@ void slot_table::verify_row(int32_t i, const float* logits, const std::vector<in
         s.dctl.record(n_drafts, n_accepted);
         if (n_drafts == 0) s.dctl.advance(n_emitted);
     }
-    if (st == SAMPLE_NO_TOKEN) {
-        s.st.tokens.resize(static_cast<size_t>(p + 1 + n_emitted));  // every kept token was fed
-        finish(i, "stop");  // the grammar allows nothing more
-        return;
-    }
-    if (st != SAMPLE_OK) {
-        s.st.tokens.clear();  // what this slot's cache holds may be poisoned
-        s.ckpt = 0;
-        finish(i, "nonfinite");
-        return;
-    }
+    if (st == SAMPLE_NO_TOKEN) s.st.tokens.resize(static_cast<size_t>(p + 1 + n_emitted));  // every kept token was fed
+    if (ended_by_sampler(i, st)) return;
     s.st.tokens.resize(static_cast<size_t>(p + n_emitted));
     if (why != nullptr) finish(i, why);
 }

@@ -120,6 +120,7 @@ private:
     void after_read(const chunk_plan& c, const float* logits, const std::vector<int32_t>& eos_ids);
     void first_token(int32_t i, const float* logits, const std::vector<int32_t>& eos_ids);
     void verify_row(int32_t i, const float* logits, const std::vector<int32_t>& eos_ids);
+    bool ended_by_sampler(int32_t i, sample_status st);
 
     strata_model* model_;
     int32_t n_vocab_;

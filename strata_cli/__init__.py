@@ -216,18 +216,14 @@ def models(ns) -> int:
 
 def plan(ns) -> int:
     from strata_control import runconfig
-    from strata_control.models import describe, find
     from strata_control.plan import PlanRefused, machine_facts, make_plan
     if ns.keys:
         print(runconfig.key_table())
         return 0
-    import os
-    found = _discover(ns)
-    m = describe(ns.model) if ns.model and os.path.isfile(ns.model) else find(found, ns.model)
-    if m is None:
-        return _fail(f"no model {ns.model!r}; known: {', '.join(n for x in found for n in x.names())}")
-    path = runconfig.find_run_config(m.path, m.id)
-    cfg, notices = runconfig.load(path) if path else ({}, [])
+    found = _model_and_config(ns)
+    if isinstance(found, int):
+        return found
+    m, path, cfg, notices = found
     want, _ = runconfig.merge({}, {k: cfg.get(k) for k in ("max_context", "threads", "parallel", "replicas", "kv")},
                               {"max_context": ns.ctx, "threads": ns.threads, "parallel": ns.parallel,
                                "replicas": ns.replicas, "kv": ns.kv})
@@ -241,17 +237,27 @@ def plan(ns) -> int:
     return 0
 
 
-def drafting(ns) -> int:
-    from serve.bootstrap import SetupError, drafting_plan_for
+def _model_and_config(ns):
+    """The model ns.model names (a file, or a name among the discovered ones; the default when absent) and its
+    run config -> (model, config path, config, notices), or the exit code after saying it is unknown."""
+    import os
     from strata_control import runconfig
     from strata_control.models import describe, find
-    import os
     found = _discover(ns)
     m = describe(ns.model) if ns.model and os.path.isfile(ns.model) else find(found, ns.model)
     if m is None:
         return _fail(f"no model {ns.model!r}; known: {', '.join(n for x in found for n in x.names())}")
     path = runconfig.find_run_config(m.path, m.id)
-    cfg, _ = runconfig.load(path) if path else ({}, [])
+    cfg, notices = runconfig.load(path) if path else ({}, [])
+    return m, path, cfg, notices
+
+
+def drafting(ns) -> int:
+    from serve.bootstrap import SetupError, drafting_plan_for
+    found = _model_and_config(ns)
+    if isinstance(found, int):
+        return found
+    m, _, cfg, _ = found
     try:
         p = drafting_plan_for(m.path, ns.drafting or cfg.get("drafting"), ns.draft_model or cfg.get("draft_model"))
     except SetupError as e:
