@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bandwidth.h"
+#include "drafting.h"
 #include "gguf.h"
 #include "grammar.h"
 #include "model.h"
@@ -48,6 +49,8 @@ const char* const USAGE =
     "  --seed N                     seed of requests that bring none (default: random)\n"
     "  --act-bits 16|8              matmul activations in 16-bit blocks (default) or 8-bit (faster prefill and\n"
     "                               multi-token steps, less exact; engine/kernels_act8.h)\n"
+    "  --drafting off|lookup|model|auto  drafting (default off; auto: prompt lookup, else the draft model)\n"
+    "  --draft-model FILE.gguf      a smaller model with the same vocabulary that proposes drafts\n"
     "  --backend cpu|cuda           compute backend (default cpu)\n"
     "usage: strata-engine --probe-bandwidth [--threads N] [--model FILE.gguf] [--probe-mib N]\n"
     "  prints one PROBE line: read GB/s on the engine's thread pool over an N MiB buffer (default 256) and,\n"
@@ -98,6 +101,9 @@ struct flags {
     bool has_seed = false;
     int64_t seed = 0;
     std::string backend = "cpu";
+    drafting_mode drafting = DRAFTING_OFF;
+    bool drafting_set = false;
+    std::string draft_model;
 };
 
 // Returns -1 on success, else the exit code.
@@ -166,6 +172,11 @@ int parse_flags(int argc, char** argv, flags* f) {
             else return bad();
         } else if (a == "--probe-mib") {
             if (!parse_int_flag(v, 16, 1 << 16, &f->probe_mib)) return bad();
+        } else if (a == "--drafting") {
+            if (!drafting_mode_parse(v, &f->drafting)) return bad();
+            f->drafting_set = true;
+        } else if (a == "--draft-model") {
+            f->draft_model = v;
         } else if (a == "--backend") {
             if (v != "cpu" && v != "cuda") return bad();
             f->backend = v;
@@ -176,6 +187,8 @@ int parse_flags(int argc, char** argv, flags* f) {
     if (f->probe) return -1;
     if (!f->serve) return usage("--serve is required (or --probe-bandwidth)");
     if (f->model.empty()) return usage("--model FILE.gguf is required");
+    if (f->drafting == DRAFTING_MODEL && f->draft_model.empty()) return usage("--drafting model needs --draft-model FILE");
+    if (!f->drafting_set && !f->draft_model.empty()) f->drafting = DRAFTING_AUTO;  // a draft model alone turns drafting on
     return -1;
 }
 
@@ -242,8 +255,8 @@ int main(int argc, char** argv) {
     model_params mp;
     mp.path = f.model;
     mp.n_threads = f.threads > 0 ? static_cast<int32_t>(f.threads) : physical_cores();
-    // a solo chunk plus every slot's decode entry, or one slot step
-    mp.n_batch = static_cast<int32_t>(std::max(f.chunk, f.step_tokens)) + SLOTS_MAX;
+    // a solo chunk plus every slot's decode entry and its drafts, or one slot step
+    mp.n_batch = static_cast<int32_t>(std::max(f.chunk, f.step_tokens)) + SLOTS_MAX * (1 + DRAFT_K_MAX);
     mp.act_bits = f.act_bits;
     std::string err;
     strata_model* model = model_load(mp, &err);
@@ -252,6 +265,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     const model_info& info = model_get_info(model);
+    std::unique_ptr<draft_model> draft;
 
     engine_config cfg;
     const int32_t train = info.n_ctx_train > 0 ? info.n_ctx_train : CPU_CONTEXT_CAP;
@@ -286,6 +300,17 @@ int main(int argc, char** argv) {
     cfg.prompt_cache_every = static_cast<int32_t>(f.prompt_cache_every);
     cfg.has_seed = f.has_seed;
     cfg.seed = static_cast<uint64_t>(f.seed);
+    cfg.drafting = f.drafting;
+    if (!f.draft_model.empty()) {
+        draft = draft_model_load(f.draft_model, f.model, info.n_vocab, info.n_threads > 0 ? info.n_threads : mp.n_threads,
+                                 cfg.n_ctx, cfg.kv, mp.n_batch, &err);
+        if (!draft) {
+            std::fprintf(stderr, "strata-engine: %s\n", err.c_str());
+            model_free(model);
+            return 1;
+        }
+        cfg.draft = draft.get();
+    }
     // the vocabulary as bytes for grammar= (read from the file again: the model keeps no token texts)
     std::unique_ptr<grammar_vocab> vocab;
     {
@@ -308,7 +333,8 @@ int main(int argc, char** argv) {
                         " backend=cpu kernels=" + model_kernel_name() + " kv=" + (cfg.kv == KV_TYPE_F16 ? "f16" : "q8_0") +
                         " chunk=" + std::to_string(cfg.chunk) +
                         " step_tokens=" + std::to_string(cfg.step_tokens) + " logit_bias=1 grammar=" +
-                        (vocab ? "1" : "0") + " act_bits=" + std::to_string(info.act_bits));
+                        (vocab ? "1" : "0") + " act_bits=" + std::to_string(info.act_bits) +
+                        " drafting=" + drafting_mode_name(cfg.drafting) + " draft_model=" + (draft ? "1" : "0"));
     // KV of one sequence filled to the context (window layers kept as rings count their cells only): a
     // mapping that is never touched costs no memory, so this sizing cache is free
     size_t kv_bytes = 0;
@@ -326,6 +352,7 @@ int main(int argc, char** argv) {
                  info.n_threads, cfg.n_slots);
 
     const int code = serve_loop_run(model, cfg, STDIN_FILENO);
+    draft_model_free(draft.get());
     model_free(model);
     return code;
 }

@@ -178,6 +178,9 @@ bool parse_key(const std::string& key, const std::string& value, int32_t n_vocab
     } else if (key == "ckpt") {
         if (value != "0" && value != "1") return bad();
         out->ckpt = value == "1";
+    } else if (key == "draft") {
+        if (value != "0" && value != "1") return bad();
+        out->draft = value == "1";
     } else if (key.empty()) {
         *why = "malformed key " + quoted(key + "=" + value);
         return false;

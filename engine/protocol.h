@@ -37,6 +37,7 @@ struct command {
     int32_t max_new = 0;        // GEN/BGEN
     sampler_params sampling;    // GEN/BGEN
     bool ckpt = true;           // GEN/BGEN: ckpt=0 asks for no conversation checkpoint (a one-shot call)
+    bool draft = true;          // GEN/BGEN: draft=0 turns drafting off for this request (engine/drafting.h)
     std::string grammar;        // GEN/BGEN: grammar=<GBNF, %XX-escaped>, decoded ("" = unconstrained)
     std::vector<int32_t> ids;   // GEN/BGEN/EMB/BEMB: the prompt
     std::string path;           // SAVE/RESTORE

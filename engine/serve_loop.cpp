@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 
@@ -70,9 +71,11 @@ public:
           rng_(std::random_device{}()) {
         live_.kv = kv_cache_init(model, cfg.n_ctx, cfg.kv);
         logits_.resize(static_cast<size_t>(info_.n_vocab));
+        slots_.set_drafting(cfg.drafting, cfg.draft);
     }
     ~serve_loop() {
         if (live_.kv) kv_cache_free(live_.kv);
+        if (draft_live_.kv) kv_cache_free(draft_live_.kv);
     }
 
     int run();
@@ -91,10 +94,14 @@ private:
     read_result read_prompt(const command& cmd, int64_t seq, clock_type::time_point t0, grammar_matcher* gm);
     bool start_grammar(const command& cmd, std::shared_ptr<grammar_matcher>* out);
     void slot_steps();
-    int eval_with_slots(kv_cache* kv, const int32_t* toks, int32_t len, int32_t pos, std::string* err);
+    int eval_with_slots(kv_cache* kv, const int32_t* toks, int32_t len, int32_t pos, int32_t n_want, std::string* err);
+    const char* decode_solo(const command& cmd, int64_t seq, grammar_matcher* gm, int32_t first, int32_t* generated,
+                            draft_ctl* dctl);
+    bool decode_step(const command& cmd, grammar_matcher* gm, draft_ctl* dctl,
+                     const std::function<bool(int32_t, int32_t)>& emit, int32_t* tok, const char** finish);
     void drop_poisoned(seq_state* st);
     std::string done_line(int32_t generated, int32_t n_prompt, double prompt_ms, double decode_ms,
-                          const char* finish, int32_t reused, int32_t read) const;
+                          const char* finish, int32_t reused, int32_t read, const draft_ctl* dctl) const;
 
     strata_model* model_;
     const model_info& info_;
@@ -103,6 +110,8 @@ private:
     conversation_cache cache_;
     slot_table slots_;
     seq_state live_;               // the solo session
+    seq_state draft_live_;         // the draft model's copy of the solo session (--draft-model)
+    std::vector<int32_t> drafts_;  // the solo step's proposed tokens
     std::vector<float> logits_;    // (n_vocab) the last prompt token's logits, or the last decode step's
     sampler_scratch scratch_;
     pf_timer timer_;
@@ -147,10 +156,13 @@ void serve_loop::slot_steps() {
 // next token, each entry computed from its own data alone, so the results are those of two separate calls.
 // A batch the model refuses is retried as the sequence alone and then the slots' own step, so a refusal
 // reads as it did before (ERR for the sequence, BDONE ... nonfinite for the slots).
-int serve_loop::eval_with_slots(kv_cache* kv, const int32_t* toks, int32_t len, int32_t pos, std::string* err) {
+int serve_loop::eval_with_slots(kv_cache* kv, const int32_t* toks, int32_t len, int32_t pos, int32_t n_want,
+                                std::string* err) {
+    const size_t nv = static_cast<size_t>(info_.n_vocab);
     if (slots_.any_decoding()) slots_.collect(reader_, &mix_rows_);
     else mix_rows_.clear();
-    if (mix_rows_.empty()) return model_eval_seq(model_, kv, toks, len, pos, logits_.data(), err);
+    if (mix_rows_.empty() && n_want == 1) return model_eval_seq(model_, kv, toks, len, pos, logits_.data(), err);
+    slots_.propose(mix_rows_, SLOTS_MAX * DRAFT_K_MAX);
     mix_token_.assign(toks, toks + len);
     mix_pos_.clear();
     for (int32_t i = 0; i < len; ++i) mix_pos_.push_back(pos + i);
@@ -158,7 +170,7 @@ int serve_loop::eval_with_slots(kv_cache* kv, const int32_t* toks, int32_t len, 
     mix_kvs_.assign(1, kv);
     slots_.append(mix_rows_, 1, &mix_token_, &mix_pos_, &mix_seq_, &mix_kvs_);
     mix_want_.assign(mix_token_.size(), 1);
-    std::fill(mix_want_.begin(), mix_want_.begin() + (len - 1), 0);
+    std::fill(mix_want_.begin(), mix_want_.begin() + (len - n_want), 0);
     eval_batch b;
     b.n = static_cast<int32_t>(mix_token_.size());
     b.token = mix_token_.data();
@@ -167,15 +179,15 @@ int serve_loop::eval_with_slots(kv_cache* kv, const int32_t* toks, int32_t len, 
     b.want_logits = mix_want_.data();
     b.kvs = mix_kvs_.data();
     b.n_seq = static_cast<int32_t>(mix_kvs_.size());
-    const size_t nv = static_cast<size_t>(info_.n_vocab);
-    mix_logits_.resize((1 + mix_rows_.size()) * nv);
+    const size_t n_out = static_cast<size_t>(n_want) + (mix_token_.size() - static_cast<size_t>(len));
+    mix_logits_.resize(n_out * nv);
     if (model_eval(model_, b, mix_logits_.data(), err) != 0) {
-        const int rc = model_eval_seq(model_, kv, toks, len, pos, logits_.data(), err);
-        slots_.fail(mix_rows_);
-        return rc;
+        if (mix_rows_.empty()) return -1;
+        slots_.fail(mix_rows_);  // then the sequence alone, so a refusal reads as the sequence's own
+        return eval_with_slots(kv, toks, len, pos, n_want, err);
     }
-    std::copy(mix_logits_.begin(), mix_logits_.begin() + static_cast<std::ptrdiff_t>(nv), logits_.begin());
-    slots_.after_eval(mix_rows_, mix_logits_.data() + nv, cfg_.eos_ids);
+    logits_.assign(mix_logits_.begin(), mix_logits_.begin() + static_cast<std::ptrdiff_t>(size_t(n_want) * nv));
+    slots_.after_eval(mix_rows_, mix_logits_.data() + size_t(n_want) * nv, cfg_.eos_ids);
     return 0;
 }
 
@@ -230,11 +242,14 @@ uint64_t serve_loop::request_seed(const sampler_params& sp) {
 }
 
 std::string serve_loop::done_line(int32_t generated, int32_t n_prompt, double prompt_ms, double decode_ms,
-                                  const char* finish, int32_t reused, int32_t read) const {
+                                  const char* finish, int32_t reused, int32_t read, const draft_ctl* dctl) const {
     // generated prompt prompt_ms decode_ms finish drafts_acc drafts_off reused hits lookups ram_blobs
-    // file_blobs file_mb prompt_read offloaded; the CPU engine measures no drafts, experts or file reads.
+    // file_blobs file_mb prompt_read offloaded; the CPU engine measures no experts or file reads, and no
+    // drafts when drafting is off (engine or request).
+    const std::string drafts =
+        dctl ? std::to_string(dctl->accepted) + " " + std::to_string(dctl->offered) : std::string("- -");
     return "DONE " + std::to_string(generated) + " " + std::to_string(n_prompt) + " " + protocol_fixed1(prompt_ms) +
-           " " + protocol_fixed1(decode_ms) + " " + finish + " - - " + std::to_string(reused) + " - - - - - " +
+           " " + protocol_fixed1(decode_ms) + " " + finish + " " + drafts + " " + std::to_string(reused) + " - - - - - " +
            std::to_string(read) + " - chunk=" + std::to_string(cfg_.chunk);
 }
 
@@ -278,7 +293,7 @@ read_result serve_loop::read_prompt(const command& cmd, int64_t seq, clock_type:
         const int32_t len = pf::chunk_next_len(pos, n, cfg_.chunk);
         timer_.mark(PF_PHASE_READ);
         std::string err;
-        if (eval_with_slots(target->kv, prompt.data() + pos, len, pos, &err) != 0) {
+        if (eval_with_slots(target->kv, prompt.data() + pos, len, pos, 1, &err) != 0) {
             target->tokens.resize(static_cast<size_t>(pos));
             err_line("model: " + err);
             r.end = READ_FAILED;
@@ -321,61 +336,108 @@ void serve_loop::run_gen(const command& cmd_in, int64_t seq) {
     cmd.sampling.has_seed = true;
     cmd.sampling.seed = request_seed(cmd_in.sampling);  // one seed for the whole request
     const int32_t n = static_cast<int32_t>(cmd.ids.size());
+    const bool drafting = cfg_.drafting != DRAFTING_OFF && cmd.draft;
+    draft_ctl dctl;
     read_result r = read_prompt(cmd, seq, t0, gm.get());
     if (r.end == READ_FAILED) return;
     if (r.end != READ_DONE) {
         if (r.end == READ_NONFINITE) drop_poisoned(&live_);
-        protocol_write_line(done_line(0, n, r.prompt_ms, 0.0, read_finish(r.end), r.reused, r.read));
+        protocol_write_line(done_line(0, n, r.prompt_ms, 0.0, read_finish(r.end), r.reused, r.read,
+                                      drafting ? &dctl : nullptr));
         return;
     }
     const clock_type::time_point t_dec = clock_type::now();
     int32_t generated = 0;
-    int32_t tok = r.first;
-    const char* finish = "length";
-    std::string err;
     step_timer_begin();
-    for (;;) {
+    const char* finish = decode_solo(cmd, seq, gm.get(), r.first, &generated, drafting ? &dctl : nullptr);
+    const double decode_ms = ms_between(t_dec, clock_type::now());
+    step_timer_finish(generated - 1);  // the evaluated steps: the first token came with the prompt
+    protocol_write_line(done_line(generated, n, r.prompt_ms, decode_ms, finish, r.reused, r.read,
+                                  drafting ? &dctl : nullptr));
+    std::fprintf(stderr, "strata: GEN prompt=%d reused=%d read=%d generated=%d finish=%s prompt_ms=%.1f decode_tok_s=%.1f"
+                 " drafts=%lld/%lld\n", n, r.reused, r.read, generated, finish, r.prompt_ms,
+                 generated > 1 ? (generated - 1) * 1000.0 / std::max(1e-6, decode_ms) : 0.0,
+                 static_cast<long long>(dctl.accepted), static_cast<long long>(dctl.offered));
+}
+
+// The solo request's decode: emits `first`, then one step at a time (the pending token and its drafts in one
+// evaluation) until a stop. Returns the finish reason. dctl: the request's drafting (nullptr: none).
+const char* serve_loop::decode_solo(const command& cmd, int64_t seq, grammar_matcher* gm, int32_t first,
+                                    int32_t* generated, draft_ctl* dctl) {
+    const char* finish = "length";
+    // T line and the stop rules of one token; `held`: the tokens the session holds before it. False ends it.
+    auto emit = [&](int32_t tok, int32_t held) {
         step_mark(STEP_EMIT);
         protocol_write_line("T " + std::to_string(tok));
         step_mark(STEP_OTHER);
-        generated += 1;
+        *generated += 1;
         if (std::find(cfg_.eos_ids.begin(), cfg_.eos_ids.end(), tok) != cfg_.eos_ids.end()) {
             finish = "stop";
-            break;
+            return false;
         }
-        if (generated >= cmd.max_new || static_cast<int32_t>(live_.tokens.size()) + 1 >= cfg_.n_ctx) break;
-        if (reader_.stop_requested(seq)) {
-            finish = "cancel";
-            break;
-        }
-        const int32_t p = static_cast<int32_t>(live_.tokens.size());
-        if (eval_with_slots(live_.kv, &tok, 1, p, &err) != 0) {
-            std::fprintf(stderr, "strata: decode refused by the model: %s\n", err.c_str());
-            drop_poisoned(&live_);
-            finish = "nonfinite";
-            break;
-        }
-        live_.tokens.push_back(tok);
-        step_mark(STEP_SAMPLE);
-        const sample_status st = grammar_sample(gm.get(), cmd.sampling, logits_.data(), info_.n_vocab,
-                                                live_.tokens.data(), p + 1, p + 1, cmd.sampling.seed, &scratch_, &tok);
-        step_mark(STEP_OTHER);
-        if (st == SAMPLE_NO_TOKEN) {
-            finish = "stop";  // the grammar allows nothing more
-            break;
-        }
-        if (st != SAMPLE_OK) {
-            drop_poisoned(&live_);
-            finish = "nonfinite";
-            break;
-        }
+        return *generated < cmd.max_new && held + 1 < cfg_.n_ctx;  // else "length"
+    };
+    int32_t tok = first;
+    if (!emit(tok, static_cast<int32_t>(live_.tokens.size()))) return finish;
+    for (;;) {
+        if (reader_.stop_requested(seq)) return "cancel";
+        if (!decode_step(cmd, gm, dctl, emit, &tok, &finish)) return finish;
     }
-    const double decode_ms = ms_between(t_dec, clock_type::now());
-    step_timer_finish(generated - 1);  // the evaluated steps: the first token came with the prompt
-    protocol_write_line(done_line(generated, n, r.prompt_ms, decode_ms, finish, r.reused, r.read));
-    std::fprintf(stderr, "strata: GEN prompt=%d reused=%d read=%d generated=%d finish=%s prompt_ms=%.1f decode_tok_s=%.1f\n",
-                 n, r.reused, r.read, generated, finish, r.prompt_ms,
-                 generated > 1 ? (generated - 1) * 1000.0 / std::max(1e-6, decode_ms) : 0.0);
+}
+
+// One decode step of the solo session: feeds the pending *tok (and the drafts proposed after it), then emits
+// the tokens kept (draft_verify). The session then holds every kept token but the last, which becomes *tok.
+// False when the request ends (finish set).
+bool serve_loop::decode_step(const command& cmd, grammar_matcher* gm, draft_ctl* dctl,
+                             const std::function<bool(int32_t, int32_t)>& emit, int32_t* tok, const char** finish) {
+    const int32_t p = static_cast<int32_t>(live_.tokens.size());
+    live_.tokens.push_back(*tok);
+    drafts_.clear();
+    if (dctl != nullptr) {
+        // no draft past the reply's cap or the context
+        const int32_t generated_now = p + 1 - static_cast<int32_t>(cmd.ids.size());
+        const int32_t room = std::min(cmd.max_new - generated_now - 1, cfg_.n_ctx - p - 2);
+        const int32_t k = std::min(dctl->want(), room);
+        draft_propose(cfg_.drafting, cfg_.draft, &draft_live_, live_.tokens.data(), p + 1, k, &drafts_);
+    }
+    live_.tokens.insert(live_.tokens.end(), drafts_.begin(), drafts_.end());
+    const int32_t n_drafts = static_cast<int32_t>(drafts_.size());
+    std::string err;
+    if (eval_with_slots(live_.kv, live_.tokens.data() + p, n_drafts + 1, p, n_drafts + 1, &err) != 0) {
+        std::fprintf(stderr, "strata: decode refused by the model: %s\n", err.c_str());
+        drop_poisoned(&live_);
+        *finish = "nonfinite";
+        return false;
+    }
+    bool go = true;
+    int32_t n_kept = 0;
+    auto emit_kept = [&](int32_t t) {
+        *tok = t;
+        return go = emit(t, p + 1 + n_kept++);
+    };
+    int32_t n_emitted = 0, n_accepted = 0;
+    step_mark(STEP_SAMPLE);
+    const sample_status st = draft_verify(gm, cmd.sampling, cmd.sampling.seed, logits_.data(), info_.n_vocab,
+                                          live_.tokens.data(), p + 1, drafts_.data(), n_drafts, &scratch_,
+                                          emit_kept, &n_emitted, &n_accepted);
+    step_mark(STEP_OTHER);
+    if (dctl != nullptr) {
+        dctl->record(n_drafts, n_accepted);
+        if (n_drafts == 0) dctl->advance(n_emitted);
+    }
+    // rollback: the pending token and the kept tokens but the last (positions past them were drafts rejected)
+    if (st == SAMPLE_NO_TOKEN) {
+        live_.tokens.resize(static_cast<size_t>(p + 1 + n_emitted));  // every kept token was fed
+        *finish = "stop";  // the grammar allows nothing more
+        return false;
+    }
+    live_.tokens.resize(static_cast<size_t>(p + n_emitted));
+    if (st != SAMPLE_OK) {
+        drop_poisoned(&live_);
+        *finish = "nonfinite";
+        return false;
+    }
+    return go;
 }
 
 // Whether slot s can take an admission (ERR written when not).
@@ -414,7 +476,8 @@ void serve_loop::run_bgen(const command& cmd, int64_t seq) {
     const reuse_source src = session_find_reuse(*target, cmd.ids, &cache_, others);
     const int32_t reused = session_apply_reuse(target, cmd.ids, src, &cache_);
     const int32_t ckpt = cmd.ckpt ? session_turn_checkpoint(cmd.ids, cfg_.turn_token) : 0;
-    slots_.accept(s, seq, cmd.ids, reused, ckpt, cmd.max_new, cmd.sampling, request_seed(cmd.sampling), std::move(gm));
+    slots_.accept(s, seq, cmd.ids, reused, ckpt, cmd.max_new, cmd.sampling, request_seed(cmd.sampling), std::move(gm),
+                  cmd.draft);
     protocol_write_line("BACC " + std::to_string(s) + " " + std::to_string(reused));
 }
 

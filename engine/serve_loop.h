@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "drafting.h"
 #include "grammar.h"
 #include "model.h"
 
@@ -36,6 +37,8 @@ struct engine_config {
     bool has_seed = false;           // --seed: the seed of requests that bring none
     uint64_t seed = 0;
     const grammar_vocab* vocab = nullptr;  // token bytes for grammar= (nullptr: grammars are refused)
+    drafting_mode drafting = DRAFTING_OFF;  // --drafting (engine/drafting.h)
+    draft_model* draft = nullptr;    // --draft-model, loaded (nullptr: none)
 };
 
 // Runs until QUIT/EOF. stdin_fd is read on a thread of its own.

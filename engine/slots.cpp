@@ -21,7 +21,13 @@ slot_table::slot_table(strata_model* model, int32_t n_slots, int32_t n_ctx, kv_t
 slot_table::~slot_table() {
     for (auto& s : slots_) {
         if (s.st.kv) kv_cache_free(s.st.kv);
+        if (s.dseq.kv) kv_cache_free(s.dseq.kv);
     }
+}
+
+void slot_table::set_drafting(drafting_mode mode, draft_model* dm) {
+    drafting_ = mode;
+    draft_ = dm;
 }
 
 bool slot_table::any_busy() const {
@@ -48,7 +54,7 @@ void slot_table::idle_states(int32_t except, std::vector<const seq_state*>* out)
 
 void slot_table::accept(int32_t i, int64_t seq, const std::vector<int32_t>& prompt, int32_t reused,
                         int32_t ckpt, int32_t max_new, const sampler_params& sp, uint64_t seed,
-                        std::shared_ptr<grammar_matcher> gm) {
+                        std::shared_ptr<grammar_matcher> gm, bool draft) {
     slot& s = at(i);
     s.phase = SLOT_READING;
     s.seq = seq;
@@ -64,11 +70,14 @@ void slot_table::accept(int32_t i, int64_t seq, const std::vector<int32_t>& prom
     s.sampling = sp;
     s.seed = seed;
     s.gm = std::move(gm);
+    s.drafting = draft && drafting_ != DRAFTING_OFF;
+    s.dctl = draft_ctl{};
+    s.drafts.clear();
     s.embed = false;
 }
 
 void slot_table::accept_embed(int32_t i, int64_t seq, const std::vector<int32_t>& prompt) {
-    accept(i, seq, prompt, 0, 0, 0, sampler_params{}, 0);
+    accept(i, seq, prompt, 0, 0, 0, sampler_params{}, 0, nullptr, false);
     slot& s = at(i);
     s.embed = true;
     s.pool.reset(model_get_info(model_).n_embd);
@@ -79,13 +88,18 @@ void slot_table::finish(int32_t i, const char* why) {
     const bool decoded = s.phase == SLOT_DECODING;
     if (!decoded) s.prompt_ms = ms_since(s.t_acc);
     s.st.ckpt_len = std::min<int32_t>(s.ckpt, static_cast<int32_t>(s.st.tokens.size()));
-    // BDONE <slot> <generated> <finish> <decode_ms> <prompt> <prompt_ms> <reused> <prompt_read>
+    // BDONE <slot> <generated> <finish> <decode_ms> <prompt> <prompt_ms> <reused> <prompt_read>[ drafts_acc=
+    // drafts_off=] (the drafts only when the request drafted)
+    const std::string drafts = s.drafting ? " drafts_acc=" + std::to_string(s.dctl.accepted) +
+                                                " drafts_off=" + std::to_string(s.dctl.offered)
+                                          : std::string();
     protocol_write_line("BDONE " + std::to_string(i) + " " + std::to_string(s.generated) + " " + why + " " +
                         protocol_fixed1(decoded ? ms_since(s.t0) : 0.0) + " " + std::to_string(s.prompt.size()) +
                         " " + protocol_fixed1(s.prompt_ms) + " " + std::to_string(s.reused) + " " +
-                        std::to_string(s.n_read));
+                        std::to_string(s.n_read) + drafts);
     s.phase = SLOT_IDLE;
     s.pending = -1;
+    s.drafts.clear();
     s.gm.reset();
     s.embed = false;
     s.pool.sum.clear();
@@ -119,10 +133,30 @@ void slot_table::append(const std::vector<int32_t>& rows, int32_t seq_base, std:
                         std::vector<int32_t>* pos, std::vector<int32_t>* seq, std::vector<kv_cache*>* kvs) const {
     for (size_t k = 0; k < rows.size(); ++k) {
         const slot& s = slots_[static_cast<size_t>(rows[k])];
-        token->push_back(s.pending);
-        pos->push_back(static_cast<int32_t>(s.st.tokens.size()));
-        seq->push_back(seq_base + static_cast<int32_t>(k));
+        const int32_t p = static_cast<int32_t>(s.st.tokens.size());
+        for (int32_t j = 0; j <= static_cast<int32_t>(s.drafts.size()); ++j) {
+            token->push_back(j == 0 ? s.pending : s.drafts[static_cast<size_t>(j - 1)]);
+            pos->push_back(p + j);
+            seq->push_back(seq_base + static_cast<int32_t>(k));
+        }
         kvs->push_back(s.st.kv);
+    }
+}
+
+void slot_table::propose(const std::vector<int32_t>& rows, int32_t max_total) {
+    for (int32_t i : rows) {
+        slot& s = at(i);
+        s.drafts.clear();
+        if (!s.drafting || max_total <= 0) continue;
+        // no draft past the reply's cap or the context
+        const int32_t p = static_cast<int32_t>(s.st.tokens.size());
+        const int32_t room = std::min({s.max_new - s.generated - 1, n_ctx_ - p - 2, max_total});
+        const int32_t k = std::min(s.dctl.want(), room);
+        if (k <= 0) continue;
+        s.st.tokens.push_back(s.pending);  // the history the proposal continues
+        draft_propose(drafting_, draft_, &s.dseq, s.st.tokens.data(), p + 1, k, &s.drafts);
+        s.st.tokens.pop_back();
+        max_total -= static_cast<int32_t>(s.drafts.size());
     }
 }
 
@@ -158,15 +192,19 @@ void slot_table::plan_reads(int32_t budget) {
 bool slot_table::step(const stdin_reader& reader, const std::vector<int32_t>& eos_ids, int32_t step_tokens,
                       std::string* err) {
     collect(reader, &rows_);
-    plan_reads(std::max<int32_t>(1, step_tokens - static_cast<int32_t>(rows_.size())));
+    // drafts take at most half of what the decode entries leave of the budget (the reads keep the rest)
+    propose(rows_, (step_tokens - static_cast<int32_t>(rows_.size())) / 2);
+    int32_t n_decode = 0;
+    for (int32_t i : rows_) n_decode += 1 + static_cast<int32_t>(at(i).drafts.size());
+    plan_reads(std::max<int32_t>(1, step_tokens - n_decode));
     if (rows_.empty() && reads_.empty()) return true;
     token_.clear();
     pos_.clear();
     seq_.clear();
     kvs_.clear();
     append(rows_, 0, &token_, &pos_, &seq_, &kvs_);
-    want_.assign(rows_.size(), 1);
-    want_hidden_.assign(rows_.size(), 0);
+    want_.assign(token_.size(), 1);
+    want_hidden_.assign(token_.size(), 0);
     size_t n_hidden = 0;
     for (const chunk_plan& c : reads_) {
         const slot& s = at(c.slot);
@@ -205,7 +243,7 @@ bool slot_table::step(const stdin_reader& reader, const std::vector<int32_t>& eo
         return false;
     }
     after_eval(rows_, logits_.data(), eos_ids);
-    const float* next = logits_.data() + rows_.size() * static_cast<size_t>(n_vocab_);
+    const float* next = logits_.data() + static_cast<size_t>(n_decode) * static_cast<size_t>(n_vocab_);
     const int32_t E = model_get_info(model_).n_embd;
     const float* rows = hidden_.data();
     for (const chunk_plan& c : reads_) {
@@ -248,22 +286,27 @@ void slot_table::embed_done(int32_t i) {
     finish(i, "stop");
 }
 
+// A sampler status other than OK ends the slot's request: the grammar allowed no token (stop), or the logits
+// were not finite (what the slot's cache holds may be poisoned: dropped). True when it ended.
+bool slot_table::ended_by_sampler(int32_t i, sample_status st) {
+    if (st == SAMPLE_OK) return false;
+    if (st == SAMPLE_NO_TOKEN) {
+        finish(i, "stop");
+        return true;
+    }
+    at(i).st.tokens.clear();
+    at(i).ckpt = 0;
+    finish(i, "nonfinite");
+    return true;
+}
+
 void slot_table::first_token(int32_t i, const float* logits, const std::vector<int32_t>& eos_ids) {
     slot& s = at(i);
     const int32_t n = static_cast<int32_t>(s.st.tokens.size());
     int32_t tok = -1;
     const sample_status st =
         grammar_sample(s.gm.get(), s.sampling, logits, n_vocab_, s.st.tokens.data(), n, n, s.seed, &scratch_, &tok);
-    if (st == SAMPLE_NO_TOKEN) {
-        finish(i, "stop");  // the grammar allows no token at all
-        return;
-    }
-    if (st != SAMPLE_OK) {
-        s.st.tokens.clear();  // what this slot's cache holds may be poisoned
-        s.ckpt = 0;
-        finish(i, "nonfinite");
-        return;
-    }
+    if (ended_by_sampler(i, st)) return;
     s.prompt_ms = ms_since(s.t_acc);
     s.t0 = clock_type::now();
     s.phase = SLOT_DECODING;
@@ -279,32 +322,43 @@ void slot_table::first_token(int32_t i, const float* logits, const std::vector<i
 }
 
 void slot_table::after_eval(const std::vector<int32_t>& rows, const float* logits, const std::vector<int32_t>& eos_ids) {
-    for (size_t k = 0; k < rows.size(); ++k) {
-        const int32_t i = rows[k];
-        slot& s = at(i);
-        s.st.tokens.push_back(s.pending);
-        int32_t tok = -1;
-        const sample_status st = grammar_sample(s.gm.get(), s.sampling, logits + k * static_cast<size_t>(n_vocab_),
-                                                n_vocab_, s.st.tokens.data(), static_cast<int32_t>(s.st.tokens.size()),
-                                                static_cast<int64_t>(s.st.tokens.size()), s.seed, &scratch_, &tok);
-        if (st == SAMPLE_NO_TOKEN) {
-            finish(i, "stop");  // the grammar allows nothing more
-            continue;
-        }
-        if (st != SAMPLE_OK) {
-            s.st.tokens.clear();  // what this slot's cache holds may be poisoned
-            s.ckpt = 0;
-            finish(i, "nonfinite");
-            continue;
-        }
+    for (int32_t i : rows) {
+        const size_t n_entries = 1 + at(i).drafts.size();
+        verify_row(i, logits, eos_ids);
+        logits += n_entries * static_cast<size_t>(n_vocab_);
+    }
+}
+
+// One decoding slot after its entries were evaluated: the tokens kept (draft_verify), BT lines, the stop
+// rules, then the rollback: the slot holds its pending token and the kept tokens but the last, which is the
+// new pending one.
+void slot_table::verify_row(int32_t i, const float* logits, const std::vector<int32_t>& eos_ids) {
+    slot& s = at(i);
+    const int32_t p = static_cast<int32_t>(s.st.tokens.size());
+    s.st.tokens.push_back(s.pending);
+    s.st.tokens.insert(s.st.tokens.end(), s.drafts.begin(), s.drafts.end());
+    const char* why = nullptr;
+    int32_t n_kept = 0;
+    auto emit = [&](int32_t tok) {
         protocol_write_line("BT " + std::to_string(i) + " " + std::to_string(tok));
         s.generated += 1;
-        if (std::find(eos_ids.begin(), eos_ids.end(), tok) != eos_ids.end()) {
-            finish(i, "stop");
-        } else if (s.generated >= s.max_new || static_cast<int32_t>(s.st.tokens.size()) + 1 >= n_ctx_) {
-            finish(i, "length");
-        } else {
-            s.pending = tok;
-        }
+        s.pending = tok;
+        const int32_t held = p + 1 + n_kept++;  // the tokens the slot holds before this one
+        if (std::find(eos_ids.begin(), eos_ids.end(), tok) != eos_ids.end()) why = "stop";
+        else if (s.generated >= s.max_new || held + 1 >= n_ctx_) why = "length";
+        return why == nullptr;
+    };
+    const int32_t n_drafts = static_cast<int32_t>(s.drafts.size());
+    int32_t n_emitted = 0, n_accepted = 0;
+    const sample_status st = draft_verify(s.gm.get(), s.sampling, s.seed, logits, n_vocab_, s.st.tokens.data(), p + 1,
+                                          s.drafts.data(), n_drafts, &scratch_, emit, &n_emitted, &n_accepted);
+    s.drafts.clear();
+    if (s.drafting) {
+        s.dctl.record(n_drafts, n_accepted);
+        if (n_drafts == 0) s.dctl.advance(n_emitted);
     }
+    if (st == SAMPLE_NO_TOKEN) s.st.tokens.resize(static_cast<size_t>(p + 1 + n_emitted));  // every kept token was fed
+    if (ended_by_sampler(i, st)) return;
+    s.st.tokens.resize(static_cast<size_t>(p + n_emitted));
+    if (why != nullptr) finish(i, why);
 }

@@ -17,6 +17,10 @@
 //    entries ask for hidden rows instead of logits; when its read ends it writes BVEC and BDONE (generated 0)
 //    and holds its prompt, like a request that ended at once.
 //  - Acceptance (prefix reuse into the slot, the BACC line) is the serve loop's: it calls accept().
+//  - Drafting (engine/drafting.h): before a step, propose() gives each decoding slot that drafts up to k
+//    proposed tokens; its entries are then the pending token and its drafts (all wanting logits), and
+//    after_eval keeps the agreeing prefix plus the model's own next token, truncating the slot's tokens past
+//    it (rollback). A slot's drafts never change its tokens: greedy and seeded output equal drafting off.
 #pragma once
 
 #include <chrono>
@@ -25,6 +29,7 @@
 #include <vector>
 
 #include "embed.h"
+#include "drafting.h"
 #include "grammar.h"
 #include "model.h"
 #include "sampler.h"
@@ -58,6 +63,10 @@ struct slot {
     sampler_params sampling;
     uint64_t seed = 0;
     std::shared_ptr<grammar_matcher> gm;  // the request's grammar (grammar=), or nullptr
+    bool drafting = false;        // this request drafts (engine mode not off, no draft=0)
+    draft_ctl dctl;               // its adaptive k and counts
+    std::vector<int32_t> drafts;  // this step's proposed tokens (entries after the pending one)
+    seq_state dseq;               // the draft model's copy of this slot's sequence (--draft-model)
     std::chrono::steady_clock::time_point t0;  // first token (decoding started)
     // an embedding (BEMB): read only, every chunk's hidden rows pooled; BVEC then BDONE when the read ends
     bool embed = false;
@@ -83,7 +92,11 @@ public:
     // Slot i (its state already holding the reused prefix) starts reading `prompt` from position `reused`.
     void accept(int32_t i, int64_t seq, const std::vector<int32_t>& prompt, int32_t reused, int32_t ckpt,
                 int32_t max_new, const sampler_params& sp, uint64_t seed,
-                std::shared_ptr<grammar_matcher> gm = nullptr);
+                std::shared_ptr<grammar_matcher> gm = nullptr, bool draft = true);
+    // The engine's drafting (--drafting, --draft-model); off until set.
+    void set_drafting(drafting_mode mode, draft_model* dm);
+    // Proposes this step's drafts for the decoding rows, at most max_total tokens over all of them.
+    void propose(const std::vector<int32_t>& rows, int32_t max_total);
     // Slot i (its state emptied) starts reading an embedding's prompt from position 0 (engine/embed.h).
     void accept_embed(int32_t i, int64_t seq, const std::vector<int32_t>& prompt);
     // One step (see the contract). Writes BPP/BT/BDONE lines. Returns false (with *err) only when the model
@@ -94,10 +107,11 @@ public:
     // batch (a solo GEN's chunk and the decode step in one pass over the weights):
     // collect ends the slots whose BSTOP arrived and lists the decoding ones (the batch's rows, in slot order);
     void collect(const stdin_reader& reader, std::vector<int32_t>* rows);
-    // append adds one entry per row (its pending token at its next position, sequence seq_base + k);
+    // append adds each row's entries (its pending token at its next position, then its drafts; sequence
+    // seq_base + k), all wanting logits;
     void append(const std::vector<int32_t>& rows, int32_t seq_base, std::vector<int32_t>* token,
                 std::vector<int32_t>* pos, std::vector<int32_t>* seq, std::vector<kv_cache*>* kvs) const;
-    // after_eval samples each row's next token from its logits (rows.size() x n_vocab, in row order);
+    // after_eval keeps each row's tokens from its logits (one n_vocab row per entry, in entry order);
     void after_eval(const std::vector<int32_t>& rows, const float* logits, const std::vector<int32_t>& eos_ids);
     // fail ends every row with BDONE ... nonfinite, dropping what its cache held.
     void fail(const std::vector<int32_t>& rows);
@@ -115,11 +129,15 @@ private:
     void after_read(const chunk_plan& c, const float* logits, const std::vector<int32_t>& eos_ids);
     void first_token(int32_t i, const float* logits, const std::vector<int32_t>& eos_ids);
     void embed_done(int32_t i);
+    void verify_row(int32_t i, const float* logits, const std::vector<int32_t>& eos_ids);
+    bool ended_by_sampler(int32_t i, sample_status st);
 
     strata_model* model_;
     int32_t n_vocab_;
     int32_t n_ctx_;
     kv_type type_;
+    drafting_mode drafting_ = DRAFTING_OFF;
+    draft_model* draft_ = nullptr;
     std::vector<slot> slots_;
     std::vector<float> logits_;   // (rows + finishing reads, n_vocab)
     sampler_scratch scratch_;

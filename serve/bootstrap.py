@@ -93,6 +93,22 @@ def launch_plan(model: str, want: dict):
     return plan
 
 
+def drafting_plan_for(model: str, asked: str | None, draft_path: str | None):
+    """The drafting plan (strata_control.drafting) of a model file with what was asked; PlanRefused ->
+    SetupError with the reason."""
+    from strata_control.drafting import describe_draft, drafting_plan, vocab_fingerprint
+    from strata_control.models import describe
+    from strata_control.plan import PlanRefused, machine_facts
+    if draft_path is not None and not os.path.isfile(draft_path):
+        raise SetupError(f"the draft model file {draft_path!r} does not exist")
+    try:
+        draft = describe_draft(draft_path) if draft_path else None
+        return drafting_plan(describe(model), machine_facts(), asked, draft,
+                             vocab_fingerprint(model) if draft else None)
+    except PlanRefused as e:
+        raise SetupError(f"drafting: {e}") from None
+
+
 def build_lifecycle(ns, cfg: dict):
     """The Lifecycle of `strata serve`: the model of the flags (built now, so its plan and tokenizer errors
     stop the start) and every usable GGUF of the models folders (built on first use), each with its own run
@@ -352,6 +368,7 @@ def _engine_args(model, fake: bool, ns, cfg: dict, pick) -> tuple[list[str], int
         plan = launch_plan(model, plan_want(cfg, flags))
         args += plan.engine_args()
         parallel, memory = plan.lanes, plan.memory
+        args += drafting_plan_for(model, pick("drafting"), pick("draft_model")).engine_args()
     else:
         from strata_control.plan import clamp_lanes
         parallel, notice = clamp_lanes(parallel if parallel is not None else default_parallel())
@@ -361,6 +378,7 @@ def _engine_args(model, fake: bool, ns, cfg: dict, pick) -> tuple[list[str], int
         args += (["--max-context", str(int(ctx))] if ctx else []) + (["--threads", str(int(threads))] if threads
                                                                      else [])
         args += ["--batch", str(parallel)] if parallel >= 2 else []  # decode slots (serve/batch.py)
+        args += ["--drafting", str(pick("drafting"))] if pick("drafting") else []
     if cfg.get("chunk"):   # prompt tokens per evaluation (serve --calibrate measures it)
         args += ["--chunk", str(int(cfg["chunk"]))]
     args += _act_bits_args(pick("act_bits"))

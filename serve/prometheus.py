@@ -120,6 +120,8 @@ def render(svc) -> str:
     one("strata:requests_cancelled_total", "counter", "Requests whose client left.", t["cancelled"])
     one("strata:requests_failed_total", "counter", "Requests that ended with an error.", t["errors"])
     one("strata:requests_rejected_total", "counter", "Requests refused before they ran.", snap["rejected_total"])
+    one("strata:drafts_offered_total", "counter", "Draft tokens proposed and verified.", t["drafts_offered"])
+    one("strata:drafts_accepted_total", "counter", "Draft tokens accepted.", t["drafts_accepted"])
     one("strata:model_loaded", "gauge", "1 when the engine is running.", 1 if svc.engine.alive() else 0)
     one("strata:engine_max_context", "gauge", "The engine's context in tokens.",
         svc.engine.max_context or svc.engine.known_ctx)
@@ -165,6 +167,10 @@ def render_vllm(svc) -> str:
              "Prefix cache hits, in terms of number of cached tokens.", [(m, t["reused"])])
     o.family("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.",
              [(m, 0)])
+    o.family("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.",
+             [(m, t["drafts_offered"])])
+    o.family("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.",
+             [(m, t["drafts_accepted"])])
     success: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
     for finish, n in snap["finished"].items():
         if finish in _FINISH_REASONS:
@@ -191,5 +197,8 @@ def render_vllm(svc) -> str:
              [(m, svc.engine.max_context or svc.engine.known_ctx)])
     o.family("strata:requests_rejected_total", "counter", "Requests refused before they ran.",
              [(m, snap["rejected_total"])])
+    o.family("strata:drafts_offered_total", "counter", "Draft tokens proposed and verified.",
+             [(m, t["drafts_offered"])])
+    o.family("strata:drafts_accepted_total", "counter", "Draft tokens accepted.", [(m, t["drafts_accepted"])])
     _hardware_gauges(o, metrics_views.ensure_sampler(svc).latest(), m)
     return o.text()

@@ -39,6 +39,9 @@ COMMANDS = {   # name -> (one line for `strata --help`, examples for `strata NAM
     "plan": ("how a model would run here: threads, context, KV, lanes, why",
              "examples:\n  strata plan\n  strata plan ~/models/qwen3-0.6b.Q8_0.gguf --parallel 4\n"
              "  strata plan --keys                 the run-config key table\n"),
+    "drafting": ("say which drafting (prompt lookup, a draft model, off) a model gets here, and why",
+                 "examples:\n  strata drafting plan\n  strata drafting plan ~/models/qwen3-4b.gguf --draft-model "
+                 "~/models/qwen3-0.6b.gguf\n  strata drafting plan --drafting off --json\n"),
     "ps": ("list the running servers: address, model loaded, lanes, memory",
            "examples:\n  strata ps\n  strata ps --json\n"),
     "load": ("load a model on a running server (switching if need be)",
@@ -85,6 +88,11 @@ def _serve_args(s) -> None:
     s.add_argument("--act-bits", type=int, choices=[16, 8], metavar="16|8",
                    help="engine matmul activations in 16-bit blocks (default) or 8-bit: faster prompt reads, "
                    "logits less exact (README: Benchmarks)")
+    s.add_argument("--drafting", choices=["auto", "lookup", "model", "off"], help="drafting: auto (default: "
+                   "prompt lookup, and the draft model where lookup finds nothing), lookup, model, off; "
+                   "`strata drafting plan` says why")
+    s.add_argument("--draft-model", metavar="FILE.gguf", help="a smaller model with the same vocabulary that "
+                   "proposes drafts (verified by the model: replies are unchanged)")
     s.add_argument("--parent-pid", type=int, metavar="PID", help="shut down when this process is gone")
     s.add_argument("--engine", metavar="CMD", help="engine command (default build/strata-engine)")
     s.add_argument("--tokenizer", choices=["gguf", "bytes"], default="gguf",
@@ -125,6 +133,15 @@ def parser() -> argparse.ArgumentParser:
         pl.add_argument(flag, type=int, help=f"ask for this many {what}")
     pl.add_argument("--kv", choices=["f16", "q8_0"], help="ask for this KV cache type")
     pl.add_argument("--keys", action="store_true", help="print the run-config key table and exit")
+    dr = subs["drafting"]
+    dr.add_argument("action", choices=["plan"], help="plan: the decision and its reasons")
+    dr.add_argument("model", nargs="?", metavar="MODEL", help="a model name (strata models) or a GGUF file "
+                    "(default: the default model)")
+    dr.add_argument("--drafting", choices=["auto", "lookup", "model", "off"], help="what is asked (default: the "
+                    "run config's drafting, else auto)")
+    dr.add_argument("--draft-model", metavar="FILE.gguf", help="the draft model (default: the run config's)")
+    dr.add_argument("--models-dir", action="append", metavar="DIR", help="folders with GGUF files")
+    dr.add_argument("--json", action="store_true", help="JSON instead of text")
     _server_args(subs["ps"])
     subs["ps"].add_argument("--json", action="store_true", help="JSON instead of text")
     ch = subs["chat"]
@@ -148,7 +165,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     ns = parser().parse_args(argv)
     return {"serve": serve, "chat": chat, "bench": bench, "models": models, "plan": plan, "ps": ps, "load": load_unload,
-            "unload": load_unload}[ns.command](ns)
+            "unload": load_unload, "drafting": drafting}[ns.command](ns)
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -210,18 +227,14 @@ def models(ns) -> int:
 
 def plan(ns) -> int:
     from strata_control import runconfig
-    from strata_control.models import describe, find
     from strata_control.plan import PlanRefused, machine_facts, make_plan
     if ns.keys:
         print(runconfig.key_table())
         return 0
-    import os
-    found = _discover(ns)
-    m = describe(ns.model) if ns.model and os.path.isfile(ns.model) else find(found, ns.model)
-    if m is None:
-        return _fail(f"no model {ns.model!r}; known: {', '.join(n for x in found for n in x.names())}")
-    path = runconfig.find_run_config(m.path, m.id)
-    cfg, notices = runconfig.load(path) if path else ({}, [])
+    found = _model_and_config(ns)
+    if isinstance(found, int):
+        return found
+    m, path, cfg, notices = found
     want = runconfig.plan_want(cfg, {"max_context": ns.ctx, "threads": ns.threads, "parallel": ns.parallel,
                                      "replicas": ns.replicas, "kv": ns.kv})
     try:
@@ -231,6 +244,35 @@ def plan(ns) -> int:
     print(json.dumps({**p.view(), "run_config": path}, indent=1) if ns.json else
           "\n".join([*(f"strata: {n}" for n in notices), p.render()] +
                     ([f"  run config: {path}"] if path else [])))
+    return 0
+
+
+def _model_and_config(ns):
+    """The model ns.model names (a file, or a name among the discovered ones; the default when absent) and its
+    run config -> (model, config path, config, notices), or the exit code after saying it is unknown."""
+    import os
+    from strata_control import runconfig
+    from strata_control.models import describe, find
+    found = _discover(ns)
+    m = describe(ns.model) if ns.model and os.path.isfile(ns.model) else find(found, ns.model)
+    if m is None:
+        return _fail(f"no model {ns.model!r}; known: {', '.join(n for x in found for n in x.names())}")
+    path = runconfig.find_run_config(m.path, m.id)
+    cfg, notices = runconfig.load(path) if path else ({}, [])
+    return m, path, cfg, notices
+
+
+def drafting(ns) -> int:
+    from serve.bootstrap import SetupError, drafting_plan_for
+    found = _model_and_config(ns)
+    if isinstance(found, int):
+        return found
+    m, _, cfg, _ = found
+    try:
+        p = drafting_plan_for(m.path, ns.drafting or cfg.get("drafting"), ns.draft_model or cfg.get("draft_model"))
+    except SetupError as e:
+        return _fail(f"refused: {e}", 1)
+    print(json.dumps({"model": m.id, **p.view()}, indent=1) if ns.json else f"{m.id}: {p.render()}")
     return 0
 
 

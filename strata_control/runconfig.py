@@ -89,6 +89,9 @@ KEYS: dict[str, Key] = {
     "tokenizer": Key("gguf|bytes", "bytes = the byte tokenizer (test engines only)"),
     "calibrated": Key("object", "what serve --calibrate measured best ({threads, chunk, date}; it writes it): "
                       "the plan calls a value equal to it calibrated"),
+    "drafting": Key("auto|lookup|model|off", "drafting (--drafting; default auto: prompt lookup, and the draft "
+                    "model where lookup finds nothing; `strata drafting plan` says why)"),
+    "draft_model": Key("str", "a smaller GGUF with the model's vocabulary that proposes drafts (--draft-model)"),
 }
 PLAN_KEYS = ("max_context", "threads", "parallel", "replicas", "kv")   # what a launch plan is asked
 EDITABLE = tuple(k for k, v in KEYS.items() if v.editable)

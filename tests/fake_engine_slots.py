@@ -27,6 +27,8 @@ Script (JSON; every key optional; `starts` and `state` as in tests/fake_engine.p
   hang_steps: while hanging, the other busy slots go on (BT lines only, none for the hanging slot)
   report_affinity: a second INFO line `INFO affinity=<cpus, comma-separated> threads_arg=<--threads or ->`
   raw_bgen: lines written instead of BACC for every BGEN (a malformed engine)
+  drafts: [accepted, offered] of every request (drafting on): BDONE gets `drafts_acc=A drafts_off=O`, DONE
+    its two fields (absent: drafting off, no BDONE keys and `- -`)
 """
 import os
 import queue
@@ -346,8 +348,9 @@ class Engine:
             decode_ms = 0.0
         else:
             decode_ms = (time.monotonic() - sl["t0"]) * 1000
+        drafts = self.s.get("drafts")
         emit(f"BDONE {b} {sl['generated']} {why} {decode_ms:.1f} {len(sl['ids'])} {sl['prompt_ms']:.1f} "
-             f"{sl['reused']} {sl['read']}")
+             f"{sl['reused']} {sl['read']}" + (f" drafts_acc={drafts[0]} drafts_off={drafts[1]}" if drafts else ""))
         sl["phase"] = None
         sl["embed"] = False
 
@@ -398,7 +401,8 @@ class Engine:
                 self.step()
         self.live[:] = ids + out[:-1]
         decode_ms = (time.monotonic() - t0) * 1000 - prompt_ms
-        emit(f"DONE {len(out)} {len(ids)} {prompt_ms:.1f} {decode_ms:.1f} {fin} - - {reused} - - - - - "
+        drafts = f"{self.s['drafts'][0]} {self.s['drafts'][1]}" if self.s.get("drafts") else "- -"
+        emit(f"DONE {len(out)} {len(ids)} {prompt_ms:.1f} {decode_ms:.1f} {fin} {drafts} {reused} - - - - - "
              f"{reached - reused} - chunk={chunk}")
 
 
