@@ -534,7 +534,7 @@ void serve_loop::run_emb(const command& cmd, int64_t seq) {
             protocol_write_line("VEC " + payload);
         }
     }
-    protocol_write_line(done_line(0, n, ms_between(t0, clock_type::now()), 0.0, finish, 0, pos));
+    protocol_write_line(done_line(0, n, ms_between(t0, clock_type::now()), 0.0, finish, 0, pos, nullptr));
 }
 
 void serve_loop::run_session_file(const command& cmd) {

@@ -39,7 +39,7 @@ COMMANDS = {   # name -> (one line for `strata --help`, examples for `strata NAM
     "plan": ("how a model would run here: threads, context, KV, lanes, why",
              "examples:\n  strata plan\n  strata plan ~/models/qwen3-0.6b.Q8_0.gguf --parallel 4\n"
              "  strata plan --keys                 the run-config key table\n"),
-    "drafting": ("say which drafting (prompt lookup, a draft model, off) a model gets here, and why",
+    "drafting": ("which drafting a model gets here, and why",
                  "examples:\n  strata drafting plan\n  strata drafting plan ~/models/qwen3-4b.gguf --draft-model "
                  "~/models/qwen3-0.6b.gguf\n  strata drafting plan --drafting off --json\n"),
     "ps": ("list the running servers: address, model loaded, lanes, memory",

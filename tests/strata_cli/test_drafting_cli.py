@@ -40,14 +40,14 @@ def test_drafting_plan_default_and_asked(model):
 def test_serve_engine_args_carry_the_plan(model):
     from serve import bootstrap
     pick_from = lambda d: (lambda name, key=None, default=None: d.get(key or name, default))  # noqa: E731
-    args, _ = bootstrap._engine_args(model, False, {}, pick_from({"parallel": 1}))
+    args, _, _ = bootstrap._engine_args(model, False, None, {}, pick_from({"parallel": 1}))
     assert args[args.index("--drafting") + 1] == "lookup" and "--draft-model" not in args
-    args, _ = bootstrap._engine_args(model, False, {}, pick_from({"parallel": 1, "drafting": "off"}))
+    args, _, _ = bootstrap._engine_args(model, False, None, {}, pick_from({"parallel": 1, "drafting": "off"}))
     assert args[args.index("--drafting") + 1] == "off"
-    args, _ = bootstrap._engine_args(model, False, {}, pick_from({"parallel": 1, "drafting": "model",
+    args, _, _ = bootstrap._engine_args(model, False, None, {}, pick_from({"parallel": 1, "drafting": "model",
                                                                   "draft_model": model}))
     assert args[args.index("--drafting"):args.index("--drafting") + 4] == ["--drafting", "model", "--draft-model",
                                                                             model]
     with pytest.raises(bootstrap.SetupError, match="needs a draft model"):
-        bootstrap._engine_args(model, False, {}, pick_from({"parallel": 1, "drafting": "model"}))
+        bootstrap._engine_args(model, False, None, {}, pick_from({"parallel": 1, "drafting": "model"}))
     assert os.path.isfile(model)
