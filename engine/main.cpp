@@ -255,8 +255,10 @@ int main(int argc, char** argv) {
     model_params mp;
     mp.path = f.model;
     mp.n_threads = f.threads > 0 ? static_cast<int32_t>(f.threads) : physical_cores();
-    // a solo chunk plus every slot's decode entry and its drafts, or one slot step
-    mp.n_batch = static_cast<int32_t>(std::max(f.chunk, f.step_tokens)) + SLOTS_MAX * (1 + DRAFT_K_MAX);
+    // a solo chunk plus every slot's decode entry and its drafts (when drafting is on), or one slot step; the
+    // batch limit also sizes the rings of sliding-window layers, so no room is kept for drafts that never come
+    const int32_t per_slot = 1 + (f.drafting != DRAFTING_OFF ? DRAFT_K_MAX : 0);
+    mp.n_batch = static_cast<int32_t>(std::max(f.chunk, f.step_tokens)) + SLOTS_MAX * per_slot;
     mp.act_bits = f.act_bits;
     std::string err;
     strata_model* model = model_load(mp, &err);
