@@ -166,7 +166,7 @@ class StrataEngine:
             info = {}
             try:
                 while True:
-                    raw = proc.popen.stdout.readline(MAX_LINE_BYTES)
+                    raw = proc.out.readline(MAX_LINE_BYTES)
                     if not raw:
                         box["eof"] = True
                         return

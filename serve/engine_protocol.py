@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import io
 import queue
 import subprocess
 import threading
@@ -200,6 +201,14 @@ class EngineProcess:
     last_err: str | None = None  # an ERR that was the last line before EOF
     note: str | None = None      # our own reason, when we ended it
     heard: float = field(default_factory=time.monotonic)  # the last line it wrote (any kind)
+    out: io.BufferedReader | None = None  # its stdout, buffered: the handshake's and then the pump's reader
+
+    def __post_init__(self):
+        # popen's pipes are unbuffered (bufsize=0: each write reaches the engine at once); a raw readline
+        # would read one byte per system call, 12 a token line, so lines are read through one buffer, always
+        # by this reader (the handshake's thread, then the pump), never by two at once.
+        if self.out is None and self.popen is not None and self.popen.stdout is not None:
+            self.out = io.BufferedReader(self.popen.stdout, 1 << 16)
 
     def write(self, line: str) -> None:
         try:
@@ -277,7 +286,7 @@ def start_pump(proc: EngineProcess, on_line=None) -> None:
 
 
 def _pump(proc: EngineProcess, on_line) -> None:
-    out = proc.popen.stdout
+    out = proc.out
     last = None
     try:
         while True:

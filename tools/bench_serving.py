@@ -14,6 +14,9 @@ Figures (a readable table, then one JSON line):
   busy_slot_over_solo  one client on a slot engine over one stream on a solo engine (`GEN`, no --batch), the
                     raw single-stream decode: the median of --pairs back-to-back pairs of --pair-tokens (256) each
                     (issue 17's bar: >= 0.95)
+  server_over_raw   one client through `strata serve` (HTTP, its default slot engine, --drafting off) over the
+                    raw engine's single stream (GEN over its pipes, no Python client): median of --pairs
+                    back-to-back pairs (issue 17's bar: >= 0.95; tools/bench_server_overhead.py alone)
   ttft_short_ms     p50/p95 time to first token of short questions sent one by one while two long prompts
                     (--long, ~4K tokens) are read: the engine's slot steps read the short ones first
                     (issue 17's bar: p95 <= 500 ms)
@@ -41,6 +44,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from serve.engine import StrataEngine  # noqa: E402
 from serve.batch import eos_ids  # noqa: E402
 from serve.bootstrap import ENGINE_EXE, default_model_path  # noqa: E402
+from tools.bench_server_overhead import server_over_raw  # noqa: E402
 
 PEER_SERVER = "/root/.cache/strata-peer/srvbuild/bin/llama-server"
 CLIENTS = (1, 2, 4, 8)
@@ -230,6 +234,7 @@ def main(argv=None):
         def gen(ids, n):
             return e.generate(ids, n, no_eos)
         solo = busy_over_solo(ns.engine, ns.model, ns.threads, ns.pair_tokens, ns.pairs, gen)
+        solo = (*solo, server_over_raw(ns.engine, ns.model, ns.threads, ns.pair_tokens, ns.pairs))
         if not ns.no_peer and os.access(ns.peer, os.X_OK):
             peer = Peer(ns.peer, ns.model, ns.threads)
         rates = _rates_side_by_side(gen, peer, ns.tokens, ns.rounds)
@@ -255,13 +260,17 @@ def _report(ns, solo, rates, ttft, step_tokens, peer_ttft):
               f"{(pe2e or {}).get(k, '-'):>9}")
     print(f"one busy slot vs the solo engine, median of {ns.pairs} pairs: {solo[1]} vs {solo[0]} tok/s, "
           f"ratio {solo[2]:.2f} (bar 0.95)")
+    over = solo[3]
+    print(f"one client through strata serve vs the raw engine, median of {ns.pairs} pairs: {over['server_tok_s']} "
+          f"vs {over['raw_tok_s']} tok/s, ratio {over['server_over_raw']:.2f} (bar 0.95); the server's CPU "
+          f"{over['server_cpu_us_per_token']} us a token")
     print(f"TTFT of short questions while two {ns.long}-token prompts are read (step_tokens={step_tokens}): "
           f"strata p50 {ttft['p50']} ms, p95 {ttft['p95']} ms (bar p95 <= 500 ms); peer {peer_ttft or '-'}")
     ratio_8 = over_peer.get("8")
     print(f"8 clients over llama-server: {ratio_8 or '-'}x (bar about {BAR_OVER_PEER}x); 8 clients / 1 client: "
           f"{st['8'] / st['1'] if st['1'] else 0:.2f}x (reference)")
     print(json.dumps({"decode_tok_s": st, "e2e_tok_s": e2e, "solo_tok_s": solo[0], "one_slot_tok_s": solo[1],
-                      "busy_slot_over_solo": solo[2], "ttft_short_ms": ttft, "step_tokens": step_tokens,
+                      "busy_slot_over_solo": solo[2], "server_over_raw": solo[3], "ttft_short_ms": ttft, "step_tokens": step_tokens,
                       "peer_decode_tok_s": pst, "peer_e2e_tok_s": pe2e, "peer_ttft_short_ms": peer_ttft,
                       "over_peer": over_peer}))
 

@@ -1,0 +1,153 @@
+"""One client through `strata serve` (HTTP, the default slot engine) against the raw engine's single stream.
+
+Issue 17's bar: one client through the server decodes at >= 95 % of the raw engine's single-stream speed. The
+raw side is `strata-engine` driven over its pipes with nothing but a line reader (a `GEN`, the solo path, no
+Python engine client); the server side is `strata serve` with its defaults except `--drafting off` (drafting
+changes the engine's work per token, not the server's), one streamed `/completion` at a time. Both sides read
+the same prompt ids, greedy, end-of-turn banned (the peer's ignore_eos), and are measured back to back in
+pairs so a host whose speed drifts moves both sides of each ratio together; the figure is the median of the
+pairs' ratios. Rates are tokens after the first over first-token-to-last (the prompt read is not in them).
+Both sides also report the CPU time the serving process spent per token (the server's Python; the raw
+reader's own is not the engine's, so only the server's is printed).
+
+Usage: python3 tools/bench_server_overhead.py [--pairs 6] [--tokens 256] [--threads N] [--model PATH]
+It is also called by tools/bench_serving.py (the `server_over_raw` row).
+"""
+import argparse
+import http.client
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from serve.bootstrap import ENGINE_EXE, default_model_path  # noqa: E402
+from tools.bench_server import start_server, stop_server  # noqa: E402
+
+READY_S = 120.0
+
+
+def prompt_ids(i, n=48):
+    """A chat-like id stream (1 = <|im_start|>, 2 = <|im_end|> in SmolLM2), distinct per `i`."""
+    return [1, 9690, 198] + [(3000 + 61 * i + 11 * k) % 40000 + 100 for k in range(n)] + [2, 198, 1, 520, 9531, 198]
+
+
+def _rate(stamps):
+    return (len(stamps) - 1) / (stamps[-1] - stamps[0]) if len(stamps) > 1 and stamps[-1] > stamps[0] else 0.0
+
+
+class RawEngine:
+    """strata-engine over its pipes: GEN lines written, T lines timed, nothing else."""
+
+    def __init__(self, engine, model, threads):
+        self.p = subprocess.Popen([engine, "--serve", "--model", model, "--threads", str(threads)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        self.eos = []
+        end = time.monotonic() + READY_S
+        for line in self.p.stdout:
+            if line.startswith("INFO ") and " eos=" in line:
+                self.eos = [int(x) for x in line.split(" eos=")[1].split()[0].split(",") if x]
+            if line.startswith("READY") or time.monotonic() > end:
+                break
+
+    def run(self, ids, n):
+        bias = ",".join(f"{i}:-100" for i in self.eos)
+        self.p.stdin.write(f"GEN {n} temperature=0 logit_bias={bias} {','.join(map(str, ids))}\n")
+        self.p.stdin.flush()
+        stamps = []
+        for line in self.p.stdout:
+            if line.startswith("T "):
+                stamps.append(time.monotonic())
+            elif line.startswith(("DONE", "ERR")):
+                break
+        return _rate(stamps)
+
+    def close(self):
+        self.p.stdin.close()
+        try:
+            self.p.wait(10)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+
+
+class Server:
+    """`strata serve` on a free port with --drafting off; streamed /completion, one event a token."""
+
+    def __init__(self, model, threads):
+        self.p, self.port = start_server(["--model", model, "--threads", str(threads), "--drafting", "off"],
+                                         ready_s=READY_S)
+
+    def cpu_s(self):
+        """User + system seconds of the server's Python process so far (/proc, no dependency)."""
+        with open(f"/proc/{self.p.pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def run(self, ids, n):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        body = {"prompt": ids, "n_predict": n, "temperature": 0, "stream": True, "cache_prompt": False,
+                "ignore_eos": True}
+        c.request("POST", "/completion", json.dumps(body), {"Content-Type": "application/json"})
+        stamps = []
+        for raw in c.getresponse():
+            if raw.startswith(b"data: "):
+                ev = json.loads(raw[6:])
+                if ev.get("content") and not ev.get("stop"):
+                    stamps.append(time.monotonic())
+        c.close()
+        return _rate(stamps), len(stamps)
+
+    def close(self):
+        stop_server(self.p)
+
+
+def server_over_raw(engine, model, threads, n_new=256, pairs=6):
+    """{raw, server (median tok/s), ratio (median of the pairs'), python_us_per_token (the server's CPU)}."""
+    raw, srv = RawEngine(engine, model, threads), Server(model, threads)
+    try:
+        raw.run(prompt_ids(0, 8), 8)
+        srv.run(prompt_ids(0, 8), 8)
+        a, b, ratios, cpu = [], [], [], []
+        for r in range(pairs):
+            a.append(raw.run(prompt_ids(r + 1), n_new))
+            c0 = srv.cpu_s()
+            rate, n = srv.run(prompt_ids(r + 101), n_new)
+            cpu.append((srv.cpu_s() - c0) / max(n, 1) * 1e6)
+            b.append(rate)
+            if a[-1] > 0:
+                ratios.append(b[-1] / a[-1])
+        return {"raw_tok_s": round(statistics.median(a), 1), "server_tok_s": round(statistics.median(b), 1),
+                "server_over_raw": round(statistics.median(ratios), 3) if ratios else 0.0,
+                "server_cpu_us_per_token": round(statistics.median(cpu)),
+                "pairs": [[round(x, 1), round(y, 1)] for x, y in zip(a, b)]}
+    finally:
+        raw.close()
+        srv.close()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=default_model_path())
+    ap.add_argument("--engine", default=os.environ.get("STRATA_ENGINE") or ENGINE_EXE)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--pairs", type=int, default=6)
+    ns = ap.parse_args(argv)
+    if not ns.model or not os.access(ns.engine, os.X_OK):
+        print("bench_server_overhead: needs the engine binary and the model", file=sys.stderr)
+        return 2
+    r = server_over_raw(ns.engine, ns.model, ns.threads, ns.tokens, ns.pairs)
+    print(f"{'raw engine (GEN)':>18} {'strata serve':>13} {'ratio':>6} {'server CPU/token':>17}")
+    print(f"{r['raw_tok_s']:>18} {r['server_tok_s']:>13} {r['server_over_raw']:>6.2f} "
+          f"{r['server_cpu_us_per_token']:>14} us   (tok/s, median of {ns.pairs} pairs; bar 0.95)")
+    print(json.dumps(r))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
