@@ -5,12 +5,12 @@ raw side is `strata-engine` driven over its pipes with nothing but a line reader
 Python engine client); the server side is `strata serve` with its defaults except `--drafting off` (drafting
 changes the engine's work per token, not the server's), one streamed `/completion` at a time. Both sides read
 the same prompt ids, greedy, end-of-turn banned (the peer's ignore_eos), and are measured back to back in
-pairs so a host whose speed drifts moves both sides of each ratio together; the figure is the median of the
-pairs' ratios. Rates are tokens after the first over first-token-to-last (the prompt read is not in them).
-Both sides also report the CPU time the serving process spent per token (the server's Python; the raw
-reader's own is not the engine's, so only the server's is printed).
+pairs (which side goes first alternates) so a host whose speed drifts moves both sides of each ratio together;
+the figure is the median of the pairs' ratios. Rates are tokens after the first over first-token-to-last (the
+prompt read is not in them). The server's CPU time per token (its Python process: pump, request thread,
+HTTP) is printed beside them.
 
-Usage: python3 tools/bench_server_overhead.py [--pairs 6] [--tokens 256] [--threads N] [--model PATH]
+Usage: python3 tools/bench_server_overhead.py [--pairs 10] [--tokens 256] [--threads N] [--model PATH]
 It is also called by tools/bench_serving.py (the `server_over_raw` row).
 """
 import argparse
@@ -106,6 +106,12 @@ class Server:
         stop_server(self.p)
 
 
+def _served(srv, ids, n_new):
+    c0 = srv.cpu_s()
+    rate, n = srv.run(ids, n_new)
+    return rate, n, srv.cpu_s() - c0
+
+
 def server_over_raw(engine, model, threads, n_new=256, pairs=6):
     """{raw, server (median tok/s), ratio (median of the pairs'), python_us_per_token (the server's CPU)}."""
     raw, srv = RawEngine(engine, model, threads), Server(model, threads)
@@ -114,10 +120,13 @@ def server_over_raw(engine, model, threads, n_new=256, pairs=6):
         srv.run(prompt_ids(0, 8), 8)
         a, b, ratios, cpu = [], [], [], []
         for r in range(pairs):
-            a.append(raw.run(prompt_ids(r + 1), n_new))
-            c0 = srv.cpu_s()
-            rate, n = srv.run(prompt_ids(r + 101), n_new)
-            cpu.append((srv.cpu_s() - c0) / max(n, 1) * 1e6)
+            if r % 2:  # the order alternates: a drift within a pair favours neither side
+                rate, n, spent = _served(srv, prompt_ids(r + 101), n_new)
+                a.append(raw.run(prompt_ids(r + 1), n_new))
+            else:
+                a.append(raw.run(prompt_ids(r + 1), n_new))
+                rate, n, spent = _served(srv, prompt_ids(r + 101), n_new)
+            cpu.append(spent / max(n, 1) * 1e6)
             b.append(rate)
             if a[-1] > 0:
                 ratios.append(b[-1] / a[-1])
@@ -136,7 +145,7 @@ def main(argv=None):
     ap.add_argument("--engine", default=os.environ.get("STRATA_ENGINE") or ENGINE_EXE)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--tokens", type=int, default=256)
-    ap.add_argument("--pairs", type=int, default=6)
+    ap.add_argument("--pairs", type=int, default=10)
     ns = ap.parse_args(argv)
     if not ns.model or not os.access(ns.engine, os.X_OK):
         print("bench_server_overhead: needs the engine binary and the model", file=sys.stderr)
