@@ -18,7 +18,7 @@ class _Slots:
 
     def __init__(self, n: int, groups: int):
         self.n = n
-        self.q = [queue.Queue() for _ in range(n)]   # BT/BDONE lines of the slot's claimant
+        self.q = [queue.SimpleQueue() for _ in range(n)]  # BT/BDONE lines of the slot's claimant (C queue)
         self.owner = [None] * n                      # the claimant (request or quarantine); None = free
         self.open = [False] * n                      # the owner's BACC was seen: its slot lines are routed
         self.held = [[] for _ in range(n)]           # the token stream the slot's session holds
