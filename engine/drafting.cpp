@@ -51,6 +51,7 @@ int32_t draft_lookup(const int32_t* hist, int32_t n_hist, int32_t k, std::vector
 
 void draft_ctl::record(int32_t off, int32_t acc) {
     if (off <= 0) return;
+    ++steps;
     offered += off;
     accepted += acc;
     if (acc == 0) {

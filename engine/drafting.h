@@ -73,6 +73,7 @@ struct draft_ctl {
     int32_t misses = 0;              // verifications in a row that accepted nothing
     int64_t offered = 0;             // draft tokens verified (DONE's drafts_off)
     int64_t accepted = 0;            // draft tokens accepted (DONE's drafts_acc)
+    int64_t steps = 0;               // verifications that carried a draft (DONE's drafts_n=)
 
     // k for the next step (0 while paused).
     int32_t want() const { return pause > 0 ? 0 : k; }

@@ -91,7 +91,8 @@ void slot_table::finish(int32_t i, const char* why) {
     // BDONE <slot> <generated> <finish> <decode_ms> <prompt> <prompt_ms> <reused> <prompt_read>[ drafts_acc=
     // drafts_off=] (the drafts only when the request drafted)
     const std::string drafts = s.drafting ? " drafts_acc=" + std::to_string(s.dctl.accepted) +
-                                                " drafts_off=" + std::to_string(s.dctl.offered)
+                                                " drafts_off=" + std::to_string(s.dctl.offered) +
+                                                " drafts_n=" + std::to_string(s.dctl.steps)
                                           : std::string();
     protocol_write_line("BDONE " + std::to_string(i) + " " + std::to_string(s.generated) + " " + why + " " +
                         protocol_fixed1(decoded ? ms_since(s.t0) : 0.0) + " " + std::to_string(s.prompt.size()) +

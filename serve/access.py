@@ -7,12 +7,14 @@ Role: the HTTP server's security rules as plain functions over a request's heade
   and `host.docker.internal` (how a container, e.g. Open WebUI in Docker, reaches the host).
 - Origin: without an API key, an opaque page (`Origin: null`, `file://`, `data:`: any page can be one) is
   refused on API routes unless `cors_origins` lists it; a cross-site POST is refused unless listed.
+- CORS (`cors_allows`, `cors_headers`): closed unless `cors_origins` (`--cors`) opens it: exact origins, `*`
+  (any page: llama-server's default, opt-in here) or `localhost` (pages of this machine only).
 - Browser POSTs: a request that carries Origin or Sec-Fetch-* (a browser) must be `application/json`, so no
   page can send a CORS-simple `text/plain` request that skips the preflight.
 - `public_text`: an engine-derived message as a client may see it: without the engine log tail and with local
   paths cut to their last part; the whole text goes to the server log (once) and to a trusted /v1/status.
 
-Public surface: `check_host`, `check_key`, `check_origin`, `check_browser_json`, `trusted`, `public_text`.
+Public surface: `check_host`, `check_key`, `check_origin`, `cors_allows`, `cors_headers`, `check_browser_json`, `trusted`, `public_text`.
 """
 from __future__ import annotations
 
@@ -35,6 +37,8 @@ _LOG_TAIL = re.compile(r"; log: .*?(?=; (?:the |replica \d+: )|$)", re.S)
 _PATH = re.compile(r"(?<![\w:/.~-])(?:~|\.{1,2})?/(?!v1/|api/)(?:[^\s/;:,()'\"]+/)+([^\s/;:,()'\"]*)")
 _logged_lock = threading.Lock()   # guards _logged
 _logged: list[str] = []           # the last few full texts printed (so a dead engine is not printed per request)
+CORS_METHODS = "GET, POST, DELETE, OPTIONS"   # every method a route answers (llama-server's default list)
+CORS_HEADERS = "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta, X-Conversation-Id"
 
 
 def _host_name(host: str) -> str:
@@ -103,10 +107,38 @@ def check_key(headers, keys) -> bool:
     return True
 
 
+def _local_origin(origin: str) -> bool:
+    parts = urlsplit(origin)
+    return parts.scheme in ("http", "https") and (parts.hostname or "") in ("localhost", "127.0.0.1", "::1")
+
+
+def cors_allows(origin: str | None, cors_origins) -> bool:
+    """Whether `cors_origins` (--cors / the config's list) opens the API to the page `origin`: listed exactly,
+    `*` (any page), or `localhost` (a page served from this machine: localhost, 127.0.0.1, [::1], any port)."""
+    if not origin:
+        return False
+    return "*" in cors_origins or origin in cors_origins or ("localhost" in cors_origins and _local_origin(origin))
+
+
+def cors_headers(headers, cors_origins, preflight: bool) -> dict:
+    """The CORS answer headers for an allowed page, else {} (a closed server says nothing, and the browser
+    refuses). The Origin is echoed, never `*`, with credentials allowed, as llama-server answers by default
+    (Strata reads no cookies: a key travels in a header the page sets). A preflight allows the methods of
+    every route and the headers the page asked for: `*` would not cover Authorization (Fetch standard)."""
+    origin = headers.get("Origin")
+    if not cors_allows(origin, cors_origins):
+        return {}
+    out = {"Access-Control-Allow-Origin": origin, "Vary": "Origin", "Access-Control-Allow-Credentials": "true"}
+    if preflight:
+        out.update({"Access-Control-Allow-Methods": CORS_METHODS, "Access-Control-Max-Age": "600",
+                    "Access-Control-Allow-Headers": headers.get("Access-Control-Request-Headers") or CORS_HEADERS})
+    return out
+
+
 def check_origin(headers, method: str, cors_origins, has_keys: bool) -> None:
     """For API routes (the caller skips pages and /health)."""
     origin = headers.get("Origin")
-    if not origin or has_keys or origin in cors_origins or "*" in cors_origins:
+    if not origin or has_keys or cors_allows(origin, cors_origins):
         return
     parts = urlsplit(origin)
     if parts.scheme not in ("http", "https"):  # null (sandboxed frames, file://, data:, redirects) and the like

@@ -272,6 +272,11 @@ def _names(cfg, key) -> list[str]:
     return [v.strip() for v in value]
 
 
+def _flag_names(ns, flag) -> list[str]:
+    """A repeatable, comma-separated flag (--cors) -> its names."""
+    return [v.strip() for arg in getattr(ns, flag, None) or [] for v in arg.split(",") if v.strip()]
+
+
 def load_config(ns) -> dict:
     """The run config: `--config FILE`, else the model's own `strata-<model>.json` (beside the model file or
     in ~/.config/strata) when there is one. Notices (unknown keys by name, mended mistakes) are printed."""
@@ -316,10 +321,14 @@ def options(ns, cfg: dict) -> Options:
     """The listening and security options from the flags over the run config."""
     pick = lambda name, default=None: getattr(ns, name, None) if getattr(ns, name, None) is not None \
         else cfg.get(name, default)
-    return Options(host=pick("host", "127.0.0.1"), port=int(pick("port", 8080)),
-                   api_keys=_keys(ns, cfg), cors_origins=_names(cfg, "cors_origins"),
+    opts = Options(host=pick("host", "127.0.0.1"), port=int(pick("port", 8080)),
+                   api_keys=_keys(ns, cfg), cors_origins=_names(cfg, "cors_origins") + _flag_names(ns, "cors"),
                    allowed_hosts=_names(cfg, "allowed_hosts"),
                    parent_pid=getattr(ns, "parent_pid", None), quiet=bool(getattr(ns, "quiet", False)))
+    if "*" in opts.cors_origins and not opts.api_keys:
+        print("strata: security: CORS is open to every origin and there is no API key: any web page this "
+              "machine's browser opens can use the server (add --api-key, or name the origins)", file=sys.stderr)
+    return opts
 
 
 def bind(opts: Options):

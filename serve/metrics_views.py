@@ -27,11 +27,12 @@ FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9:
               18: "Q6_K", 32: "BF16"}
 # the module a route's handler lives in -> the wire dialect it speaks (a module not listed shows its name)
 DIALECTS = {"serve.openai": "OpenAI", "serve.anthropic": "Anthropic", "serve.ollama": "Ollama",
-            "serve.responses": "OpenAI Responses", "serve.llama_views": "llama.cpp", "serve.embeddings": "OpenAI"}
+            "serve.responses": "OpenAI Responses", "serve.llama_views": "llama.cpp", "serve.embeddings": "OpenAI",
+            "serve.stream_sessions": "llama.cpp"}
 STRATA_PATHS = ("/api/health", "/v1/health")   # Strata's own aliases under other dialects' prefixes
 PATH_DIALECTS = (("/v1/messages", "Anthropic"), ("/v1/responses", "OpenAI Responses"), ("/api/", "Ollama"))
 LLAMA_PATHS = ("/props", "/slots", "/tokenize", "/detokenize", "/metrics/prometheus", "/health", "/completion",
-               "/infill", "/embedding", "/apply-template")
+               "/infill", "/embedding", "/apply-template", "/cors-proxy")
 
 
 # ------------------------------------------------------------------------------------------------ live
@@ -160,7 +161,7 @@ def routes_view(get_routes: dict, post_routes: dict, pages: dict) -> list[dict]:
                     (d for prefix, d in PATH_DIALECTS if path.startswith(prefix)),
                     "llama.cpp" if path in LLAMA_PATHS else "Strata")
             if path == "/metrics":
-                dialect = "Strata JSON / vLLM Prometheus"
+                dialect = "llama.cpp + vLLM Prometheus / Strata JSON"
             out.append({"method": method, "path": path, "dialect": dialect, "what": _summary(handler)})
     for path in sorted(pages):
         out.append({"method": "GET", "path": path, "dialect": "web app", "what": "page: " + pages[path]})

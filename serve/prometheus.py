@@ -6,14 +6,17 @@
   previous scrape (0 when nothing ran in it); `requests_processing` / `requests_deferred` count requests
   holding a slot or the turn / waiting for one, with any number of lanes; `n_decode_total` and
   `n_busy_slots_per_decode` are the server-side estimate described in serve/live_figures.py.
-- `render_vllm(svc)` (GET /metrics as text: `?format=prometheus`, or an Accept naming `text/plain` or
-  `openmetrics`): vLLM's names, each sample labelled `model_name`, with the histograms
+- `render_vllm(svc)` (the second half of GET /metrics): vLLM's names, each sample labelled `model_name`, with the histograms
   `vllm:time_to_first_token_seconds`, `vllm:inter_token_latency_seconds` (one observation per gap between
   two tokens) and `vllm:e2e_request_latency_seconds` on vLLM's bucket bounds, then `strata:` gauges for
   live state, slots and hardware (a sample that cannot be read is left out, never written as 0).
 Integers are written as integers (`1234567`, never `1.23457e+06`); floats in Python's shortest exact form.
 
-Public surface: `render(svc)`, `render_vllm(svc)`, `CONTENT_TYPE`.
+- `render_all(svc)` (GET /metrics by default, as llama-server answers it): llama.cpp's families, then
+  `render_vllm`'s, in one exposition (no name is in both), so a llama.cpp dashboard and a vLLM one can scrape
+  the same route.
+
+Public surface: `render(svc)`, `render_vllm(svc)`, `render_all(svc)`, `CONTENT_TYPE`.
 """
 from __future__ import annotations
 
@@ -91,7 +94,7 @@ def _window_rates(svc, t) -> tuple[float, float]:
     return (1e3 * d_read / d_pms if d_pms > 0 else 0.0), (1e3 * d_out / d_dms if d_dms > 0 else 0.0)
 
 
-def render(svc) -> str:
+def render(svc, extras: bool = True) -> str:
     t = dict(svc.totals)
     counts = metrics_views.live_counts(svc)
     snap = counts["snapshot"]
@@ -109,6 +112,12 @@ def render(svc) -> str:
     one("llamacpp:n_tokens_max", "counter", "Largest observed n_tokens.", snap["n_tokens_max"])
     one("llamacpp:prompt_tokens_cached_total", "counter", "Number of prompt tokens reused from the cache.",
         t["reused"])
+    one("llamacpp:spec_decode_num_draft_tokens_total", "counter", "Speculative: Total draft tokens generated",
+        t["drafts_offered"])
+    one("llamacpp:spec_decode_num_accepted_tokens_total", "counter",
+        "Speculative: Total draft tokens accepted by the target model", t["drafts_accepted"])
+    one("llamacpp:spec_decode_num_drafts_total", "counter", "Speculative: Total speculative decoding verification "
+        "steps", t.get("draft_steps", 0))
     one("llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.", prompt_rate)
     one("llamacpp:predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
         predicted_rate)
@@ -116,6 +125,8 @@ def render(svc) -> str:
     one("llamacpp:requests_deferred", "gauge", "Number of requests deferred.", counts["deferred"])
     one("llamacpp:n_busy_slots_per_decode", "gauge", "Average number of busy slots per llama_decode() call",
         busy_per_decode)
+    if not extras:   # the llama.cpp families only (GET /metrics puts vLLM's and the strata: ones after them)
+        return o.text()
     one("strata:requests_total", "counter", "Requests finished.", t["requests"])
     one("strata:requests_cancelled_total", "counter", "Requests whose client left.", t["cancelled"])
     one("strata:requests_failed_total", "counter", "Requests that ended with an error.", t["errors"])
@@ -202,3 +213,7 @@ def render_vllm(svc) -> str:
     o.family("strata:drafts_accepted_total", "counter", "Draft tokens accepted.", [(m, t["drafts_accepted"])])
     _hardware_gauges(o, metrics_views.ensure_sampler(svc).latest(), m)
     return o.text()
+
+
+def render_all(svc) -> str:
+    return render(svc, extras=False) + render_vllm(svc)

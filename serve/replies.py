@@ -2,9 +2,10 @@
 
 `RequestContext`: `cancelled()` (the client closed its connection, or the server is shutting down),
 `shutting_down()`, `headers` (the request's headers, case-insensitive), `path`, `query` (dict of str),
-`trusted` (may see local detail such as engine log lines: serve/access.py).
+`trusted` (may see local detail such as engine log lines: serve/access.py), `sessions` (the server's
+`stream_sessions.SessionStore`).
 `JsonReply(status, body, headers)`: one JSON answer. `StreamReply(frames, content_type)`: `frames` is an
-iterator of already-framed text (SSE events, keep-alive comments); the server writes each as it comes, with
+iterator of already-framed text (SSE events, keep-alive comments; bytes are written as they are); the server writes each as it comes, with
 the stream write timeout, and closes the iterator when the client is gone (which stops the engine).
 `EventRun(service, prep, ctx)`: a run's events to iterate, then its `done`; `collect(...)`: (events, Done).
 No HTTP or socket code lives here, so handlers can be tested without a server.
@@ -27,6 +28,7 @@ class RequestContext:
     query: dict = field(default_factory=dict)
     trusted: bool = False   # may see local detail: gave the API key, or keyless server and a loopback client
     model_unloaded: bool = False   # (a Lifecycle) the model a view reads has no engine now: views say so
+    sessions: Any = None           # the server's resumable stream sessions (serve/stream_sessions.py)
 
 
 @dataclass

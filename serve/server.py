@@ -36,7 +36,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from serve import openai as openai_api
 from serve import (access, embeddings, http_guard, lifecycle_routes, llama_routes, llama_views, metrics_views, ollama,
-                   prometheus, responses, telemetry)
+                   prometheus, responses, stream_sessions, telemetry)
 from serve.errors import ServiceError
 from serve.config import save_shared_settings
 from serve.events import BadRequest
@@ -83,6 +83,7 @@ class StrataHTTPServer(http_guard.GuardedServer, ThreadingHTTPServer):
         self.streams = 0                     # streams being written (guarded by streams_lock)
         self.streams_lock = threading.Lock()
         self.stopping = threading.Event()
+        self.stream_sessions = stream_sessions.SessionStore()   # X-Conversation-Id replies (its own lock)
         self.guard_init(http_guard.Limits.from_env())  # timeouts, body limit, connection cap (serve/http_guard.py)
         super().__init__(addr, Handler)
 
@@ -180,6 +181,9 @@ class Handler(BaseHTTPRequestHandler):
         """True when the client hung up (a readable socket with nothing to read) or we are stopping."""
         if self.server.stopping.is_set():
             return True
+        session = getattr(self, "_session", None)
+        if session is not None:   # a resumable reply outlives its client: only a stop ends it
+            return session.cancelled()
         now = time.monotonic()
         if now - getattr(self, "_probe_at", 0.0) < CANCEL_CHECK_S:
             return getattr(self, "_gone", False)
@@ -224,21 +228,19 @@ class Handler(BaseHTTPRequestHandler):
                 origin not in self.server.opts.cors_origins:
             raise HttpError(403, "forbidden", f"only this server's own page may change its settings, not {origin!r}")
 
-    def _cors_headers(self):
-        origin = self.headers.get("Origin") if hasattr(self, "headers") and self.headers else None
-        cors = self.server.opts.cors_origins
-        if not origin or not (origin in cors or "*" in cors) or not urlsplit(self.path).path.startswith("/v1/"):
+    def _cors_headers(self, preflight=False):
+        """CORS headers on every API route (serve/access.py), none on the pages (same origin)."""
+        if not (hasattr(self, "headers") and self.headers):
             return {}
-        return {"Access-Control-Allow-Origin": "*" if "*" in cors else origin, "Vary": "Origin",
-                "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
-                "Access-Control-Allow-Headers": self.headers.get("Access-Control-Request-Headers") or
-                "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta",
-                "Access-Control-Max-Age": "600"}
+        path = urlsplit(self.path).path
+        if path in PAGES or path.startswith("/static/"):
+            return {}
+        return access.cors_headers(self.headers, self.server.opts.cors_origins, preflight)
 
     # ---------------------------------------------------------------- dispatch
     def do_OPTIONS(self):
-        self.send_response(204)
-        for k, v in self._cors_headers().items():
+        self.send_response(200)  # llama-server's preflight answer; no key asked (browsers send none)
+        for k, v in self._cors_headers(preflight=True).items():
             self.send_header(k, v)
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -299,6 +301,7 @@ class Handler(BaseHTTPRequestHandler):
             self._leave_model()
 
     def _dispatch(self, method):
+        self._session = None   # this request's resumable stream session, if it opens one
         parts = urlsplit(self.path)
         path = parts.path.rstrip("/") or "/"
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
@@ -324,8 +327,12 @@ class Handler(BaseHTTPRequestHandler):
                                      self.server.limits.max_body_bytes)    # cut off by a reset
             ctx = RequestContext(cancelled=self._cancelled, shutting_down=self.server.stopping.is_set,
                                  headers=self.headers, path=path, query=query, trusted=access.trusted(
-                                     self.server.opts.api_keys, key_checked, self.client_address[0]))
+                                     self.server.opts.api_keys, key_checked, self.client_address[0]),
+                                 sessions=self.server.stream_sessions)
+            conv_id = stream_sessions.conversation_id(self.headers) if method == "POST" else None
             reply = self._route(route, path, method, body, ctx, svc)
+            if conv_id and isinstance(reply, StreamReply) and reply.content_type.startswith("text/event-stream"):
+                self._session = self.server.stream_sessions.open(conv_id)
         except (HttpError, LifecycleError) as e:
             return self._error(path, e.status, e.err_type, e.message, e.param, e.code)
         except BadRequest as e:
@@ -347,8 +354,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._stream(reply)
         if isinstance(reply, JsonReply):
             return self._send(reply.status, reply.body, headers=reply.headers)
-        content_type, text = reply
-        self._send(200, text, content_type)
+        content_type, text, *headers = reply   # (content type, text[, headers])
+        self._send(200, text, content_type, headers[0] if headers else None)
 
     def _static(self, path):
         name = PAGES.get(path) or path[len("/static/"):]
@@ -380,14 +387,32 @@ class Handler(BaseHTTPRequestHandler):
             http_guard.limit_send_buffer(self.connection, srv.limits)
             timeout = srv.limits.write_s
             self.connection.settimeout(timeout if timeout > 0 else None)
+            session = getattr(self, "_session", None)
+            if session is not None:
+                return self._tee(frames, session)
             for frame in frames:
-                self.wfile.write(frame.encode("utf-8"))
+                self.wfile.write(frame if isinstance(frame, bytes) else frame.encode("utf-8"))
         except (OSError, ValueError):  # the client hung up or stopped reading past the limit
             self._gone = True
         finally:
             frames.close()  # stops the engine (STOP + drain) if the stream did not finish
             with srv.streams_lock:
                 srv.streams -= 1
+
+    def _tee(self, frames, session):
+        """A resumable reply (serve/stream_sessions.py): every frame into its session, and to the client while
+        it listens; the reply runs to its end after a hang-up unless stopped (ctx.cancelled: _cancelled)."""
+        try:
+            for frame in frames:
+                data = frame.encode("utf-8")
+                session.append(data)
+                if not getattr(self, "_gone", False):
+                    try:
+                        self.wfile.write(data)
+                    except (OSError, ValueError):
+                        self._gone = True
+        finally:
+            session.finish()
 
 
 def _release_before_last(frames, release):
@@ -442,11 +467,16 @@ def _activity(svc) -> dict:
 
 
 def _metrics(svc, body, ctx):
-    """JSON for the Monitor; Prometheus text with vLLM names for ?format=prometheus or a text Accept"""
-    accept = ctx.headers.get("Accept") or ""
-    if ctx.query.get("format") == "prometheus" or "text/plain" in accept or "openmetrics" in accept:
-        return (prometheus.CONTENT_TYPE, prometheus.render_vllm(svc))
-    return JsonReply(200, metrics_views.metrics_json(svc, all_requests=ctx.query.get("requests") == "all"))
+    """Prometheus text as llama-server answers GET /metrics (llama.cpp's names, then vLLM's and strata:), with
+    its Process-Start-Time-Unix header; JSON for the Monitor when asked: ?format=json, or an Accept naming
+    application/json and no text form"""
+    accept = (ctx.headers.get("Accept") or "").lower()
+    start = {"Process-Start-Time-Unix": str(int(svc.started))}
+    if ctx.query.get("format") == "json" or (
+            "application/json" in accept and "text/plain" not in accept and "openmetrics" not in accept):
+        return JsonReply(200, metrics_views.metrics_json(svc, all_requests=ctx.query.get("requests") == "all"),
+                         start)
+    return (prometheus.CONTENT_TYPE, prometheus.render_all(svc), start)
 
 
 def _prometheus(svc, body, ctx):
@@ -471,6 +501,12 @@ def _settings_post(svc, body, ctx):
         except OSError as e:
             print(f"strata: shared settings not saved to {path}: {e}", file=sys.stderr)
     return JsonReply(200, view)
+
+
+def _cors_proxy(svc, body, ctx):
+    """llama-server's web-UI proxy (off there unless --ui-mcp-proxy): never here, it would let any client make
+    the server fetch any URL (SSRF); answered as llama-server answers it when off"""
+    raise HttpError(403, "feature_disabled", "this feature is disabled: Strata has no CORS proxy")
 
 
 def _anthropic(name):
@@ -504,6 +540,9 @@ POST_ROUTES.update({"/v1/embeddings": embeddings.openai_embeddings, "/embedding"
                     "/embeddings": embeddings.llama_embedding, "/api/embed": embeddings.ollama_embed,
                     "/api/embeddings": embeddings.ollama_embeddings})
 DELETE_ROUTES = {"/api/delete": ollama.no_hub}
+GET_ROUTES["/cors-proxy"] = POST_ROUTES["/cors-proxy"] = _cors_proxy
+GET_ROUTES["/v1/stream"], DELETE_ROUTES["/v1/stream"] = stream_sessions.get_stream, stream_sessions.delete_stream
+POST_ROUTES["/v1/streams/lookup"] = stream_sessions.lookup
 PREFIX_ROUTES = {(m, "/v1/responses/"): responses.get_response for m in ("GET", "POST", "DELETE")}  # nothing stored
 # Error bodies in the dialect of the path (the rest: OpenAI's, or Anthropic's under /v1/messages)
 ERROR_DIALECTS = (("/api/", ollama), ("/completion", llama_routes), ("/infill", llama_routes),

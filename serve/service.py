@@ -213,7 +213,7 @@ class Service:
         self.history: deque = deque(maxlen=HISTORY_KEEP)
         self.totals = {"since": time.time(), "requests": 0, "prompt_tokens": 0, "reused": 0,
                        "output_tokens": 0, "prompt_ms": 0.0, "decode_ms": 0.0, "cancelled": 0,
-                       "errors": 0, "drafts_offered": 0, "drafts_accepted": 0}
+                       "errors": 0, "drafts_offered": 0, "drafts_accepted": 0, "draft_steps": 0}
         self.last_timings: dict = {}
         self.started = time.time()
         self.shutting_down = threading.Event()
@@ -631,6 +631,7 @@ class Service:
             tot["decode_ms"] += fig.get("decode_ms") or 0.0
             tot["drafts_offered"] += fig.get("drafts_off") or 0   # draft tokens verified (engine/drafting.h)
             tot["drafts_accepted"] += fig.get("drafts_acc") or 0
+            tot["draft_steps"] += fig.get("drafts_n") or 0         # verifications that carried a draft
             if record.get("finish") == "cancel":
                 tot["cancelled"] += 1
             if record.get("finish") == "error":

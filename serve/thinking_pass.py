@@ -29,7 +29,7 @@ from serve.reasoning import (CLOSE_RETRY_TEXT, WRAP_UP_TEXT, ThinkingBudget, nee
 from serve.toolcalls import CALL_OPEN
 
 # Engine figures that add up over passes; the others (reused, prompt_reached, ...) are the first pass's.
-_SUMMED = ("prompt_ms", "decode_ms", "drafts_off", "drafts_acc")
+_SUMMED = ("prompt_ms", "decode_ms", "drafts_off", "drafts_acc", "drafts_n")
 
 
 class _Utf8:

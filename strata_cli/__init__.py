@@ -67,6 +67,9 @@ def _serve_args(s) -> None:
     s.add_argument("--api-key", action="append", metavar="KEY",
                    help="require this key (Bearer or X-Api-Key); repeat or comma-separate for several; "
                    "default $STRATA_API_KEY")
+    s.add_argument("--cors", action="append", metavar="ORIGIN",
+                   help="let web pages at ORIGIN call the API from a browser (repeat or comma-separate; '*' = "
+                   "any page, as llama-server's default; 'localhost' = pages of this machine); default: closed")
     s.add_argument("--parallel", type=int, metavar="N", help="engine decode slots, 1..8 (default 4 on 2+ "
                    "cores, else 1): that many requests decode at once")
     s.add_argument("--replicas", type=int, metavar="N", help="run N engines and route requests by cached "
@@ -351,7 +354,7 @@ def bench(ns) -> int:
         else:
             print("strata: starting a server for the bench ...", file=sys.stderr)
             proc, server = start_server(m.path, [str(x) for kv in flags.items() for x in kv])
-        status, metrics = server.call("GET", "/metrics")
+        status, metrics = server.call("GET", "/metrics?format=json")
         info = metrics.get("engine", {}) if status == 200 and isinstance(metrics, dict) else {}
         results = benchmark.run(server, None if (is_file or not ns.port) else m.id)
     except (ClientError, RuntimeError) as e:

@@ -22,8 +22,8 @@ A turn: text (answer; its UTF-8 bytes are the token ids) or ids (list); repeat (
 eos (default true: end with 258); token_delay_s; first_delay_s (after the prompt is read); pp_chunk (default
 512) and pp_delay_s (per prompt chunk); die_after (exit 3 after that many tokens); silent_after (then write
 nothing and ignore STOP); raw (lines written verbatim, latin-1, before the tokens); err (answer ERR with it);
-nonfinite (finish nonfinite, no tokens); drafts ([accepted, offered]: DONE's drafts_acc/drafts_off, default
-[0, 0]; null writes `- -`, drafting off).
+nonfinite (finish nonfinite, no tokens); drafts ([accepted, offered] or [accepted, offered, steps]: DONE's
+drafts_acc/drafts_off and `drafts_n=steps`, default [0, 0]; null writes `- -`, drafting off).
 `grammar=` on GEN/BGEN (docs/PROTOCOL.md) is decoded as the real engine does: a malformed escape or a text
 with no `root ::=` is refused with the real engine's ERR; `record_grammar` (script key) names a file each
 request's decoded grammar is appended to (one JSON string per line). The scripted answer is not checked
@@ -284,9 +284,10 @@ class Engine:
         self.session = ids + out[:-1]
         decode_ms = (time.monotonic() - t0) * 1000 - prompt_ms
         drafts = t.get("drafts", [0, 0])
+        steps = f" drafts_n={drafts[2]}" if drafts is not None and len(drafts) > 2 else ""
         drafts = f"{drafts[0]} {drafts[1]}" if drafts is not None else "- -"
         emit(f"DONE {len(out)} {len(ids)} {prompt_ms:.1f} {decode_ms:.1f} {finish} {drafts} {reused} "
-             f"- - - - - {read} -")
+             f"- - - - - {read} -{steps}")
 
 
 if __name__ == "__main__":

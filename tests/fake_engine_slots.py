@@ -27,8 +27,8 @@ Script (JSON; every key optional; `starts` and `state` as in tests/fake_engine.p
   hang_steps: while hanging, the other busy slots go on (BT lines only, none for the hanging slot)
   report_affinity: a second INFO line `INFO affinity=<cpus, comma-separated> threads_arg=<--threads or ->`
   raw_bgen: lines written instead of BACC for every BGEN (a malformed engine)
-  drafts: [accepted, offered] of every request (drafting on): BDONE gets `drafts_acc=A drafts_off=O`, DONE
-    its two fields (absent: drafting off, no BDONE keys and `- -`)
+  drafts: [accepted, offered] or [accepted, offered, steps] of every request (drafting on): BDONE gets
+    `drafts_acc=A drafts_off=O` (and `drafts_n=steps`), DONE its two fields (absent: drafting off, no BDONE keys and `- -`)
 """
 import os
 import queue
@@ -350,7 +350,8 @@ class Engine:
             decode_ms = (time.monotonic() - sl["t0"]) * 1000
         drafts = self.s.get("drafts")
         emit(f"BDONE {b} {sl['generated']} {why} {decode_ms:.1f} {len(sl['ids'])} {sl['prompt_ms']:.1f} "
-             f"{sl['reused']} {sl['read']}" + (f" drafts_acc={drafts[0]} drafts_off={drafts[1]}" if drafts else ""))
+             f"{sl['reused']} {sl['read']}" + (f" drafts_acc={drafts[0]} drafts_off={drafts[1]}" if drafts else "")
+             + (f" drafts_n={drafts[2]}" if drafts and len(drafts) > 2 else ""))
         sl["phase"] = None
         sl["embed"] = False
 

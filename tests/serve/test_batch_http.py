@@ -74,7 +74,7 @@ def test_interleaved_http_clients_with_canaries(slot_server):
     st = s.svc.engine.batch.stats()
     assert st["busy"] == 0 and st["waiting"] == 0 and not s.svc.engine.ctl.locked()
     assert s.svc.totals["requests"] == 24 and s.svc.totals["errors"] == 0
-    status, m, _ = s.request("GET", "/metrics")
+    status, m, _ = s.request("GET", "/metrics?format=json")
     assert status == 200 and [v["state"] for v in m["live"]["slots"]] == ["idle"] * 4
     assert m["live"]["batch"]["slots"] == 4 and m["live"]["batch"]["stale_frames"] == 0
     assert s.request("GET", "/v1/status")[1]["concurrency"]["serving"] == 4  # the engine's slots
@@ -84,7 +84,7 @@ def test_interleaved_http_clients_over_two_replicas(slot_server):
     s = slot_server({"slots": 2, "repeat": 3, "step_delay_s": 0.002, "token_delay_s": 0.001}, replicas=2)
     assert not _clients(s, 4, 4)
     assert sum(r["routed"] for r in s.svc.engine.live()) == 16
-    status, m, _ = s.request("GET", "/metrics")
+    status, m, _ = s.request("GET", "/metrics?format=json")
     assert status == 200 and [r["replica"] for r in m["live"]["replicas"]] == [0, 1]
     assert s.request("GET", "/v1/status")[1]["concurrency"]["serving"] == 4  # 2 replicas x 2 slots
 

@@ -24,7 +24,7 @@ def _values(s):
 
 
 def test_solo_drafts_reach_totals_metrics_and_timings(server):
-    s = server({"turns": [{"text": "abcdef", "drafts": [3, 5]}]})
+    s = server({"turns": [{"text": "abcdef", "drafts": [3, 5, 2]}]})
     for _ in range(2):
         status, body, _ = s.post("/v1/chat/completions", chat("hi"))
         assert status == 200
@@ -36,6 +36,10 @@ def test_solo_drafts_reach_totals_metrics_and_timings(server):
     assert v[("/metrics?format=prometheus", "vllm:spec_decode_num_draft_tokens_total")] == 10
     assert v[("/metrics?format=prometheus", "vllm:spec_decode_num_accepted_tokens_total")] == 6
     assert v[("/metrics?format=prometheus", "strata:drafts_offered_total")] == 10
+    # llama.cpp's names (GET /metrics, as llama-server): tokens verified, accepted, verification steps (drafts_n=)
+    assert v[("/metrics?format=prometheus", "llamacpp:spec_decode_num_draft_tokens_total")] == 10
+    assert v[("/metrics?format=prometheus", "llamacpp:spec_decode_num_accepted_tokens_total")] == 6
+    assert v[("/metrics/prometheus", "llamacpp:spec_decode_num_drafts_total")] == 4
 
 
 def test_no_drafting_leaves_zero_and_no_draft_timings(server):
@@ -48,9 +52,10 @@ def test_no_drafting_leaves_zero_and_no_draft_timings(server):
 
 
 def test_slot_drafts_from_bdone_keys(slot_server):  # noqa: F811
-    s = slot_server({"slots": 2, "drafts": [2, 4]})
+    s = slot_server({"slots": 2, "drafts": [2, 4, 3]})
     for q in ("q1", "q2", "q3"):
         assert s.post("/v1/chat/completions", chat(q))[0] == 200
     assert s.svc.totals["drafts_offered"] == 12 and s.svc.totals["drafts_accepted"] == 6
     v = _values(s)
     assert v[("/metrics?format=prometheus", "vllm:spec_decode_num_draft_tokens_total")] == 12
+    assert v[("/metrics?format=prometheus", "llamacpp:spec_decode_num_drafts_total")] == 9

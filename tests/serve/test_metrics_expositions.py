@@ -1,6 +1,6 @@
 """Every Prometheus exposition parses with the official parser (prometheus-client), with the right names,
 types and help texts; histogram counts match the requests; integers are exact; running / deferred count
-requests with lanes; /metrics keeps its JSON for the Monitor; rejected requests are counted and listed;
+requests with lanes; /metrics is text by default, JSON for the Monitor when asked; rejected requests are counted and listed;
 /about.json lists every route of the server's route tables."""
 import threading
 import time
@@ -87,19 +87,32 @@ def test_llama_names_types_help_and_exact_integers(server):
     assert sample(fams, "strata:requests", "_total") == 3
 
 
-def test_vllm_text_by_accept_or_query_and_json_stays_default(server):
+def test_metrics_is_text_by_default_and_json_when_asked(server):
+    """GET /metrics answers as llama-server does (Prometheus text, llama.cpp's names, Process-Start-Time-Unix)
+    with vLLM's families after them; JSON (the Monitor's) only for ?format=json or an Accept of JSON."""
     s = server({"turns": [{"text": "abcd"}]})
     for _ in range(2):
         assert s.post("/v1/chat/completions", chat("hi"))[0] == 200
     st, events, _ = s.stream(chat("hi"))
     assert st == 200
-    status, body, r = s.request("GET", "/metrics")
-    assert status == 200 and "json" in r.getheader("Content-Type") and body["totals"]["requests"] == 3
+    for path, headers in (("/metrics?format=json", None), ("/metrics", {"Accept": "application/json"})):
+        status, body, r = s.request("GET", path, headers=headers)
+        assert status == 200 and "json" in r.getheader("Content-Type") and body["totals"]["requests"] == 3
+        assert abs(int(r.getheader("Process-Start-Time-Unix")) - s.svc.started) < 1
+    plain = _get_text(s, "/metrics")   # no Accept, as curl and llama.cpp's suite ask
+    by_star = _get_text(s, "/metrics", {"Accept": "*/*"})
     by_query = _get_text(s, "/metrics?format=prometheus")
     by_accept = _get_text(s, "/metrics", {"Accept": "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"})
     by_openmetrics = _get_text(s, "/metrics", {"Accept": "application/openmetrics-text; version=1.0.0"})
-    for text in (by_query, by_accept, by_openmetrics):
+    assert s.request("GET", "/metrics")[2].getheader("Process-Start-Time-Unix") == str(int(s.svc.started))
+    for text in (plain, by_star, by_query, by_accept, by_openmetrics):
         fams = families(text)
+        for name, (kind, help_text) in LLAMA_NAMES.items():
+            fam_name = name[:-len("_total")] if kind == "counter" and name.endswith("_total") else name
+            assert fams[fam_name].type == kind and fams[fam_name].documentation == help_text, name
+        for name in ("spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens", "spec_decode_num_drafts"):
+            assert fams["llamacpp:" + name].type == "counter", name
+        assert sample(fams, "llamacpp:tokens_predicted", "_total") == 3 * 5
         for name, kind in VLLM_TYPES.items():
             assert fams[name].type == kind, name
             assert fams[name].documentation == VLLM_HELP.get(name, fams[name].documentation), name
@@ -179,7 +192,7 @@ def test_a_gpu_reaches_metrics_json_and_text(server, nvml_stub, monkeypatch):
     monkeypatch.setenv("STRATA_NVML_LIB", nvml_stub)
     s = server()
     metrics_views.ensure_sampler(s.svc)
-    status, m, _ = s.request("GET", "/metrics")
+    status, m, _ = s.request("GET", "/metrics?format=json")
     assert [g["name"] for g in m["hardware"]["gpus"]] == ["Stub GPU A", "Stub GPU B"]
     assert m["history"]["series"]["gpu_util"][-1] == 41.5
     fams = families(_get_text(s, "/metrics?format=prometheus"))
@@ -193,7 +206,7 @@ def test_rejected_requests_are_counted_and_listed(server):
     status, body, _ = s.post("/v1/chat/completions", chat("x" * 2000))
     assert status == 400
     assert s.post("/v1/chat/completions", {"messages": "nope"})[0] == 400
-    status, m, _ = s.request("GET", "/metrics")
+    status, m, _ = s.request("GET", "/metrics?format=json")
     assert m["rejected_total"] == 2
     assert m["rejected"][0]["finish"] == "rejected" and m["rejected"][0]["status"] == 400
     assert "context" in m["rejected"][1]["error"] or "256" in m["rejected"][1]["error"]
@@ -207,7 +220,7 @@ def test_metrics_json_has_history_hardware_and_cache_card(server):
     s = server()
     assert s.post("/v1/chat/completions", chat("hi"))[0] == 200
     metrics_views.ensure_sampler(s.svc).sample()
-    status, m, _ = s.request("GET", "/metrics")
+    status, m, _ = s.request("GET", "/metrics?format=json")
     h = m["history"]
     assert len(h["t"]) >= 2
     for key in ("decode_tok_s", "prefill_tok_s", "ttft_s", "running", "deferred", "slots_busy", "context_use",

@@ -145,7 +145,7 @@ def test_host_check_and_cors(server):
     assert s.request("GET", "/v1/models", headers={"Host": "box.lan.example:8080"})[0] == 200
     assert s.request("GET", "/v1/models", headers={"Host": "localhost:8080"})[0] == 200
     status, _, r = s.request("OPTIONS", "/v1/chat/completions", headers={"Origin": "https://app.example"})
-    assert status == 204 and r.getheader("Access-Control-Allow-Origin") == "https://app.example"
+    assert status == 200 and r.getheader("Access-Control-Allow-Origin") == "https://app.example"
     _, _, r = s.request("OPTIONS", "/v1/chat/completions", headers={"Origin": "https://other.example"})
     assert r.getheader("Access-Control-Allow-Origin") is None
     assert s.post("/v1/chat/completions", chat(), headers={"Origin": "https://other.example"})[0] == 403
@@ -163,7 +163,7 @@ def test_views(server):
     _, st, _ = s.request("GET", "/v1/status")
     assert st["loaded"] and st["activity"]["requests"] == 1 and st["engine"] == "fake-1"
     assert st["concurrency"] == {"serving": 1, "requested": 1}  # solo engine: one request at a time
-    _, mj, _ = s.request("GET", "/metrics")
+    _, mj, _ = s.request("GET", "/metrics?format=json")
     assert mj["totals"]["requests"] == 1 and mj["live"]["state"] == "idle" and mj["requests"][0]["finish"] == "stop"
     status, text, r = s.request("GET", "/metrics/prometheus")
     assert r.getheader("Content-Type").startswith("text/plain; version=0.0.4")
