@@ -123,8 +123,7 @@ def server_rows(key: str | None = None) -> list[dict]:
         try:
             status, models = server.call("GET", "/v1/models")
             if status == 200:
-                loaded = [m["id"] for m in models.get("data", []) if m.get("status", {}).get("value") == "loaded"
-                          and "alias_of" not in m]
+                loaded = [m["id"] for m in models.get("data", []) if m.get("status", {}).get("value") == "loaded"]
                 row["loaded"] = ", ".join(loaded) or "none"
             elif status == 401:
                 row["loaded"] = "needs --api-key"

@@ -132,6 +132,8 @@ class Lifecycle:
             with self._cv:
                 return self._implicit()
         entry = self._names.get(name)
+        if entry is None and name.endswith(":latest"):   # Ollama's clients name a model NAME:latest
+            entry = self._names.get(name[:-len(":latest")])
         if entry is None:
             raise LifecycleError(404, "not_found_error", f"model {name!r} is not one this server has; known: "
                                  f"{self.known_names()}", param="model", code="model_not_found")

@@ -14,6 +14,7 @@ import os
 
 from serve.config import ConfigError
 from serve.events import BadRequest
+from serve import ollama
 from serve.lifecycle import LifecycleError
 from serve.openai import model_entries
 from serve.replies import JsonReply
@@ -29,7 +30,7 @@ LEASE_PREFIX = "/v1/lease"
 # it; they never load an engine (the model's Service is built once and kept: its tokenizer read from the GGUF)
 BY_MODEL_ROUTES = frozenset({"/tokenize", "/detokenize", "/v1/messages/count_tokens", "/props", "/apply-template",
                              "/v1/chat/completions/input_tokens", "/chat/completions/input_tokens",
-                             "/v1/responses/input_tokens", "/responses/input_tokens"})
+                             "/v1/responses/input_tokens", "/responses/input_tokens", "/api/show"})
 
 
 def _model_field(body) -> str | None:
@@ -44,7 +45,11 @@ def by_model(lc, method, body, ctx):
     unknown name; None: the loaded or default one); `ctx` says whether that model is loaded, and its query
     loses `model` (the Service answers for itself, whichever name or alias picked it)."""
     name = ctx.query.get("model") if method in ("GET", "HEAD") else _model_field(body)
+    if name is None and ctx.path == "/api/show" and isinstance(body.get("name"), str):
+        name = body["name"]   # Ollama's older field
     entry = lc.resolve(name or None)
+    if ctx.path == "/api/show":   # the name (an alias, NAME:latest) is resolved: the Service shows itself
+        body["model"] = entry.name
     ctx.model_unloaded = not lc.is_loaded(entry)
     ctx.query = {k: v for k, v in ctx.query.items() if k != "model"}
     return entry.service()
@@ -73,6 +78,13 @@ def models(lc, body, ctx):
         data += model_entries(entry.name, entry.aliases, loaded, n_ctx, svc.started if svc is not None else 0,
                               **{k: v for k, v in entry.info.items() if k not in ("n_ctx", "config_path")})
     return JsonReply(200, {"object": "list", "data": data})
+
+
+def ollama_tags(lc, body, ctx):
+    """Ollama's /api/tags: every model (its Service is built once and kept, engine not started), by name and
+    aliases, as `NAME:latest`."""
+    return JsonReply(200, {"models": [ollama.tag_entry(entry.service(), n) for entry in lc.entries
+                                      for n in (entry.name, *entry.aliases)]})
 
 
 def load(lc, body, ctx):
@@ -164,4 +176,4 @@ GET = {"/v1/lease": leases, "/config": config_get}
 POST = {"/v1/load": load, "/v1/unload": unload, "/v1/lease": lease, "/v1/lease/release": lease_release,
         "/config": config_post}
 OVERRIDES = {"/health": health, "/api/health": health, "/v1/health": health, "/v1/models": models,
-             "/models": models}
+             "/models": models, "/api/tags": ollama_tags}

@@ -25,7 +25,7 @@ Answer lines: `{model, created_at, message: {role, content[, thinking][, tool_ca
 `eval_count`, `eval_duration` (durations in nanoseconds, as Ollama reports them). A tool call is one line
 with the whole call (`{function: {name, arguments: {...}}}`), as Ollama sends it.
 
-Public surface: `version`, `tags`, `show`, `ps`, `chat`, `generate`, `no_hub`, `error_body`.
+Public surface: `version`, `tags`, `show`, `ps`, `chat`, `generate`, `no_hub`, `error_body`, `tag_entry`.
 """
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def _identity(service) -> tuple[int, str, str]:
     return size, digest, datetime.fromtimestamp(mtime, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _entry(service, name: str) -> dict:
+def tag_entry(service, name: str) -> dict:
     size, digest, modified = _identity(service)
     return {"name": f"{name}:latest", "model": f"{name}:latest", "modified_at": modified, "size": size,
             "digest": digest, "details": _details(service)}
@@ -133,7 +133,7 @@ def version(service, body, ctx) -> JsonReply:
 
 
 def tags(service, body, ctx) -> JsonReply:
-    return JsonReply(200, {"models": [_entry(service, n) for n in _names(service)]})
+    return JsonReply(200, {"models": [tag_entry(service, n) for n in _names(service)]})
 
 
 def show(service, body, ctx) -> JsonReply:
@@ -158,7 +158,7 @@ def ps(service, body, ctx) -> JsonReply:
     e = service.engine
     if not e.alive():
         return JsonReply(200, {"models": []})
-    entry = _entry(service, service.model_name)
+    entry = tag_entry(service, service.model_name)
     # loaded for as long as the server runs: Ollama's clients read a time far ahead as "stays loaded"
     entry.update(expires_at="2318-01-01T00:00:00Z", size_vram=0, context_length=e.max_context or e.known_ctx)
     return JsonReply(200, {"models": [entry]})

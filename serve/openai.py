@@ -418,11 +418,12 @@ def _completion_stream(service, prep, ctx, meta, include_usage, req):
 
 
 def model_entries(name: str, aliases, loaded: bool, n_ctx: int, created: float, **extra) -> list[dict]:
-    """One `/v1/models` entry for a model and one per alias (`alias_of`); `extra` keys go on each."""
-    entry = {"id": name, "object": "model", "created": int(created), "owned_by": "strata",
-             "status": {"value": "loaded" if loaded else "unloaded"}, "meta": {"n_ctx": n_ctx},
-             "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]}, **extra}
-    return [entry] + [{**entry, "id": a, "alias_of": name} for a in aliases or []]
+    """The `/v1/models` entry of a model: one per model, as OpenAI lists a model once and llama-server lists its
+    other names in `aliases` (a model picker shows each model once; every alias still works in a request)."""
+    return [{"id": name, "object": "model", "created": int(created), "owned_by": "strata",
+             "aliases": list(aliases or []), "status": {"value": "loaded" if loaded else "unloaded"},
+             "meta": {"n_ctx": n_ctx}, "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
+             **extra}]
 
 
 def models(service, body, ctx) -> JsonReply:

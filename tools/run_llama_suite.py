@@ -14,7 +14,8 @@ External mode (the suite's utils.py): `DEBUG_EXTERNAL` set makes every ServerPro
 a server on 127.0.0.1:$PORT, so each test's own server options (n_slots, n_predict, jinja, ...) are not
 applied: both servers run with the suite's default preset (tinyllama2: ctx 512, batch 32, 2 slots, n_predict 64,
 temperature 0.8, seed 42, model alias tinyllama-2) plus --metrics, and llama-server's defaults otherwise (jinja,
-/slots on). Strata gets the same through its flags and a run config (model_name tinyllama-2, default_max_tokens 64,
+/slots on, CORS open to every origin). Strata gets the same through its flags (`--cors '*'`: open CORS is
+llama-server's default and an opt-in flag in Strata) and a run config (model_name tinyllama-2, default_max_tokens 64,
 sampling temperature 0.8 / seed 42, fit_max_tokens: a max_tokens past the context is cut to the room left, as
 llama-server does, instead of Strata's default 400); its --ctx is per request, so it gets llama-server's per-slot
 context, 512 / 2 = 256 (the suite checks n_ctx == ctx / slots). Both run with --threads 1 (see --threads).
@@ -79,6 +80,7 @@ def strata_cmd(model: str, port: int, config: str, threads: int) -> list[str]:
             "--threads", str(threads),
             "--host", "127.0.0.1", "--port", str(port), "--ctx", str(p["ctx"] // p["slots"]),
             "--parallel", str(p["slots"]),
+            "--cors", "*",   # llama-server's default (--cors-origins '*'); Strata's default is closed
             "--config", config, "--quiet"]
 
 
