@@ -4,26 +4,17 @@ follower reads it live; DELETE stops the engine request and forgets the session;
 same id replaces the first; the store's bounds (bytes, age, count) hold; bad input is a 400 naming the field."""
 import json
 import socket
-import time
 from urllib.parse import quote
 
 import pytest
 
 from serve.stream_sessions import OffsetLost, SessionStore
 from tests.serve.conftest import chat
+from tests.serve.lifecycle_servers import wait_until as _wait
 
 CONV = "conv-1::org/model:Q8_0"          # slashes and colons, as llama.cpp's web UI makes them
 QS = "conv_id=" + quote(CONV, safe="")
 HDR = {"X-Conversation-Id": CONV}
-
-
-def _wait(pred, timeout_s=10.0):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_finished_reply_replays_from_any_offset_then_delete_forgets_it(server):
