@@ -127,7 +127,12 @@ class Lifecycle:
         self.unloads = 0
 
     # ---------------------------------------------------------------- names
-    def resolve(self, name: str | None) -> ModelEntry:
+    def resolve(self, name: str | None, any_name_on_one: bool = False) -> ModelEntry:
+        """The entry `name` names (an alias, NAME:latest); no name: the implicit one. `any_name_on_one`: with one
+        model any name is it, as llama-server answers clients that send "gpt-3.5-turbo" (requests; /v1/load,
+        /v1/unload, /config and Ollama's /api/show keep the strict names)."""
+        if any_name_on_one and len(self.entries) == 1:
+            return self.entries[0]
         if not name:
             with self._cv:
                 return self._implicit()
@@ -174,7 +179,7 @@ class Lifecycle:
         it. One such load is pending at a time; later ones wait behind it.
         One model: a request naming any model runs on it, as llama-server with one model answers clients that
         send "gpt-3.5-turbo" and the like; /v1/load, /v1/unload and /config keep the strict names."""
-        entry = self.entries[0] if len(self.entries) == 1 else self.resolve(name)
+        entry = self.resolve(name, any_name_on_one=True)
         deadline = self.clock() + SWITCH_WAIT_S
         with self._cv:
             self._seq += 1

@@ -47,7 +47,7 @@ def by_model(lc, method, body, ctx):
     name = ctx.query.get("model") if method in ("GET", "HEAD") else _model_field(body)
     if name is None and ctx.path == "/api/show" and isinstance(body.get("name"), str):
         name = body["name"]   # Ollama's older field
-    entry = lc.resolve(name or None)
+    entry = lc.resolve(name or None, any_name_on_one=ctx.path != "/api/show")
     if ctx.path == "/api/show":   # the name (an alias, NAME:latest) is resolved: the Service shows itself
         body["model"] = entry.name
     ctx.model_unloaded = not lc.is_loaded(entry)

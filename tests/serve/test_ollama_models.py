@@ -48,3 +48,16 @@ def test_v1_models_lists_each_model_once_with_its_aliases(lifecycle_server, serv
     data = one.request("GET", "/v1/models")[1]["data"]
     assert [(m["id"], m["aliases"]) for m in data] == [("fake-model", ["smol", "tiny"])]
     assert json.dumps(data).count("alias_of") == 0
+
+
+def test_one_model_answers_any_name_on_request_routes_but_show_stays_strict(lifecycle_server):
+    """With one model every request route (tokenizer and template ones too) runs on it whatever `model` says,
+    as llama-server; Ollama's /api/show answers only its own names (clients ask it whether a model exists)."""
+    run = lifecycle_server(names=("alpha",))
+    msg = {"model": "claude-test", "messages": [{"role": "user", "content": "hi"}]}
+    status, body, _ = run.post("/v1/messages/count_tokens", msg)
+    assert status == 200 and body["input_tokens"] > 0
+    assert run.post("/tokenize", {"model": "gpt-3.5-turbo", "content": "hi"})[0] == 200
+    assert run.post("/api/show", {"model": "alpha:latest"})[0] == 200
+    assert run.post("/api/show", {"model": "llama3"})[0] == 404
+    assert run.post("/v1/load", {"model": "llama3"})[0] == 404
