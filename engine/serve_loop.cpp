@@ -12,6 +12,7 @@
 
 #include "prefill/chunking.hpp"
 #include "grammar.h"
+#include "logprobs.h"
 #include "prefill/pf_timer.h"
 #include "protocol.h"
 #include "sampler.h"
@@ -100,6 +101,7 @@ private:
     seq_state live_;               // the solo session
     std::vector<float> logits_;    // (n_vocab) the last prompt token's logits, or the last decode step's
     sampler_scratch scratch_;
+    std::vector<float> lp_work_;   // (n_vocab) biased logits of a logprobs= request (engine/logprobs.h)
     pf_timer timer_;
     grammar_cache grammars_;       // recent requests' grammars (grammar= key)
     std::mt19937_64 rng_;          // seeds of requests that bring none (when --seed is absent)
@@ -327,7 +329,9 @@ void serve_loop::run_gen(const command& cmd_in, int64_t seq) {
     const char* finish = "length";
     std::string err;
     for (;;) {
-        protocol_write_line("T " + std::to_string(tok));
+        // logits_ still holds the row tok was sampled from (the prompt's last, or the last decode step's)
+        protocol_write_line("T " + std::to_string(tok) +
+                            logprobs_suffix(cmd.sampling, logits_.data(), info_.n_vocab, tok, &lp_work_));
         generated += 1;
         if (std::find(cfg_.eos_ids.begin(), cfg_.eos_ids.end(), tok) != cfg_.eos_ids.end()) {
             finish = "stop";
@@ -390,7 +394,7 @@ void serve_loop::run_bgen(const command& cmd, int64_t seq) {
     }
     seq_state* target = &slots_.at(s).st;
     std::vector<const seq_state*> others{&live_};
-    slots_.idle_states(s, &others);
+    slots_.reuse_states(s, &others);  // busy slots too: between steps their kv holds exactly their tokens
     const reuse_source src = session_find_reuse(*target, cmd.ids, &cache_, others);
     const int32_t reused = session_apply_reuse(target, cmd.ids, src, &cache_);
     const int32_t ckpt = cmd.ckpt ? session_turn_checkpoint(cmd.ids, cfg_.turn_token) : 0;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "logprobs.h"
 #include "protocol.h"
 #include "stdin_reader.h"
 
@@ -43,6 +44,13 @@ void slot_table::idle_states(int32_t except, std::vector<const seq_state*>* out)
         const slot& s = slots_[i];
         if (static_cast<int32_t>(i) == except || s.phase != SLOT_IDLE || s.st.kv == nullptr) continue;
         out->push_back(&s.st);
+    }
+}
+
+void slot_table::reuse_states(int32_t except, std::vector<const seq_state*>* out) const {
+    for (size_t i = 0; i < slots_.size(); ++i) {
+        const slot& s = slots_[i];
+        if (static_cast<int32_t>(i) != except && s.st.kv != nullptr && !s.st.tokens.empty()) out->push_back(&s.st);
     }
 }
 
@@ -227,7 +235,8 @@ void slot_table::first_token(int32_t i, const float* logits, const std::vector<i
     s.t0 = clock_type::now();
     s.phase = SLOT_DECODING;
     s.generated = 1;
-    protocol_write_line("BT " + std::to_string(i) + " " + std::to_string(tok));
+    protocol_write_line("BT " + std::to_string(i) + " " + std::to_string(tok) +
+                        logprobs_suffix(s.sampling, logits, n_vocab_, tok, &lp_work_));
     if (std::find(eos_ids.begin(), eos_ids.end(), tok) != eos_ids.end()) {
         finish(i, "stop");
     } else if (s.max_new <= 1 || n + 1 >= n_ctx_) {
@@ -256,7 +265,9 @@ void slot_table::after_eval(const std::vector<int32_t>& rows, const float* logit
             finish(i, "nonfinite");
             continue;
         }
-        protocol_write_line("BT " + std::to_string(i) + " " + std::to_string(tok));
+        protocol_write_line("BT " + std::to_string(i) + " " + std::to_string(tok) +
+                            logprobs_suffix(s.sampling, logits + k * static_cast<size_t>(n_vocab_), n_vocab_, tok,
+                                            &lp_work_));
         s.generated += 1;
         if (std::find(eos_ids.begin(), eos_ids.end(), tok) != eos_ids.end()) {
             finish(i, "stop");
