@@ -77,10 +77,14 @@ def request_grammar(words, script):
 
 
 def request_logprobs(words):
-    """`logprobs=K` of a GEN/BGEN line's words (docs/PROTOCOL.md), or None when absent."""
+    """`logprobs=K` of a GEN/BGEN line's words (docs/PROTOCOL.md), or None when absent; a value outside
+    0..20 is the real engine's ERR text as ValueError."""
     for w in words[1:-1]:
         if w.startswith("logprobs="):
-            return int(w[len("logprobs="):])
+            value = w[len("logprobs="):]
+            if not value.isdigit() or int(value) > 20:
+                raise ValueError(f"malformed value for logprobs: '{value}'")
+            return int(value)
     return None
 
 
@@ -196,7 +200,11 @@ class Engine:
         except ValueError as e:
             emit(f"ERR {e}")
             return
-        n_logprobs = request_logprobs(words)
+        try:
+            n_logprobs = request_logprobs(words)
+        except ValueError as e:
+            emit(f"ERR {e}")
+            return
         t = self.turn()
         if not ids or any(i < 0 or i >= N_VOCAB for i in ids):
             emit("ERR empty prompt or id outside the vocabulary")

@@ -187,6 +187,7 @@ class Engine:
             return "malformed request"
         try:
             request_grammar(w, self.s)  # as tests/fake_engine.py: decoded, recorded, not applied
+            n_logprobs = request_logprobs(w)
         except ValueError as e:
             return str(e)
         if bgen and not 0 <= slot < self.n:
@@ -203,7 +204,7 @@ class Engine:
             full = list(f"<{q.decode('latin-1')}>".encode("latin-1")) * int(self.knob("repeat", q, 1)) + [258]
             so_far = ids[at:]
             answer = full[len(so_far):] if full[:len(so_far)] == so_far else [63, 63, 63, 258]
-        return slot, max_new, ids, q, answer, request_logprobs(w)
+        return slot, max_new, ids, q, answer, n_logprobs
 
     def reuse(self, ids, target):
         sources = [self.live, target] + [sl["held"] for sl in self.slots]  # busy slots too, as the real engine
