@@ -5,8 +5,9 @@
 //    else the sampler does: before the repetition/frequency/presence penalties, the grammar's mask,
 //    temperature, top_k, min_p and top_p. So at temperature 0 without penalties or a grammar the sampled
 //    token is the top entry.
-//  - log p(i) = z_i - log(sum_j exp(z_j)), z = logits + bias, summed in double; a token whose bias is -inf
-//    has log-prob -inf (written "-inf"); non-finite logits never reach here (the sampler refused them).
+//  - log p(i) = z_i - log(sum_j exp(z_j)), z = logits + bias (exponentials in float, summed in double:
+//    within 1e-5 of a double log-softmax); a token whose bias is -inf has log-prob -inf (written "-inf");
+//    non-finite logits never reach here (the sampler refused them).
 //  - Cost: nothing when the request did not ask; when it did, one pass over n_vocab for the maximum, one for
 //    the sum of exponentials and one for the top K (a sorted array of at most K entries), per sampled token.
 //  - Pure; the scratch vector is the caller's so that nothing allocates per token once warm.
