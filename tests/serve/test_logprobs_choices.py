@@ -33,8 +33,10 @@ def test_chat_logprobs_json_and_stream(server, tmp_path):
     assert all(e["choices"][0]["logprobs"]["content"][0]["top_logprobs"] == [] for e in streamed)
     status, body, _ = s.post("/v1/chat/completions", chat("q"))
     assert status == 200 and "logprobs" not in body["choices"][0]
+    status, body, _ = s.post("/v1/chat/completions", chat("q", n_probs=1))  # llama.cpp's name on this route
+    assert [len(c["top_logprobs"]) for c in body["choices"][0]["logprobs"]["content"]] == [1, 1]
     keys = [_keys(line).get("logprobs") for line in record.read_text().splitlines()]
-    assert keys == ["2", "0", None]  # asked twice; nothing asked, nothing computed
+    assert keys == ["2", "0", None, "1"]  # nothing asked, nothing computed
 
 
 def test_partial_utf8_tokens_carry_their_bytes(server):
