@@ -14,7 +14,8 @@ Role: between a translator (serve/openai.py, serve/llama_routes.py) and Service.
 It knows no wire format: `run_choices` yields (index, Event | Done) pairs; `merge_done` sums the usage.
 
 Public surface: `CHOICES_MAX`, `check_n(body, name)`, `check_best_of(body, n)`, `prepare_choices(service,
-req, n)`, `run_choices(service, preps, cancelled)`, `merge_done(dones)`.
+req, n)`, `run_choices(service, preps, cancelled)`, `collect_text(service, preps, cancelled)`,
+`merge_done(dones)`.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import queue
 import re
 import threading
 
-from serve.events import KIND_PING, BadRequest, Done
+from serve.events import KIND_CONTENT, KIND_PING, BadRequest, Done
 
 CHOICES_MAX = 8      # the engine's most decode lanes (--parallel 1..8): one request's choices may fill every
                      # lane, never more, so n choices never wait behind themselves for a lane
@@ -68,6 +69,20 @@ def merge_done(dones: list[Done]) -> Done:
     first = dones[0]
     return dataclasses.replace(first, completion_tokens=sum(d.completion_tokens for d in dones),
                                reasoning_tokens=sum(d.reasoning_tokens for d in dones))
+
+
+def collect_text(service, preps: list, cancelled=None) -> tuple[list[str], list[list], list[Done]]:
+    """Every choice run to its end for a plain-text answer: (content text, log-probability entries, Done) per
+    choice, in index order."""
+    texts, entries, dones = [[] for _ in preps], [[] for _ in preps], [None] * len(preps)
+    with contextlib.closing(run_choices(service, preps, cancelled)) as items:
+        for i, ev in items:
+            if isinstance(ev, Done):
+                dones[i] = ev
+            elif ev.kind == KIND_CONTENT:
+                texts[i].append(ev.text)
+                entries[i].extend(ev.logprobs or ())
+    return ["".join(t) for t in texts], entries, dones
 
 
 def run_choices(service, preps: list, cancelled=None):

@@ -42,7 +42,7 @@ import json
 from serve import llama_views
 from serve import sampling as sampling_mod
 from serve.events import BadRequest, CompletionRequest, Done, KIND_CONTENT, KIND_PING, ProgressFeed
-from serve.choices import check_n, prepare_choices, run_choices
+from serve.choices import check_n, collect_text, prepare_choices, run_choices
 from serve.logprobs import llama_n_probs, llama_probs
 from serve.openai import _error_text, _model_name, parse_chat
 from serve.replies import JsonReply, StreamReply
@@ -247,17 +247,10 @@ def _complete(service, body, ctx, req: CompletionRequest):
             "settings": _settings(service, req), "fields": body.get("response_fields") or []}
     if req.stream:
         return StreamReply(_stream(service, preps, ctx, meta, bool(body.get("return_progress"))))
-    content, probs, dones = [[] for _ in preps], [[] for _ in preps], [None] * n
-    with contextlib.closing(run_choices(service, preps, ctx.cancelled)) as items:
-        for i, ev in items:
-            if isinstance(ev, Done):
-                dones[i] = ev
-            elif ev.kind == KIND_CONTENT:
-                content[i].append(ev.text)
-                probs[i].extend(ev.logprobs or ())
+    content, probs, dones = collect_text(service, preps, ctx.cancelled)
     results = []
     for i in range(n):
-        res = _final(meta, "".join(content[i]), dones[i], stream=False, index=i)
+        res = _final(meta, content[i], dones[i], stream=False, index=i)
         if req.logprobs is not None and not meta["fields"]:
             res["completion_probabilities"] = llama_probs(probs[i])
         results.append(res)

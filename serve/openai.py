@@ -25,7 +25,7 @@ import json
 import secrets
 import time
 
-from serve.choices import check_best_of, check_n, merge_done, prepare_choices, run_choices
+from serve.choices import check_best_of, check_n, collect_text, merge_done, prepare_choices, run_choices
 from serve.constrain import openai_grammar, refuse_unsupported, strict_requested
 from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Message, ProgressFeed, ToolCall,
                           ToolSpec,
@@ -393,17 +393,10 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     if req.stream:
         return StreamReply(_completion_stream(service, preps, ctx, meta, include_usage, req))
     start = len(prompt) if req.echo else 0
-    texts, lps, dones = [[prompt] if req.echo else [] for _ in preps], [[] for _ in preps], [None] * n
-    with contextlib.closing(run_choices(service, preps, ctx.cancelled)) as items:
-        for i, ev in items:
-            if isinstance(ev, Done):
-                dones[i] = ev
-            elif ev.kind == KIND_CONTENT:
-                texts[i].append(ev.text)
-                lps[i].extend(ev.logprobs or ())
+    texts, lps, dones = collect_text(service, preps, ctx.cancelled)
     done = merge_done(dones)
     return JsonReply(200, {**meta, "object": "text_completion", "choices": [
-        {"index": i, "text": "".join(texts[i]),
+        {"index": i, "text": (prompt if req.echo else "") + texts[i],
          "logprobs": legacy_logprobs(lps[i], start)[0] if req.logprobs is not None else None,
          "finish_reason": _finish_reason(dones[i], False)} for i in range(n)],
         "usage": _usage(done, chat=False), "timings": done.timings})

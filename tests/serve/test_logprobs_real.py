@@ -5,15 +5,10 @@ choices that differ at temperature 1 without a seed, two seeded requests that gi
 stream whose chunks carry their index, and the later choices reading the prompt once. Short replies: 2
 shared cores."""
 import os
-import threading
 
 import pytest
 
-from serve.engine import StrataEngine
-from serve.server import Options, make_server
-from serve.service import Service
-from serve.template import ChatTemplate
-from tests.serve.conftest import Running
+from tests.serve.conftest import real_server
 from tests.serve.test_anthropic_real import ENGINE, MODEL
 
 pytestmark = pytest.mark.skipif(not (os.access(ENGINE, os.X_OK) and MODEL),
@@ -25,21 +20,8 @@ POEM = [{"role": "user", "content": "Write one line of a poem about the sea."}]
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
-    from tools.strata_tokenizer import Tokenizer
-    tmp = tmp_path_factory.mktemp("logprobs")
-    tok = Tokenizer.from_gguf(MODEL, cache_dir=str(tmp))
-    engine = StrataEngine([ENGINE], ["--model", MODEL, "--max-context", str(CTX), "--batch", "4"],
-                          log_path=str(tmp / "e.log"))
-    engine.start()
-    svc = Service(engine, tok, "smollm2", ChatTemplate.from_text(tok.chat_template), arch="llama")
-    httpd = make_server(svc, Options(port=0, quiet=True))
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    try:
-        yield Running(httpd, svc)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        engine.close()
+    with real_server(ENGINE, MODEL, tmp_path_factory.mktemp("logprobs"), CTX, ["--batch", "4"]) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
