@@ -2,7 +2,11 @@
 when asked; the fakes' T/BT log-probabilities come back in OpenAI chat (JSON and stream), completions' legacy
 shape and llama.cpp's `completion_probabilities`; partial UTF-8 tokens carry their bytes; `n` choices (solo:
 one after another; slots: the later ones admitted once the first has read the prompt, reusing it), their
-`index` in streams, seeds seed, seed+1, ... and usage that counts the prompt once."""
+`index` in streams, seeds seed, seed+1, ... and usage that counts the prompt once; a client that leaves stops
+every choice."""
+import json
+import random
+import time
 from tests.serve.conftest import chat
 from tests.serve.test_batch_http import slot_server  # noqa: F401 (a fixture)
 
@@ -141,3 +145,25 @@ def test_llama_completion_n_cmpl(slot_server):  # noqa: F811
     assert status == 200 and [b["index"] for b in body] == [0, 1] and body[0]["content"] == body[1]["content"]
     status, body, _ = s.post("/completion", {"prompt": "<|im_start|>q3\n", "n_cmpl": 9})
     assert status == 400 and body["error"]["message"].startswith("n_cmpl")
+
+
+def test_a_client_that_leaves_stops_every_choice(slot_server):  # noqa: F811
+    rng = random.Random(5)
+    question = "".join(rng.choice("abcdefghij") for _ in range(300))  # no cycle the repeat guard sees
+    s = slot_server({"slots": 4, "repeat": 100, "step_delay_s": 0.005, "rules": [{"match": "q2", "repeat": 2}]})
+    c = s.conn()
+    c.request("POST", "/v1/chat/completions", json.dumps({**chat(question), "n": 3, "stream": True}),
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    seen = b""
+    while seen.count(b'"index": 2') < 2:  # every choice is decoding (its 4,096-token reply takes 20 s)
+        seen += r.fp.read1(4096)
+    r.close()  # the response holds the socket too
+    c.close()
+    batch = s.svc.engine.batch
+    deadline = time.monotonic() + 5
+    while batch.stats()["busy"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert batch.stats()["busy"] == 0
+    status, body, _ = s.post("/v1/chat/completions", chat("q2", n=2))
+    assert status == 200 and [c["message"]["content"] for c in body["choices"]] == ["<q2><q2>"] * 2
