@@ -74,3 +74,35 @@ def test_a_slot_reports_what_the_solo_path_reports(start_engine, tok):
     assert [r[0] for r in same] == [r[0] for r in solo_rows]
     for a, b in zip(same, solo_rows):
         assert abs(a[1] - b[1]) < 1e-3 and [i for i, _ in a[2]] == [i for i, _ in b[2]]
+
+
+def test_a_bgen_reuses_the_prefix_of_a_busy_slot(start_engine, tok):
+    """Several choices of one prompt (serve/choices.py): once slot 0 has read the prompt and decodes, a BGEN of
+    the same prompt into slot 1 takes its prefix from slot 0 and reads one token; both then decode, and at
+    temperature 0 they agree (the copy is exact)."""
+    e = start_engine("--max-context", "1024", "--threads", "2", "--batch", "2")
+    ids = chat(tok, "Tell a long story about a cat.")
+    ban = "logit_bias=0:-100,2:-100"
+    e.send(f"BGEN 0 12 {ban} {','.join(map(str, ids))}")
+    assert e.expect("BACC 0 ") == "BACC 0 0"
+    line = e.line()
+    while not line.startswith("BT 0 "):
+        line = e.line()
+    e.send(f"BGEN 1 11 {ban} {','.join(map(str, ids))}")
+    tokens, done = {0: [int(line.split()[2])], 1: []}, set()
+    line = e.line()
+    while not line.startswith("BACC"):
+        if line.startswith("BT "):
+            tokens[int(line.split()[1])].append(int(line.split()[2]))
+        line = e.line()
+    assert line == f"BACC 1 {len(ids) - 1}"
+    while done != {0, 1}:
+        line = e.line()
+        w = line.split()
+        if w[0] == "BT":
+            tokens[int(w[1])].append(int(w[2]))
+        elif w[0] == "BDONE":
+            done.add(int(w[1]))
+            if w[1] == "1":
+                assert w[-1] == "1"  # prompt_read: one token
+    assert len(tokens[1]) == 11 and tokens[1] == tokens[0][:11]
