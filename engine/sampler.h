@@ -27,6 +27,8 @@ struct sampler_params {
     bool has_seed = false;
     uint64_t seed = 0;
     std::vector<std::pair<int32_t, float>> logit_bias;  // (id, bias) added before everything else
+    int32_t n_logprobs = -1;         // logprobs=K: report each sampled token's log-prob and the top K
+                                     // (engine/logprobs.h); -1 = off, 0..LOGPROBS_TOP_MAX
 };
 
 // Reused buffers so that sampling does not allocate per token.
