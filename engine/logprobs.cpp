@@ -112,11 +112,9 @@ void logprobs_compute(const sampler_params& p, const float* logits, int32_t n_vo
     for (auto& e : out->top) e.second = lp(e.first);
 }
 
-std::string logprobs_suffix(const sampler_params& p, const float* logits, int32_t n_vocab, int32_t token,
-                            std::vector<float>* work) {
-    if (p.n_logprobs < 0) return std::string();
-    token_logprobs r;
-    logprobs_compute(p, logits, n_vocab, token, p.n_logprobs, work, &r);
+namespace {
+
+std::string words(const token_logprobs& r) {
     std::string s = " lp=";
     append_value(&s, r.logprob);
     for (size_t j = 0; j < r.top.size(); ++j) {
@@ -126,4 +124,39 @@ std::string logprobs_suffix(const sampler_params& p, const float* logits, int32_
         append_value(&s, r.top[j].second);
     }
     return s;
+}
+
+}  // namespace
+
+std::string logprobs_suffix(const sampler_params& p, const float* logits, int32_t n_vocab, int32_t token,
+                            std::vector<float>* work) {
+    if (p.n_logprobs < 0) return std::string();
+    token_logprobs r;
+    logprobs_compute(p, logits, n_vocab, token, p.n_logprobs, work, &r);
+    return words(r);
+}
+
+std::string logprobs_post_suffix(const sampler_params& p, const sampler_scratch& s, int32_t token) {
+    if (p.n_logprobs < 0) return std::string();
+    token_logprobs r;
+    if (s.n_kept == 0) {  // greedy: all the mass on the token
+        r.logprob = 0.0f;
+        if (p.n_logprobs > 0) r.top.emplace_back(token, 0.0f);
+        return words(r);
+    }
+    // the kept candidates are sorted best first (the sampler's order)
+    const double log_sum = std::log(s.kept_sum);
+    auto lp = [&](size_t i) { return static_cast<float>(std::log(static_cast<double>(s.prob[i])) - log_sum); };
+    r.logprob = -INFINITY;  // (a kept token's probability can underflow to 0 only far below the best one)
+    for (size_t i = 0; i < s.n_kept; ++i) {
+        if (s.cand[i].second == token) r.logprob = lp(i);
+        const bool listed = static_cast<int32_t>(r.top.size()) < p.n_logprobs && s.prob[i] > 0.0f;  // none at 0
+        if (listed) r.top.emplace_back(s.cand[i].second, lp(i));
+    }
+    return words(r);
+}
+
+std::string logprobs_line(const sampler_params& p, const float* logits, int32_t n_vocab, int32_t token,
+                          const sampler_scratch& s, std::vector<float>* work) {
+    return p.lp_post ? logprobs_post_suffix(p, s, token) : logprobs_suffix(p, logits, n_vocab, token, work);
 }

@@ -35,3 +35,13 @@ void logprobs_compute(const sampler_params& params, const float* logits, int32_t
 // (" lp=<f>" alone when k is 0); "" when params.n_logprobs < 0.
 std::string logprobs_suffix(const sampler_params& params, const float* logits, int32_t n_vocab, int32_t token,
                             std::vector<float>* work);
+
+// The same words for `lp_post=1` (llama-server's post_sampling_probs): the log of each probability in the
+// distribution the token was drawn from, as the sampler left it in `s` (its kept candidates after penalties,
+// the grammar's mask, top_k, temperature, min_p and top_p, renormalised): the top K of the kept ones only
+// (fewer when fewer were kept); a greedy pick is the token alone at 0 (probability 1).
+std::string logprobs_post_suffix(const sampler_params& params, const sampler_scratch& s, int32_t token);
+
+// What a T/BT line of the token carries: logprobs_post_suffix when params.lp_post, else logprobs_suffix.
+std::string logprobs_line(const sampler_params& params, const float* logits, int32_t n_vocab, int32_t token,
+                          const sampler_scratch& s, std::vector<float>* work);

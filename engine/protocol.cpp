@@ -180,6 +180,9 @@ bool parse_key(const std::string& key, const std::string& value, int32_t n_vocab
     } else if (key == "logprobs") {
         if (!protocol_parse_i64(value, &i) || i < 0 || i > LOGPROBS_TOP_MAX) return bad();
         p.n_logprobs = static_cast<int32_t>(i);
+    } else if (key == "lp_post") {
+        if (value != "0" && value != "1") return bad();
+        p.lp_post = value == "1";
     } else if (key == "ckpt") {
         if (value != "0" && value != "1") return bad();
         out->ckpt = value == "1";

@@ -372,7 +372,7 @@ const char* serve_loop::decode_solo(const command& cmd, int64_t seq, grammar_mat
     auto emit = [&](int32_t tok, int32_t held, const float* row) {
         step_mark(STEP_EMIT);
         protocol_write_line("T " + std::to_string(tok) +
-                            logprobs_suffix(cmd.sampling, row, info_.n_vocab, tok, &lp_work_));
+                            logprobs_line(cmd.sampling, row, info_.n_vocab, tok, scratch_, &lp_work_));
         step_mark(STEP_OTHER);
         *generated += 1;
         if (std::find(cfg_.eos_ids.begin(), cfg_.eos_ids.end(), tok) != cfg_.eos_ids.end()) {

@@ -320,7 +320,7 @@ void slot_table::first_token(int32_t i, const float* logits, const std::vector<i
     s.phase = SLOT_DECODING;
     s.generated = 1;
     protocol_write_line("BT " + std::to_string(i) + " " + std::to_string(tok) +
-                        logprobs_suffix(s.sampling, logits, n_vocab_, tok, &lp_work_));
+                        logprobs_line(s.sampling, logits, n_vocab_, tok, scratch_, &lp_work_));
     if (std::find(eos_ids.begin(), eos_ids.end(), tok) != eos_ids.end()) {
         finish(i, "stop");
     } else if (s.max_new <= 1 || n + 1 >= n_ctx_) {
@@ -352,7 +352,7 @@ void slot_table::verify_row(int32_t i, const float* logits, const std::vector<in
         // the kept token n_kept was sampled from row n_kept (the pending token's, then each draft's)
         const float* row = logits + static_cast<size_t>(n_kept) * static_cast<size_t>(n_vocab_);
         protocol_write_line("BT " + std::to_string(i) + " " + std::to_string(tok) +
-                            logprobs_suffix(s.sampling, row, n_vocab_, tok, &lp_work_));
+                            logprobs_line(s.sampling, row, n_vocab_, tok, scratch_, &lp_work_));
         s.generated += 1;
         s.pending = tok;
         const int32_t held = p + 1 + n_kept++;  // the tokens the slot holds before this one

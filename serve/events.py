@@ -114,6 +114,7 @@ class CompletionRequest:
     grammar: str | None = None         # GBNF the completion must follow (serve/constrain.py)
     ids: list[int] | None = None       # the prompt as token ids (llama.cpp's routes); then `prompt` is their text
     logprobs: int | None = None        # top alternatives per token when log-probabilities are asked (serve/logprobs.py)
+    logprobs_post: bool = False        # llama.cpp post_sampling_probs: the draw's own distribution (lp_post=1)
 
 
 KIND_PING = "ping"            # nothing to say yet (a long prompt is being read): send a keep-alive;

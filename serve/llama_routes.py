@@ -16,7 +16,8 @@ Routes:
   (stream: running `timings` on each chunk, the prompt read's on the progress chunks), `response_fields` ("a/b"
   paths),
   `n_probs` (1..20: `completion_probabilities` [{id, token, bytes, logprob, top_logprobs}] on the final
-  object, or per chunk when streamed; serve/logprobs.py; `post_sampling_probs` is a 400), `n_cmpl` (alias
+  object, or per chunk when streamed; serve/logprobs.py; `post_sampling_probs`: `prob` / `top_probs` of the
+  distribution the draw used), `n_cmpl` (alias
   `n`, 1..8 choices of the prompt: a list of final objects with their `index`, chunks carry theirs;
   serve/choices.py). Accepted without effect, as llama-server accepts options its build does not use:
   `cache_prompt` (the prefix is always reused), `samplers`, `id_slot`, `n_keep`,
@@ -211,7 +212,8 @@ def _llama_request(service, body: dict, ids, text: str) -> CompletionRequest:
     return CompletionRequest(prompt=text, ids=ids, max_new=None if n_predict is None or n_predict < 0 else n_predict,
                              sampling=sampling, stop=check_stop(body.get("stop")), stream=stream,
                              model=body.get("model") if isinstance(body.get("model"), str) else None,
-                             logprobs=llama_n_probs(body))
+                             logprobs=llama_n_probs(body, post_ok=True),
+                             logprobs_post=body.get("post_sampling_probs") is True)
 
 
 def _logit_bias(tok, value):
@@ -266,7 +268,7 @@ def _complete(service, body, ctx, req: CompletionRequest):
     for i in range(n):
         res = _final(meta, content[i], dones[i], stream=False, index=i)
         if req.logprobs is not None and not meta["fields"]:
-            res["completion_probabilities"] = llama_probs(probs[i])
+            res["completion_probabilities"] = llama_probs(probs[i], req.logprobs_post)
         results.append(res)
     return JsonReply(200, results[0] if n == 1 else results)
 
@@ -352,7 +354,7 @@ def _stream(service, preps, ctx, meta, return_progress: bool, live=None):
                     extra = {"timings": live[i].token(n)} if live is not None else {}
                     chunk = {**head(i), "content": ev.text, "tokens": ev.ids, "tokens_predicted": n_out[i], **extra}
                     if probs:
-                        chunk["completion_probabilities"] = llama_probs(ev.logprobs or [])
+                        chunk["completion_probabilities"] = llama_probs(ev.logprobs or [], preps[0].req.logprobs_post)
                     yield _sse(chunk)
     except Exception as e:
         yield _sse(error_body(500, "server_error", _error_text(service, e)))

@@ -15,11 +15,20 @@ Token strings: OpenAI's rendering, the token's text when its bytes are whole UTF
 spelled out; `bytes` always the token's own bytes. llama.cpp's shape keeps llama-server's: the token's text cut
 to its whole UTF-8 characters, `bytes` and `id` alongside.
 
+Ollama's shape (0.12.11 and later: `logprobs` true and `top_logprobs` 0..20 on /api/chat and /api/generate):
+[{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}] on each line; a token that is not whole
+UTF-8 has U+FFFD where its bytes break (as Go's JSON encoder writes it), `bytes` exact. OpenAI Responses:
+`include: ["message.output_text.logprobs"]` (or `top_logprobs` > 0) puts chat's entries on the output_text
+part and on each `response.output_text.delta`.
+
 Public surface: `LOGPROBS_TOP_MAX`, `LOGPROB_FLOOR`, `chat_logprobs(body)`, `completions_logprobs(body)`,
-`llama_n_probs(body)` (the K to ask the engine for, or None; a 400 naming the field for a bad value),
-`Trail` (Service's per-reply collector), `openai_content`, `legacy_logprobs`, `llama_probs`.
+`llama_n_probs(body)`, `responses_logprobs(body)` (the K to ask the engine for, or None; a 400 naming the
+field for a bad value), `Trail` (Service's per-reply collector), `openai_content`, `legacy_logprobs`,
+`llama_probs`, `ollama_logprobs`.
 """
 from __future__ import annotations
+
+import math
 
 from serve.events import KIND_CONTENT, KIND_PING, BadRequest
 
@@ -52,14 +61,30 @@ def completions_logprobs(body: dict) -> int | None:
     return _count(body, "logprobs", 0, LOGPROBS_TOP_MAX)
 
 
-def llama_n_probs(body: dict) -> int | None:
-    """llama.cpp /completion: `n_probs` k > 0 (0 = none); `post_sampling_probs` (probabilities after the
-    sampling chain) is not offered."""
-    if body.get("post_sampling_probs") not in (None, False):
-        raise BadRequest("post_sampling_probs: not supported; n_probs gives the model's distribution before "
-                         "sampling (log-probabilities)", param="post_sampling_probs")
+def llama_n_probs(body: dict, post_ok: bool = False) -> int | None:
+    """llama.cpp: `n_probs` k > 0 (0 = none); `post_sampling_probs` (the probabilities of the distribution the
+    draw used, the engine's `lp_post=1`) only where `post_ok` (/completion), else a 400."""
+    post = body.get("post_sampling_probs")
+    if post not in (None, False, True):
+        raise BadRequest("post_sampling_probs: true or false", param="post_sampling_probs")
+    if post and not post_ok:
+        raise BadRequest("post_sampling_probs: not supported on this route (only /completion); n_probs here gives "
+                         "the model's distribution before sampling (log-probabilities)", param="post_sampling_probs")
     k = _count(body, "n_probs", 0, LOGPROBS_TOP_MAX)
     return k or None
+
+
+RESPONSES_INCLUDE = "message.output_text.logprobs"
+
+
+def responses_logprobs(body: dict) -> int | None:
+    """OpenAI Responses: `include` holding "message.output_text.logprobs", `top_logprobs` 0..20 (top_logprobs
+    > 0 alone asks too: a count of alternatives is never ignored)."""
+    include = body.get("include")
+    if include is not None and not (isinstance(include, list) and all(isinstance(x, str) for x in include)):
+        raise BadRequest("include: a list of strings", param="include")
+    top = _count(body, "top_logprobs", 0, LOGPROBS_TOP_MAX)
+    return (top or 0) if RESPONSES_INCLUDE in (include or ()) or top else None
 
 
 def _floor(value: float) -> float:
@@ -127,10 +152,20 @@ def legacy_logprobs(entries: list[dict], offset: int) -> tuple[dict, int]:
     return out, offset
 
 
-def llama_probs(entries: list[dict]) -> list[dict]:
+def llama_probs(entries: list[dict], post: bool = False) -> list[dict]:
     """llama-server's `completion_probabilities`: [{id, token, bytes, logprob, top_logprobs: [{id, token,
-    bytes, logprob}]}]."""
-    return [{"id": e["id"], "token": _whole_chars(e["bytes"]), "bytes": list(e["bytes"]), "logprob": e["logprob"],
-             "top_logprobs": [{"id": i, "token": _whole_chars(b), "bytes": list(b), "logprob": v}
-                              for i, b, v in e["top"]]}
+    bytes, logprob}]}]; with `post` (post_sampling_probs) `prob` and `top_probs` (probabilities, not logs)."""
+    value, tops = ("prob", "top_probs") if post else ("logprob", "top_logprobs")
+
+    def number(v: float) -> float:
+        return math.exp(v) if post else v
+    return [{"id": e["id"], "token": _whole_chars(e["bytes"]), "bytes": list(e["bytes"]), value: number(e["logprob"]),
+             tops: [{"id": i, "token": _whole_chars(b), "bytes": list(b), value: number(v)} for i, b, v in e["top"]]}
             for e in entries]
+
+
+def ollama_logprobs(entries: list[dict]) -> list[dict]:
+    """Ollama's `logprobs`: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]."""
+    def one(raw: bytes, value: float) -> dict:
+        return {"token": raw.decode("utf-8", errors="replace"), "logprob": value, "bytes": list(raw)}
+    return [{**one(e["bytes"], e["logprob"]), "top_logprobs": [one(b, v) for _, b, v in e["top"]]} for e in entries]

@@ -431,7 +431,8 @@ class Service:
                                  param="response_format")
             keys.append(grammar_key(grammar))
         if getattr(req, "logprobs", None) is not None:
-            keys.append(f"logprobs={int(req.logprobs)}")  # docs/PROTOCOL.md; serve/logprobs.py says what they are
+            post = " lp_post=1" if getattr(req, "logprobs_post", False) else ""  # docs/PROTOCOL.md; serve/logprobs.py
+            keys.append(f"logprobs={int(req.logprobs)}{post}")
         return " ".join(keys)
 
     def ensure_engine(self) -> None:

@@ -76,11 +76,39 @@ void test_suffix_and_key() {
     }
 }
 
+// lp_post=1: the draw's own distribution (top_k 2 at temperature 1 keeps tokens 1 and 0|3: p 3/4, 1/4)
+void test_post_sampling() {
+    std::vector<float> logits = {0.0f, std::log(3.0f), -50.0f, -1.0f};  // the sampler refuses non-finite logits
+    sampler_params p;
+    p.temperature = 1.0f;
+    p.top_k = 2;
+    p.n_logprobs = 3;
+    p.lp_post = true;
+    sampler_scratch s;
+    int32_t tok = -1;
+    CHECK(sampler_sample(p, logits.data(), 4, nullptr, 0, 0, 7, &s, &tok) == SAMPLE_OK && s.n_kept == 2, "kept %zu",
+          s.n_kept);
+    std::vector<float> work;
+    const std::string line = logprobs_line(p, logits.data(), 4, tok, s, &work);
+    const std::string want = tok == 1 ? " lp=-0.287682 top=1:-0.287682,0:-1.386294"
+                                      : " lp=-1.386294 top=1:-0.287682,0:-1.386294";
+    CHECK(line == want, "post: %s (token %d)", line.c_str(), tok);
+    p.temperature = 0.0f;  // greedy: all the mass on the token
+    CHECK(sampler_sample(p, logits.data(), 4, nullptr, 0, 0, 7, &s, &tok) == SAMPLE_OK && tok == 1, "greedy");
+    CHECK(logprobs_line(p, logits.data(), 4, tok, s, &work) == " lp=0.000000 top=1:0.000000", "greedy post");
+    p.lp_post = false;  // the model's distribution (the default)
+    CHECK(logprobs_line(p, logits.data(), 4, 1, s, &work) == logprobs_suffix(p, logits.data(), 4, 1, &work), "pre");
+    command c;
+    CHECK(protocol_parse("GEN 4 logprobs=2 lp_post=1 1,2", 100, &c) && c.sampling.lp_post, "lp_post=1");
+    CHECK(!protocol_parse("GEN 4 lp_post=2 1,2", 100, &c), "lp_post=2 refused");
+}
+
 }  // namespace
 
 int main() {
     test_values_and_top();
     test_suffix_and_key();
+    test_post_sampling();
     if (g_failures) std::fprintf(stderr, "%d failure(s)\n", g_failures);
     return g_failures ? 1 : 0;
 }

@@ -153,3 +153,22 @@ def test_logprobs_with_drafting_equal_those_without(start_engine, tok):
     print(f"solo: drafts {done_on['drafts_acc']}/{done_on['drafts_off']}, worst |d lp| "
           f"{_same_rows(solo_on, solo_off):.2e}; slot: {bdone_on[-2:]}, worst {_same_rows(slot_on, slot_off):.2e}")
     assert all(top[0] == (tid, lp) for tid, lp, top in solo_on + slot_on)  # greedy: the top entry
+
+
+def test_post_sampling_probs_are_the_draws_distribution(engine, tok):
+    """lp_post=1 (llama-server's post_sampling_probs): with nothing truncating (temperature 1, no top_k / top_p /
+    min_p) the draw's distribution is the model's own, so the values equal logprobs=K's; with top_k 3 only
+    three tokens are listed and their probabilities sum to 1; greedy puts all the mass on the token."""
+    ids = chat(tok, "Write two sentences about a cat.")
+    free = "temperature=1 top_k=0 top_p=1 min_p=0 seed=5"
+    pre = [_parse(line) for line in engine.gen(ids, 4, f"logprobs={TOP_K} {free}").lines if line.startswith("T ")]
+    post = [_parse(line) for line in engine.gen(ids, 4, f"logprobs={TOP_K} lp_post=1 {free}").lines
+            if line.startswith("T ")]
+    _same_rows(post, pre)
+    cut = [_parse(line) for line in engine.gen(ids, 4, f"logprobs={TOP_K} lp_post=1 temperature=1 top_k=3 seed=5")
+           .lines if line.startswith("T ")]
+    for tid, lp, top in cut:
+        assert len(top) == 3 and abs(sum(math.exp(v) for _, v in top) - 1.0) < 1e-4, top
+        assert (tid, lp) in top
+    greedy = [_parse(line) for line in engine.gen(ids, 2, "logprobs=2 lp_post=1").lines if line.startswith("T ")]
+    assert all(lp == 0.0 and top == [(tid, 0.0)] for tid, lp, top in greedy), greedy
