@@ -23,7 +23,7 @@ part and on each `response.output_text.delta`.
 
 Public surface: `LOGPROBS_TOP_MAX`, `LOGPROB_FLOOR`, `chat_logprobs(body)`, `completions_logprobs(body)`,
 `llama_n_probs(body)`, `responses_logprobs(body)` (the K to ask the engine for, or None; a 400 naming the
-field for a bad value), `Trail` (Service's per-reply collector), `openai_content`, `legacy_logprobs`,
+field for a bad value), `engine_keys(req)`, `Trail` (Service's per-reply collector), `openai_content`, `legacy_logprobs`,
 `llama_probs`, `ollama_logprobs`.
 """
 from __future__ import annotations
@@ -91,6 +91,13 @@ def _floor(value: float) -> float:
     return LOGPROB_FLOOR if value < LOGPROB_FLOOR else value
 
 
+def engine_keys(req) -> list[str]:
+    """The engine keys of a request that asks (docs/PROTOCOL.md `logprobs=K`, `lp_post=1`), else []."""
+    if getattr(req, "logprobs", None) is None:
+        return []
+    return [f"logprobs={int(req.logprobs)}"] + (["lp_post=1"] if getattr(req, "logprobs_post", False) else [])
+
+
 class Trail:
     """One reply's sampled tokens with log-probabilities (serve.engine_protocol.Sampled), handed out with the
     content event their text went into: `add(tid)` per shown token, `attach(event)` per event. Entries are
@@ -99,6 +106,11 @@ class Trail:
     def __init__(self, tokenizer):
         self.tok = tokenizer
         self.pending: list[dict] = []
+
+    @classmethod
+    def of(cls, tokenizer, req) -> Trail | None:
+        """A request's trail, or None when it asks for no log-probabilities."""
+        return cls(tokenizer) if getattr(req, "logprobs", None) is not None else None
 
     def add(self, tid) -> None:
         if not hasattr(tid, "logprob"):

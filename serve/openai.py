@@ -294,6 +294,7 @@ class _ChatChoice:
 def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     req = parse_chat(body)
     n = check_n(body)
+    check_best_of(body, n)  # vLLM's chat field: refused as on completions, never ignored
     include_usage = _include_usage(body)
     preps = prepare_choices(service, req, n)
     meta = {"id": "chatcmpl-" + secrets.token_hex(12), "created": int(time.time()),

@@ -44,7 +44,7 @@ from serve.thinking_pass import ReplyPasses, encode_written, merge_figures, repl
 
 from serve.reasoning import OutputParser, resolve_effort
 from serve import sampling as sampling_mod
-from serve.logprobs import Trail
+from serve.logprobs import Trail, engine_keys
 from serve.constrain import GRAMMAR_INFO_KEY, auto_tools_grammar, forced_call, grammar_key
 from serve.toolcalls import forced_opening
 
@@ -430,10 +430,7 @@ class Service:
                 raise BadRequest("structured output: this engine cannot apply grammars (INFO grammar=1 missing)",
                                  param="response_format")
             keys.append(grammar_key(grammar))
-        if getattr(req, "logprobs", None) is not None:
-            post = " lp_post=1" if getattr(req, "logprobs_post", False) else ""  # docs/PROTOCOL.md; serve/logprobs.py
-            keys.append(f"logprobs={int(req.logprobs)}{post}")
-        return " ".join(keys)
+        return " ".join(keys + engine_keys(req))
 
     def ensure_engine(self) -> None:
         """A dead engine is restarted by the next request (before its answer starts)."""
@@ -502,7 +499,7 @@ class Service:
         run = _Run(_StopMatcher(list(prep.req.stop or [])), parser, ReplyPasses(
             prep, self.tok, parser, self._budget_default()), self.tok.stream_decoder(), _LoopGuard(self.repeat_stop),
             lambda: self.shutting_down.is_set() or (cancelled is not None and cancelled()), tracker=tracker,
-            trail=Trail(self.tok) if getattr(prep.req, "logprobs", None) is not None else None)
+            trail=Trail.of(self.tok, prep.req))
         passes, stop = run.passes, run.stop
         figures: dict = {}
         finish, retried = None, False

@@ -92,6 +92,7 @@ def test_slots_carry_the_grammar(cserver):
     ({"n": True}, "n", "an integer"),
     ({"n_probs": 21}, "n_probs", "from 0 to 20"),
     ({"n_probs": 2, "post_sampling_probs": True}, "post_sampling_probs", "not supported"),
+    ({"n": 2, "best_of": 3}, "best_of", "not supported"),
 ])
 def test_what_cannot_be_honoured_is_a_400_naming_the_field(cserver, body, param, words):
     s, grammars = cserver()
