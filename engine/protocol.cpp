@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "logprobs.h"
+
 namespace {
 
 // The most ids one line can carry is bounded by the 4 MiB line limit; this bound only keeps a reserve()
@@ -175,6 +177,12 @@ bool parse_key(const std::string& key, const std::string& value, int32_t n_vocab
             *why = "malformed value for grammar (GBNF, %XX-escaped)";
             return false;
         }
+    } else if (key == "logprobs") {
+        if (!protocol_parse_i64(value, &i) || i < 0 || i > LOGPROBS_TOP_MAX) return bad();
+        p.n_logprobs = static_cast<int32_t>(i);
+    } else if (key == "lp_post") {
+        if (value != "0" && value != "1") return bad();
+        p.lp_post = value == "1";
     } else if (key == "ckpt") {
         if (value != "0" && value != "1") return bad();
         out->ckpt = value == "1";

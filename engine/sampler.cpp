@@ -92,6 +92,7 @@ sample_status sampler_sample(const sampler_params& p, const float* logits, int32
 sample_status sampler_sample_masked(const sampler_params& p, const float* logits, int32_t n_vocab,
                                     const int32_t* history, int32_t n_history, int64_t pos, uint64_t seed,
                                     const uint32_t* allow, sampler_scratch* s, int32_t* token_out) {
+    s->n_kept = 0;  // greedy unless a draw below says otherwise
     if (p.temperature <= 0.0f && allow == nullptr && !penalties_on(p)) return greedy_direct(p, logits, n_vocab, token_out);
     for (int32_t i = 0; i < n_vocab; ++i) {
         if (!std::isfinite(logits[i])) return SAMPLE_NONFINITE;
@@ -170,6 +171,8 @@ sample_status sampler_sample_masked(const sampler_params& p, const float* logits
         for (size_t i = 0; i < k; ++i) sum += s->prob[i];
         n_keep = k;
     }
+    s->n_kept = n_keep;
+    s->kept_sum = sum;
     const double u = sampler_uniform(seed, pos) * sum;
     double acc = 0.0;
     for (size_t i = 0; i < n_keep; ++i) {

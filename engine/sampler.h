@@ -11,6 +11,7 @@
 //  - Knows nothing of the protocol text (engine/protocol.cpp parses the keys into sampler_params).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -27,6 +28,9 @@ struct sampler_params {
     bool has_seed = false;
     uint64_t seed = 0;
     std::vector<std::pair<int32_t, float>> logit_bias;  // (id, bias) added before everything else
+    int32_t n_logprobs = -1;         // logprobs=K: report each sampled token's log-prob and the top K
+                                     // (engine/logprobs.h); -1 = off, 0..LOGPROBS_TOP_MAX
+    bool lp_post = false;            // lp_post=1: those from the distribution the draw used (logprobs.h)
 };
 
 // Reused buffers so that sampling does not allocate per token.
@@ -34,6 +38,10 @@ struct sampler_scratch {
     std::vector<float> work;                    // (n_vocab) biased, penalised logits
     std::vector<std::pair<float, int32_t>> cand;// candidates (logit, id), sorted best first
     std::vector<float> prob;                    // candidate probabilities
+    // the last draw's distribution: cand[0, n_kept) with prob[i] / kept_sum (after top_k, temperature, min_p,
+    // top_p); n_kept 0 = the last pick was greedy (all mass on the token)
+    size_t n_kept = 0;
+    double kept_sum = 0.0;
 };
 
 enum sample_status : int32_t {

@@ -14,6 +14,7 @@
 #include "prefill/chunking.hpp"
 #include "embed.h"
 #include "grammar.h"
+#include "logprobs.h"
 #include "prefill/pf_timer.h"
 #include "protocol.h"
 #include "sampler.h"
@@ -98,7 +99,7 @@ private:
     const char* decode_solo(const command& cmd, int64_t seq, grammar_matcher* gm, int32_t first, int32_t* generated,
                             draft_ctl* dctl);
     bool decode_step(const command& cmd, grammar_matcher* gm, draft_ctl* dctl,
-                     const std::function<bool(int32_t, int32_t)>& emit, int32_t* tok, const char** finish);
+                     const std::function<bool(int32_t, int32_t, const float*)>& emit, int32_t* tok, const char** finish);
     void drop_poisoned(seq_state* st);
     std::string done_line(int32_t generated, int32_t n_prompt, double prompt_ms, double decode_ms,
                           const char* finish, int32_t reused, int32_t read, const draft_ctl* dctl) const;
@@ -114,6 +115,7 @@ private:
     std::vector<int32_t> drafts_;  // the solo step's proposed tokens
     std::vector<float> logits_;    // (n_vocab) the last prompt token's logits, or the last decode step's
     sampler_scratch scratch_;
+    std::vector<float> lp_work_;   // (n_vocab) biased logits of a logprobs= request (engine/logprobs.h)
     pf_timer timer_;
     grammar_cache grammars_;       // recent requests' grammars (grammar= key)
     std::mt19937_64 rng_;          // seeds of requests that bring none (when --seed is absent)
@@ -366,10 +368,12 @@ void serve_loop::run_gen(const command& cmd_in, int64_t seq) {
 const char* serve_loop::decode_solo(const command& cmd, int64_t seq, grammar_matcher* gm, int32_t first,
                                     int32_t* generated, draft_ctl* dctl) {
     const char* finish = "length";
-    // T line and the stop rules of one token; `held`: the tokens the session holds before it. False ends it.
-    auto emit = [&](int32_t tok, int32_t held) {
+    // T line (with the log-probs when asked, from `row`: the logits row tok was sampled from) and the stop
+    // rules of one token; `held`: the tokens the session holds before it. False ends it.
+    auto emit = [&](int32_t tok, int32_t held, const float* row) {
         step_mark(STEP_EMIT);
-        protocol_write_line("T " + std::to_string(tok));
+        protocol_write_line("T " + std::to_string(tok) +
+                            logprobs_line(cmd.sampling, row, info_.n_vocab, tok, scratch_, &lp_work_));
         step_mark(STEP_OTHER);
         *generated += 1;
         if (std::find(cfg_.eos_ids.begin(), cfg_.eos_ids.end(), tok) != cfg_.eos_ids.end()) {
@@ -379,7 +383,8 @@ const char* serve_loop::decode_solo(const command& cmd, int64_t seq, grammar_mat
         return *generated < cmd.max_new && held + 1 < cfg_.n_ctx;  // else "length"
     };
     int32_t tok = first;
-    if (!emit(tok, static_cast<int32_t>(live_.tokens.size()))) return finish;
+    // logits_ holds the prompt's last row, which `first` was sampled from
+    if (!emit(tok, static_cast<int32_t>(live_.tokens.size()), logits_.data())) return finish;
     for (;;) {
         if (reader_.stop_requested(seq)) return "cancel";
         if (!decode_step(cmd, gm, dctl, emit, &tok, &finish)) return finish;
@@ -390,7 +395,7 @@ const char* serve_loop::decode_solo(const command& cmd, int64_t seq, grammar_mat
 // the tokens kept (draft_verify). The session then holds every kept token but the last, which becomes *tok.
 // False when the request ends (finish set).
 bool serve_loop::decode_step(const command& cmd, grammar_matcher* gm, draft_ctl* dctl,
-                             const std::function<bool(int32_t, int32_t)>& emit, int32_t* tok, const char** finish) {
+                             const std::function<bool(int32_t, int32_t, const float*)>& emit, int32_t* tok, const char** finish) {
     const int32_t p = static_cast<int32_t>(live_.tokens.size());
     live_.tokens.push_back(*tok);
     drafts_.clear();
@@ -414,7 +419,9 @@ bool serve_loop::decode_step(const command& cmd, grammar_matcher* gm, draft_ctl*
     int32_t n_kept = 0;
     auto emit_kept = [&](int32_t t) {
         *tok = t;
-        return go = emit(t, p + 1 + n_kept++);
+        // the kept token n_kept was sampled from row n_kept (the pending token's, then each draft's)
+        const float* row = logits_.data() + static_cast<size_t>(n_kept) * static_cast<size_t>(info_.n_vocab);
+        return go = emit(t, p + 1 + n_kept++, row);
     };
     int32_t n_emitted = 0, n_accepted = 0;
     step_mark(STEP_SAMPLE);
@@ -473,7 +480,7 @@ void serve_loop::run_bgen(const command& cmd, int64_t seq) {
     }
     seq_state* target = &slots_.at(s).st;
     std::vector<const seq_state*> others{&live_};
-    slots_.idle_states(s, &others);
+    slots_.reuse_states(s, &others);  // busy slots too: between steps their kv holds exactly their tokens
     const reuse_source src = session_find_reuse(*target, cmd.ids, &cache_, others);
     const int32_t reused = session_apply_reuse(target, cmd.ids, src, &cache_);
     const int32_t ckpt = cmd.ckpt ? session_turn_checkpoint(cmd.ids, cfg_.turn_token) : 0;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "logprobs.h"
 #include "protocol.h"
 #include "stdin_reader.h"
 
@@ -49,6 +50,13 @@ void slot_table::idle_states(int32_t except, std::vector<const seq_state*>* out)
         const slot& s = slots_[i];
         if (static_cast<int32_t>(i) == except || s.phase != SLOT_IDLE || s.st.kv == nullptr) continue;
         out->push_back(&s.st);
+    }
+}
+
+void slot_table::reuse_states(int32_t except, std::vector<const seq_state*>* out) const {
+    for (size_t i = 0; i < slots_.size(); ++i) {
+        const slot& s = slots_[i];
+        if (static_cast<int32_t>(i) != except && s.st.kv != nullptr && !s.st.tokens.empty()) out->push_back(&s.st);
     }
 }
 
@@ -312,7 +320,8 @@ void slot_table::first_token(int32_t i, const float* logits, const std::vector<i
     s.t0 = clock_type::now();
     s.phase = SLOT_DECODING;
     s.generated = 1;
-    protocol_write_line("BT " + std::to_string(i) + " " + std::to_string(tok));
+    protocol_write_line("BT " + std::to_string(i) + " " + std::to_string(tok) +
+                        logprobs_line(s.sampling, logits, n_vocab_, tok, scratch_, &lp_work_));
     if (std::find(eos_ids.begin(), eos_ids.end(), tok) != eos_ids.end()) {
         finish(i, "stop");
     } else if (s.max_new <= 1 || n + 1 >= n_ctx_) {
@@ -341,7 +350,10 @@ void slot_table::verify_row(int32_t i, const float* logits, const std::vector<in
     const char* why = nullptr;
     int32_t n_kept = 0;
     auto emit = [&](int32_t tok) {
-        protocol_write_line("BT " + std::to_string(i) + " " + std::to_string(tok));
+        // the kept token n_kept was sampled from row n_kept (the pending token's, then each draft's)
+        const float* row = logits + static_cast<size_t>(n_kept) * static_cast<size_t>(n_vocab_);
+        protocol_write_line("BT " + std::to_string(i) + " " + std::to_string(tok) +
+                            logprobs_line(s.sampling, row, n_vocab_, tok, scratch_, &lp_work_));
         s.generated += 1;
         s.pending = tok;
         const int32_t held = p + 1 + n_kept++;  // the tokens the slot holds before this one

@@ -89,6 +89,9 @@ public:
     bool ensure_kv(int32_t i);
     // Idle slots' states (for prefix reuse), skipping `except` (-1 = none).
     void idle_states(int32_t except, std::vector<const seq_state*>* out) const;
+    // Every slot's state, busy ones too, skipping `except`: a BGEN's prefix reuse between two steps, when a
+    // busy slot's kv holds exactly its tokens (several choices of one prompt reuse the first one's read).
+    void reuse_states(int32_t except, std::vector<const seq_state*>* out) const;
     // Slot i (its state already holding the reused prefix) starts reading `prompt` from position `reused`.
     void accept(int32_t i, int64_t seq, const std::vector<int32_t>& prompt, int32_t reused, int32_t ckpt,
                 int32_t max_new, const sampler_params& sp, uint64_t seed,
@@ -141,6 +144,7 @@ private:
     std::vector<slot> slots_;
     std::vector<float> logits_;   // (rows + finishing reads, n_vocab)
     sampler_scratch scratch_;
+    std::vector<float> lp_work_;  // (n_vocab) biased logits of a logprobs= request (engine/logprobs.h)
     std::vector<int32_t> rows_, token_, pos_, seq_;  // step's batch (reused)
     std::vector<chunk_plan> reads_;                  // step's prompt chunks, shortest remaining first
     std::vector<uint8_t> want_;

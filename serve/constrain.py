@@ -3,7 +3,7 @@
 Role: read the wire fields that ask for structured output and the forced tool calls whose arguments must
 follow their schema, and turn them into one GBNF grammar (serve/json_schema.py compiles schemas), plus the
 `grammar=` engine key. Also refuses, with a 400 that says so, the output fields Strata does not implement
-(logprobs, n > 1, ...): accepted-and-ignored is never an answer.
+(`suffix`): accepted-and-ignored is never an answer.
 
 - Responses `text.format` and Ollama `format` (their translators call `schema_ask` / take ANY_OBJECT_GRAMMAR).
 - OpenAI chat and completions: `response_format` {type: text | json_object (with llama.cpp's `schema` beside it:
@@ -40,11 +40,6 @@ GRAMMAR_TEXT_MAX_BYTES = 1 << 20
 # Output fields Strata does not implement; each is a 400 naming it unless it asks for the default.
 # name -> (the values that ask for nothing, what to say)
 _UNSUPPORTED = {
-    "logprobs": ((None, False, 0), "log-probabilities are not supported yet"),
-    "top_logprobs": ((None, 0), "log-probabilities are not supported yet"),
-    "n": ((None, 1), "only n=1 is supported (one choice per request)"),
-    "best_of": ((None, 1), "best_of is not supported"),
-    "n_probs": ((None, 0), "n_probs (log-probabilities) is not supported yet"),
     "suffix": ((None, ""), "suffix (insertion) is not supported"),
 }
 

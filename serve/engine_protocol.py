@@ -8,7 +8,7 @@ counts it when nobody does) and every other line to the control queue `lines`. A
 the queues of the process it was admitted on. It knows nothing of HTTP, templates or text.
 
 Public surface: the exceptions; `EngineClient` (the typing.Protocol of what Service needs from an engine);
-`EngineProcess`, `start_pump`; `parse_kv`, `parse_done`, `parse_bdone`, `parse_token`, `parse_progress`;
+`EngineProcess`, `start_pump`; `parse_kv`, `parse_done`, `parse_bdone`, `parse_token` (and its `Sampled`), `parse_progress`;
 `Allowance`; the constants below.
 """
 from __future__ import annotations
@@ -152,15 +152,51 @@ def parse_bdone(line: str) -> dict:
     return _parse_fields(_BDONE_FIELDS, words, line)
 
 
-def parse_token(word: str, n_vocab: int, line: str) -> int:
-    """A token id word of a T/BT line; anything but an id of the vocabulary is a broken engine line."""
+class Sampled(int):
+    """A token id whose T/BT line carried log-probabilities (the request's `logprobs=K`): `logprob`, the
+    sampled token's (float; -inf where its bias was -inf), and `top`, [(id, logprob)] best first (K of them).
+    It is an int everywhere else, so paths that know nothing of log-probabilities pass it through."""
+    logprob: float
+    top: list
+
+
+def _logprob(word: str, n_vocab: int, line: str) -> float:
     try:
-        tid = int(word)
+        value = float(word)
+    except ValueError:
+        value = float("nan")
+    if value != value or value > 1e-3:  # NaN, or a probability over 1
+        raise EngineBadLine(f"the engine sent a malformed token line: {line[:200]!r}")
+    return value
+
+
+def _sampled(tid: int, words: list[str], n_vocab: int, line: str) -> int:
+    """`lp=<f> [top=<id>:<f>,...]` after a token id -> Sampled; other k=v words are skipped."""
+    out = tid
+    for word in words:
+        key, _, value = word.partition("=")
+        if key == "lp":
+            out = Sampled(tid)
+            out.logprob, out.top = _logprob(value, n_vocab, line), []
+        elif key == "top" and isinstance(out, Sampled):
+            for item in value.split(","):
+                i, _, v = item.partition(":")
+                out.top.append((parse_token(i, n_vocab, line), _logprob(v, n_vocab, line)))
+    return out
+
+
+def parse_token(word: str, n_vocab: int, line: str) -> int:
+    """The token id of a T/BT line (`word`: what follows the command word, and the slot's); anything but an
+    id of the vocabulary is a broken engine line. Log-probabilities after it (docs/PROTOCOL.md, `logprobs=`)
+    make it a `Sampled`."""
+    head, *more = word.split(" ")
+    try:
+        tid = int(head)
     except ValueError:
         tid = -1
     if not 0 <= tid < (n_vocab or (1 << 31)):
         raise EngineBadLine(f"the engine sent a malformed token line: {line[:200]!r}")
-    return tid
+    return _sampled(tid, more, n_vocab, line) if more else tid
 
 
 def parse_progress(words: list[str], line: str) -> tuple[int, int, float]:

@@ -98,6 +98,7 @@ class ChatRequest:
     strict_tools: bool = False         # OpenAI tools with strict: true (their calls follow their schemas)
     constrained_call: tuple[str, str] | None = None  # a forced call's (opening, grammar of the rest), set by
                                                      # Service.encode_chat when the call can be constrained
+    logprobs: int | None = None        # top alternatives per token when log-probabilities are asked (serve/logprobs.py)
 
 
 @dataclass
@@ -112,6 +113,8 @@ class CompletionRequest:
     model: str | None = None
     grammar: str | None = None         # GBNF the completion must follow (serve/constrain.py)
     ids: list[int] | None = None       # the prompt as token ids (llama.cpp's routes); then `prompt` is their text
+    logprobs: int | None = None        # top alternatives per token when log-probabilities are asked (serve/logprobs.py)
+    logprobs_post: bool = False        # llama.cpp post_sampling_probs: the draw's own distribution (lp_post=1)
 
 
 KIND_PING = "ping"            # nothing to say yet (a long prompt is being read): send a keep-alive;
@@ -134,6 +137,9 @@ class Event:
     # a ping's prompt read: {total, cache, processed, time_ms} (llama-server's prompt_progress names), or None
     progress: dict | None = None
     ids: list[int] = field(default_factory=list)  # content: the engine's token ids that made this text
+    # content: the log-probabilities of the tokens whose text this event carries, when the request asked
+    # (serve/logprobs.py Trail entries), else None
+    logprobs: list | None = None
 
 
 @dataclass

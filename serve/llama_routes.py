@@ -14,9 +14,13 @@ Routes:
   in `generation_settings.logit_bias` with bias null, as llama-server), `stop`, `return_progress` (stream:
   `prompt_progress {total, cache, processed, time_ms}` chunks while the prompt is read), `timings_per_token`
   (stream: running `timings` on each chunk, the prompt read's on the progress chunks), `response_fields` ("a/b"
-  paths).
-  Accepted without effect, as llama-server accepts options its build does not use: `cache_prompt` (the
-  prefix is always reused), `samplers`, `id_slot`, `n_probs` (log-probs do not exist yet), `n_keep`,
+  paths),
+  `n_probs` (1..20: `completion_probabilities` [{id, token, bytes, logprob, top_logprobs}] on the final
+  object, or per chunk when streamed; serve/logprobs.py; `post_sampling_probs`: `prob` / `top_probs` of the
+  distribution the draw used), `n_cmpl` (alias
+  `n`, 1..8 choices of the prompt: a list of final objects with their `index`, chunks carry theirs;
+  serve/choices.py). Accepted without effect, as llama-server accepts options its build does not use:
+  `cache_prompt` (the prefix is always reused), `samplers`, `id_slot`, `n_keep`,
   `typical_p`, `mirostat*`, `dry_*`, `xtc_*`. Wrong types are a 400 naming the field. The final object:
   `content`, `tokens` (with `return_tokens`), `id_slot`, `stop`, `model`, `tokens_predicted`, `tokens_evaluated`,
   `generation_settings`, `prompt`, `has_new_line`, `truncated` (always false: nothing is truncated),
@@ -37,14 +41,17 @@ Public surface: `completion`, `infill`, `apply_template`, `input_tokens`, `token
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
 from serve import llama_views
 from serve import sampling as sampling_mod
 from serve.events import BadRequest, CompletionRequest, Done, KIND_CONTENT, KIND_PING, LiveTimings, ProgressFeed
+from serve.choices import check_n, collect_text, prepare_choices, run_choices
+from serve.logprobs import llama_n_probs, llama_probs
 from serve.openai import _error_text, _model_name, parse_chat
-from serve.replies import EventRun, JsonReply, StreamReply, collect
+from serve.replies import JsonReply, StreamReply
 from serve.sampling import check_request_sampling
 from serve.service import check_stop
 
@@ -204,7 +211,9 @@ def _llama_request(service, body: dict, ids, text: str) -> CompletionRequest:
     sampling = check_request_sampling(fields)
     return CompletionRequest(prompt=text, ids=ids, max_new=None if n_predict is None or n_predict < 0 else n_predict,
                              sampling=sampling, stop=check_stop(body.get("stop")), stream=stream,
-                             model=body.get("model") if isinstance(body.get("model"), str) else None)
+                             model=body.get("model") if isinstance(body.get("model"), str) else None,
+                             logprobs=llama_n_probs(body, post_ok=True),
+                             logprobs_post=body.get("post_sampling_probs") is True)
 
 
 def _logit_bias(tok, value):
@@ -225,30 +234,43 @@ def _logit_bias(tok, value):
     return out
 
 
+def _n_cmpl(body: dict) -> int:
+    """llama-server's `n_cmpl`, with `n` as its alias."""
+    return check_n(body, "n_cmpl") if body.get("n_cmpl") is not None else check_n(body, "n")
+
+
 def completion(service, body: dict, ctx):
     prompts = _prompts(service.tok, body.get("prompt"))
     if len(prompts) == 1:
         return _complete(service, body, ctx, _llama_request(service, body, *prompts[0]))
     if body.get("stream"):
         raise BadRequest("stream: one prompt per streamed request here", param="stream")
-    answers = []  # several prompts: one after another, answered as a list in prompt order
+    answers = []  # several prompts: one after another, answered as a list in prompt order (x n_cmpl)
     for k, (ids, text) in enumerate(prompts):
         reply = _complete(service, body, ctx, _llama_request(service, body, ids, text))
-        answers.append({**reply.body, "index": k})
+        for res in reply.body if isinstance(reply.body, list) else [reply.body]:
+            answers.append({**res, "index": len(answers)})
     return JsonReply(200, answers)
 
 
 def _complete(service, body, ctx, req: CompletionRequest):
-    prep = service.prepare(req)
-    meta = {"model": _model_name(service, req), "prompt": req.prompt, "n_prompt": prep.prompt_tokens,
+    n = _n_cmpl(body)
+    preps = prepare_choices(service, req, n)
+    meta = {"model": _model_name(service, req), "prompt": req.prompt, "n_prompt": preps[0].prompt_tokens,
             "settings": _settings(service, req), "fields": body.get("response_fields") or [],
             "return_tokens": body.get("return_tokens") is True}
     if req.stream:
-        live = LiveTimings(prep.prompt_tokens) if body.get("timings_per_token") is True else None
-        return StreamReply(_stream(service, prep, ctx, meta, bool(body.get("return_progress")), live))
-    events, done = collect(service, prep, ctx)
-    content = "".join(ev.text for ev in events if ev.kind == KIND_CONTENT)
-    return JsonReply(200, _final(meta, content, done, stream=False))
+        live = ([LiveTimings(p.prompt_tokens) for p in preps] if body.get("timings_per_token") is True
+                else None)  # one per choice
+        return StreamReply(_stream(service, preps, ctx, meta, bool(body.get("return_progress")), live))
+    content, probs, dones = collect_text(service, preps, ctx.cancelled)
+    results = []
+    for i in range(n):
+        res = _final(meta, content[i], dones[i], stream=False, index=i)
+        if req.logprobs is not None and not meta["fields"]:
+            res["completion_probabilities"] = llama_probs(probs[i], req.logprobs_post)
+        results.append(res)
+    return JsonReply(200, results[0] if n == 1 else results)
 
 
 def _settings(service, req: CompletionRequest) -> dict:
@@ -261,7 +283,7 @@ def _settings(service, req: CompletionRequest) -> dict:
             "min_p": m.get("min_p", 0.0), "repeat_penalty": m.get("repetition_penalty", 1.0),
             "repeat_last_n": m.get("penalty_last_n", sampling_mod.PENALTY_LAST_N_DEFAULT),
             "presence_penalty": m.get("presence_penalty", 0.0), "frequency_penalty": m.get("frequency_penalty", 0.0),
-            "stop": req.stop, "stream": req.stream, "n_probs": 0,
+            "stop": req.stop, "stream": req.stream, "n_probs": req.logprobs or 0,
             # llama-server's list form; null is a ban (its -inf, the engine's -100)
             "logit_bias": [{"token": t, "bias": None if b <= -100 else b}
                            for t, b in sorted((req.sampling.logit_bias or {}).items())]}
@@ -289,9 +311,9 @@ def _nested(obj: dict, paths: list[str]) -> dict:
     return out
 
 
-def _final(meta: dict, content: str, done: Done, stream: bool) -> dict:
+def _final(meta: dict, content: str, done: Done, stream: bool, index: int = 0) -> dict:
     tokens = done.ids if meta["return_tokens"] and not stream else []  # a stream's chunks carried them
-    res = {"index": 0, "content": content, "tokens": tokens, "id_slot": 0, "stop": True, "model": meta["model"],
+    res = {"index": index, "content": content, "tokens": tokens, "id_slot": 0, "stop": True, "model": meta["model"],
            "tokens_predicted": done.completion_tokens, "tokens_evaluated": done.prompt_tokens,
            "generation_settings": meta["settings"], "prompt": meta["prompt"], "has_new_line": "\n" in content,
            "truncated": False, "stop_type": _stop_type(done), "stopping_word": done.stop_sequence or "",
@@ -306,27 +328,36 @@ def _read_timings(p: dict) -> dict:
             "predicted_n": 0, "predicted_ms": 0.0, "predicted_per_second": 0.0}
 
 
-def _stream(service, prep, ctx, meta, return_progress: bool, live=None):
-    n_out, feed, run = 0, ProgressFeed(), EventRun(service, prep, ctx)
-    head = {"index": 0, "tokens": [], "stop": False, "id_slot": 0, "tokens_evaluated": meta["n_prompt"]}
+def _stream(service, preps, ctx, meta, return_progress: bool, live=None):
+    n_out, feed, dones = [0] * len(preps), ProgressFeed(), [None] * len(preps)
+    probs = preps[0].req.logprobs is not None
+
+    def head(i):
+        return {"index": i, "tokens": [], "stop": False, "id_slot": 0, "tokens_evaluated": meta["n_prompt"]}
+
     try:
-        for ev in run:
-            if ev.kind == KIND_PING:
-                reports = feed.feed(ev.progress) if return_progress else []
-                for p in reports:
-                    extra = {"timings": _read_timings(p)} if live is not None else {}
-                    yield _sse({**head, "content": "", "tokens_predicted": 0, "prompt_progress": p, **extra})
-                if not reports:
-                    yield ": keep-alive\n\n"
-            elif ev.kind == KIND_CONTENT and ev.text:
-                n = max(1, len(ev.ids))
-                n_out += n
-                extra = {"timings": live.token(n)} if live is not None else {}
-                yield _sse({**head, "content": ev.text, "tokens": ev.ids, "tokens_predicted": n_out, **extra})
+        with contextlib.closing(run_choices(service, preps, ctx.cancelled)) as items:
+            for i, ev in items:
+                if isinstance(ev, Done):
+                    dones[i] = ev
+                    yield _sse(_final(meta, "", ev, stream=True, index=i))
+                elif ev.kind == KIND_PING:
+                    reports = feed.feed(ev.progress) if return_progress and i == 0 else []
+                    for p in reports:
+                        extra = {"timings": _read_timings(p)} if live is not None else {}
+                        yield _sse({**head(i), "content": "", "tokens_predicted": 0, "prompt_progress": p, **extra})
+                    if not reports:
+                        yield ": keep-alive\n\n"
+                elif ev.kind == KIND_CONTENT and ev.text:
+                    n = max(1, len(ev.ids))
+                    n_out[i] += n
+                    extra = {"timings": live[i].token(n)} if live is not None else {}
+                    chunk = {**head(i), "content": ev.text, "tokens": ev.ids, "tokens_predicted": n_out[i], **extra}
+                    if probs:
+                        chunk["completion_probabilities"] = llama_probs(ev.logprobs or [], preps[0].req.logprobs_post)
+                    yield _sse(chunk)
     except Exception as e:
         yield _sse(error_body(500, "server_error", _error_text(service, e)))
-        return
-    yield _sse(_final(meta, "", run.done, stream=True))
 
 
 # ---------------------------------------------------------------- /infill

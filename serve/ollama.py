@@ -40,6 +40,7 @@ from serve.constrain import schema_ask
 from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, Message, ToolCall, KIND_CONTENT,
                           KIND_PING, KIND_REASONING, KIND_TOOL_CALL)
 from serve.json_schema import ANY_OBJECT_GRAMMAR
+from serve.logprobs import chat_logprobs, ollama_logprobs
 from serve.openai import _error_text, _text_of, _tools
 from serve.reasoning import normalize_effort
 from serve.replies import EventRun, JsonReply, StreamReply
@@ -273,6 +274,7 @@ def _common(body: dict, req) -> dict:
     if not isinstance(model, str) or not model:
         raise BadRequest("model: the model's name", param="model")
     req.model, req.stream = model, stream is not False
+    req.logprobs = chat_logprobs(body)  # Ollama 0.12.11's logprobs / top_logprobs (serve/logprobs.py)
     return {"num_ctx": num_ctx}
 
 
@@ -327,7 +329,8 @@ def _run(service, prep, ctx, shape: _Shape, t0: float):
         if ev.kind == KIND_PING:
             yield None
         elif ev.kind == KIND_CONTENT and ev.text:
-            yield shape.piece(ev.text, done=False)
+            lp = {"logprobs": ollama_logprobs(ev.logprobs or [])} if prep.req.logprobs is not None else {}
+            yield shape.piece(ev.text, done=False, **lp)
         elif ev.kind == KIND_REASONING and ev.text:
             yield shape.piece(thinking=ev.text, done=False)
         elif ev.kind == KIND_TOOL_CALL and ev.call is not None:
@@ -339,7 +342,7 @@ def _run(service, prep, ctx, shape: _Shape, t0: float):
 def _answer(service, prep, ctx, shape: _Shape, stream: bool, t0: float):
     if stream:
         return StreamReply(_lines(service, prep, ctx, shape, t0), content_type=NDJSON)
-    content, thinking, calls, last = [], [], [], None
+    content, thinking, calls, logprobs, last = [], [], [], [], None
     for obj in _run(service, prep, ctx, shape, t0):
         if obj is None:
             continue
@@ -350,7 +353,10 @@ def _answer(service, prep, ctx, shape: _Shape, stream: bool, t0: float):
         content.append(part.get("content", part.get("response", "")))
         thinking.append(part.get("thinking", ""))
         calls += part.get("tool_calls") or []
+        logprobs += obj.get("logprobs") or []
     final = shape.piece("".join(content), "".join(thinking), calls)
+    if prep.req.logprobs is not None:
+        final["logprobs"] = logprobs
     return JsonReply(200, {**final, **{k: v for k, v in last.items() if k not in ("message", "response")},
                            "created_at": final["created_at"]})
 

@@ -26,12 +26,15 @@ import json
 import secrets
 import time
 
+from serve.choices import check_best_of, check_n, collect_text, merge_done, prepare_choices, run_choices
 from serve.constrain import openai_grammar, refuse_unsupported, strict_requested
 from serve.events import (BadRequest, ChatRequest, CompletionRequest, Done, LiveTimings, Message, ProgressFeed,
                           ToolCall, ToolSpec, KIND_CONTENT, KIND_PING, KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL,
                           KIND_TOOL_START)
 from serve.access import public_text
 from serve.llama_views import ENGINE_VERSION_DEFAULT
+from serve.logprobs import (chat_logprobs, completions_logprobs, legacy_logprobs, llama_n_probs,
+                            openai_content)
 from serve.replies import JsonReply, StreamReply
 from serve.sampling import check_max_tokens
 from serve.service import check_stop
@@ -217,7 +220,10 @@ def parse_chat(body: dict) -> ChatRequest:
         raise BadRequest("model: a string", param="model")
     req.model = model
     req.extra = {k: v for k, v in body.items() if k.startswith("strata_")}
-    refuse_unsupported(body, ("logprobs", "top_logprobs", "n", "n_probs"))
+    req.logprobs = chat_logprobs(body)
+    if req.logprobs is None:  # llama.cpp's native name on its OpenAI routes: logprobs with n_probs alternatives
+        req.logprobs = llama_n_probs(body)
+    check_n(body)  # here too so that every route that parses a chat checks it; the choices are the handler's
     req.grammar = openai_grammar(body)  # response_format, llama.cpp json_schema / grammar (serve/constrain.py)
     req.strict_tools = strict_requested(body.get("tools"))
     return req
@@ -253,93 +259,123 @@ def _model_name(service, req) -> str:
     return req.model if req.model and req.model in aliases else service.model_name
 
 
+class _ChatChoice:
+    """One choice's reply while its events come (the JSON answer, not a stream)."""
+
+    def __init__(self):
+        self.content, self.reasoning, self.calls, self.logprobs, self.done = [], [], [], [], None
+
+    def feed(self, ev) -> None:
+        if isinstance(ev, Done):
+            self.done = ev
+        elif ev.kind == KIND_CONTENT:
+            self.content.append(ev.text)
+            self.logprobs.extend(ev.logprobs or ())
+        elif ev.kind == KIND_REASONING:
+            self.reasoning.append(ev.text)
+        elif ev.kind == KIND_TOOL_CALL and ev.call is not None:
+            self.calls.append(ev.call)
+
+    def choice(self, index: int, logprobs: bool) -> dict:
+        message = {"role": "assistant", "content": "".join(self.content) or None}
+        if self.reasoning:
+            # both names: llama.cpp/DeepSeek clients read reasoning_content, vLLM/Ollama ones reasoning
+            message["reasoning_content"] = message["reasoning"] = "".join(self.reasoning)
+        if self.calls:
+            message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+                "name": c.name, "arguments": c.arguments if isinstance(c.arguments, str)
+                else json.dumps(c.arguments, ensure_ascii=False)}} for c in self.calls]
+        out = {"index": index, "message": message, "finish_reason": _finish_reason(self.done, bool(self.calls))}
+        if logprobs:
+            out["logprobs"] = {"content": openai_content(self.logprobs)}
+        return out
+
+
 def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     req = parse_chat(body)
+    n = check_n(body)
+    check_best_of(body, n)  # vLLM's chat field: refused as on completions, never ignored
     include_usage = _include_usage(body)
-    prep = service.prepare(req)
+    preps = prepare_choices(service, req, n)
     meta = {"id": "chatcmpl-" + secrets.token_hex(12), "created": int(time.time()),
             "model": _model_name(service, req)}
     if req.stream:
         progress = ProgressFeed() if _bool_field(body, "return_progress") else None  # llama.cpp's extensions
-        live = LiveTimings(prep.prompt_tokens) if _bool_field(body, "timings_per_token") else None
-        return StreamReply(_chat_stream(service, prep, ctx, meta, include_usage, progress, live))
-    content, reasoning, calls, done = [], [], [], None
-    with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
-        for ev in events:
-            if isinstance(ev, Done):
-                done = ev
-            elif ev.kind == KIND_CONTENT:
-                content.append(ev.text)
-            elif ev.kind == KIND_REASONING:
-                reasoning.append(ev.text)
-            elif ev.kind == KIND_TOOL_CALL and ev.call is not None:
-                calls.append(ev.call)
-    message = {"role": "assistant", "content": "".join(content) or None}
-    if reasoning:
-        # both names: llama.cpp/DeepSeek clients read reasoning_content, vLLM/Ollama ones reasoning
-        message["reasoning_content"] = message["reasoning"] = "".join(reasoning)
-    if calls:
-        message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
-            "name": c.name, "arguments": c.arguments if isinstance(c.arguments, str)
-            else json.dumps(c.arguments, ensure_ascii=False)}} for c in calls]
+        live = ([LiveTimings(p.prompt_tokens) for p in preps] if _bool_field(body, "timings_per_token")
+                else None)  # one per choice
+        return StreamReply(_chat_stream(service, preps, ctx, meta, include_usage, progress, live))
+    choices = [_ChatChoice() for _ in preps]
+    with contextlib.closing(run_choices(service, preps, ctx.cancelled)) as items:
+        for i, ev in items:
+            choices[i].feed(ev)
+    done = merge_done([c.done for c in choices])
     out = {**meta, "object": "chat.completion", "system_fingerprint": system_fingerprint(service),
-           "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(done, bool(calls))}],
+           "choices": [c.choice(i, req.logprobs is not None) for i, c in enumerate(choices)],
            "usage": _usage(done), "timings": done.timings}
     if body.get("verbose") is True:  # llama-server's debug echo: the prompt the engine read, as text
-        out["__verbose"] = {"prompt": service.tok.decode(prep.ids), "content": message["content"] or ""}
+        out["__verbose"] = {"prompt": service.tok.decode(preps[0].ids),
+                            "content": out["choices"][0]["message"]["content"] or ""}
     return JsonReply(200, out)
 
 
-def _chat_stream(service, prep, ctx, meta, include_usage, progress=None, live=None):
-    def chunk(delta, finish=None, **extra):
-        return _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": system_fingerprint(service),
-                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra})
+def _chat_stream(service, preps, ctx, meta, include_usage, progress=None, live=None):
+    logprobs = preps[0].req.logprobs is not None
+    fingerprint = system_fingerprint(service)
 
-    yield chunk({"role": "assistant", "content": None})  # null, as llama-server's first chunk
-    started, calls, done = set(), 0, None
+    def chunk(i, delta, finish=None, lp=None, **extra):
+        choice = {"index": i, "delta": delta, "finish_reason": finish}
+        if logprobs and lp is not None:
+            choice["logprobs"] = {"content": openai_content(lp)}
+        return _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": fingerprint,
+                     "choices": [choice], **extra})
+
+    for i in range(len(preps)):
+        yield chunk(i, {"role": "assistant", "content": None})  # null, as llama-server's first chunk
+    started, calls, dones = set(), [0] * len(preps), [None] * len(preps)
     try:
-        with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
-            for ev in events:
+        with contextlib.closing(run_choices(service, preps, ctx.cancelled)) as items:
+            for i, ev in items:
                 if isinstance(ev, Done):
-                    done = ev
+                    dones[i] = ev
+                    if not _cut_by_shutdown(ctx, ev):
+                        yield chunk(i, {}, _finish_reason(ev, calls[i] > 0), timings=ev.timings)
                 elif ev.kind == KIND_PING:
-                    reports = progress.feed(ev.progress) if progress is not None else []
+                    reports = progress.feed(ev.progress) if progress is not None and i == 0 else []
                     for p in reports:  # return_progress: llama-server's prompt_progress chunks
                         yield _sse({**meta, "object": "chat.completion.chunk", "choices": [], "prompt_progress": p})
                     if not reports:
                         yield KEEP_ALIVE
-                elif ev.kind == KIND_CONTENT and live is not None:  # timings_per_token: running figures
-                    yield chunk({"content": ev.text}, timings=live.token(max(1, len(ev.ids))))
-                elif ev.kind == KIND_CONTENT:
-                    yield chunk({"content": ev.text})
+                elif ev.kind == KIND_CONTENT:  # timings_per_token: running figures
+                    timings = {"timings": live[i].token(max(1, len(ev.ids)))} if live is not None else {}
+                    yield chunk(i, {"content": ev.text}, lp=ev.logprobs, **timings)
                 elif ev.kind == KIND_REASONING:
-                    yield chunk({"reasoning_content": ev.text, "reasoning": ev.text})
+                    yield chunk(i, {"reasoning_content": ev.text, "reasoning": ev.text})
                 elif ev.kind == KIND_TOOL_START:
-                    started.add(ev.index)
-                    yield chunk({"tool_calls": [{"index": ev.index, "id": ev.call_id, "type": "function",
-                                                 "function": {"name": ev.name, "arguments": ""}}]})
+                    started.add((i, ev.index))
+                    yield chunk(i, {"tool_calls": [{"index": ev.index, "id": ev.call_id, "type": "function",
+                                                    "function": {"name": ev.name, "arguments": ""}}]})
                 elif ev.kind == KIND_TOOL_ARGS:
-                    yield chunk({"tool_calls": [{"index": ev.index, "function": {"arguments": ev.text}}]})
+                    yield chunk(i, {"tool_calls": [{"index": ev.index, "function": {"arguments": ev.text}}]})
                 elif ev.kind == KIND_TOOL_CALL and ev.call is not None:
-                    calls += 1
-                    if ev.index not in started:
+                    calls[i] += 1
+                    if (i, ev.index) not in started:
                         args = ev.call.arguments
-                        yield chunk({"tool_calls": [{"index": ev.index, "id": ev.call.id, "type": "function",
-                                                     "function": {"name": ev.call.name, "arguments": args if
-                                                                  isinstance(args, str) else json.dumps(
-                                                                      args, ensure_ascii=False)}}]})
+                        yield chunk(i, {"tool_calls": [{"index": ev.index, "id": ev.call.id, "type": "function",
+                                                        "function": {"name": ev.call.name, "arguments": args if
+                                                                     isinstance(args, str) else json.dumps(
+                                                                         args, ensure_ascii=False)}}]})
     except Exception as e:  # after the headers: a final error event, then the end of the stream
         yield stream_error(_error_text(service, e))
         yield "data: [DONE]\n\n"
         return
-    if _cut_by_shutdown(ctx, done):
+    if any(_cut_by_shutdown(ctx, d) for d in dones):
         yield stream_error(SHUTDOWN_TEXT)
         yield "data: [DONE]\n\n"
         return
-    yield chunk({}, _finish_reason(done, calls > 0), timings=done.timings)
     if include_usage:
-        yield _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": system_fingerprint(service),
-                    "choices": [], "usage": _usage(done), "timings": done.timings})
+        done = merge_done(dones)
+        yield _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": fingerprint, "choices": [],
+                    "usage": _usage(done), "timings": done.timings})
     yield "data: [DONE]\n\n"
 
 
@@ -366,54 +402,65 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
                             sampling=_sampling(body),
                             stop=check_stop(body.get("stop")), stream=_bool_field(body, "stream"),
                             echo=_bool_field(body, "echo"), model=body.get("model"))
-    refuse_unsupported(body, ("logprobs", "n", "best_of", "n_probs"))
+    refuse_unsupported(body, ("suffix",))
+    n = check_n(body)
+    check_best_of(body, n)
+    req.logprobs = completions_logprobs(body)
+    if req.logprobs is None:
+        req.logprobs = llama_n_probs(body)
     req.grammar = openai_grammar(body)
     include_usage = _include_usage(body)
-    prep = service.prepare(req)
+    preps = prepare_choices(service, req, n)
     meta = {"id": "cmpl-" + secrets.token_hex(12), "created": int(time.time()),
             "model": _model_name(service, req), "system_fingerprint": system_fingerprint(service)}
     if req.stream:
-        return StreamReply(_completion_stream(service, prep, ctx, meta, include_usage, req))
-    text, done = [prompt] if req.echo else [], None
-    with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
-        for ev in events:
-            if isinstance(ev, Done):
-                done = ev
-            elif ev.kind == KIND_CONTENT:
-                text.append(ev.text)
+        return StreamReply(_completion_stream(service, preps, ctx, meta, include_usage, req))
+    start = len(prompt) if req.echo else 0
+    texts, lps, dones = collect_text(service, preps, ctx.cancelled)
+    done = merge_done(dones)
     return JsonReply(200, {**meta, "object": "text_completion", "choices": [
-        {"index": 0, "text": "".join(text), "logprobs": None, "finish_reason": _finish_reason(done, False)}],
+        {"index": i, "text": (prompt if req.echo else "") + texts[i],
+         "logprobs": legacy_logprobs(lps[i], start)[0] if req.logprobs is not None else None,
+         "finish_reason": _finish_reason(dones[i], False)} for i in range(n)],
         "usage": _usage(done, chat=False), "timings": done.timings})
 
 
-def _completion_stream(service, prep, ctx, meta, include_usage, req):
-    def chunk(text, finish=None, **extra):
-        return _sse({**meta, "object": "text_completion", "choices": [
-            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}], **extra})
+def _completion_stream(service, preps, ctx, meta, include_usage, req):
+    offsets = [len(req.prompt) if req.echo else 0] * len(preps)
 
-    done = None
+    def chunk(i, text, finish=None, lp=None, **extra):
+        logprobs = None
+        if req.logprobs is not None and lp is not None:
+            logprobs, offsets[i] = legacy_logprobs(lp, offsets[i])
+        return _sse({**meta, "object": "text_completion", "choices": [
+            {"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish}], **extra})
+
+    dones = [None] * len(preps)
     try:
         if req.echo:
-            yield chunk(req.prompt)
-        with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
-            for ev in events:
+            for i in range(len(preps)):
+                yield chunk(i, req.prompt)
+        with contextlib.closing(run_choices(service, preps, ctx.cancelled)) as items:
+            for i, ev in items:
                 if isinstance(ev, Done):
-                    done = ev
+                    dones[i] = ev
+                    if not _cut_by_shutdown(ctx, ev):
+                        yield chunk(i, "", _finish_reason(ev, False), timings=ev.timings)
                 elif ev.kind == KIND_PING:
                     yield KEEP_ALIVE
                 elif ev.kind == KIND_CONTENT:
-                    yield chunk(ev.text)
+                    yield chunk(i, ev.text, lp=ev.logprobs)
     except Exception as e:
         yield stream_error(_error_text(service, e))
         yield "data: [DONE]\n\n"
         return
-    if _cut_by_shutdown(ctx, done):
+    if any(_cut_by_shutdown(ctx, d) for d in dones):
         yield stream_error(SHUTDOWN_TEXT)
         yield "data: [DONE]\n\n"
         return
-    yield chunk("", _finish_reason(done, False), timings=done.timings)
     if include_usage:
-        yield _sse({**meta, "object": "text_completion", "choices": [], "usage": _usage(done, chat=False)})
+        yield _sse({**meta, "object": "text_completion", "choices": [],
+                    "usage": _usage(merge_done(dones), chat=False)})
     yield "data: [DONE]\n\n"
 
 

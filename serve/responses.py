@@ -10,9 +10,10 @@ text goes back into the next assistant turn), `instructions` (the first system t
 shape `{type: "function", name, description, parameters}` (other tool types, such as `web_search`, are
 skipped and said in the request's notes: nothing here can run them), `tool_choice`, `parallel_tool_calls`,
 `max_output_tokens`, `temperature` / `top_p` (and the other sampling fields), `reasoning.effort`, `stream`,
-`text.format` (json_object or json_schema: the reply follows it by grammar, serve/constrain.py).
-Accepted and without effect: `store` (nothing is kept: the answer says `"store": false`), `metadata`,
-`user`, `include`, `truncation` (requests are never truncated), `prompt_cache_key`, `service_tier`.
+`text.format` (json_object or json_schema: the reply follows it by grammar, serve/constrain.py),
+`include: ["message.output_text.logprobs"]` / `top_logprobs` 0..20 (serve/logprobs.py: entries on the
+output_text part and on each text delta). Accepted and without effect: `store` (nothing is kept: the answer
+says `"store": false`), `metadata`, `user`, `include`'s other values, `truncation` (requests are never truncated), `prompt_cache_key`, `service_tier`.
 Refused: `previous_response_id` (400 `previous_response_not_found`: nothing is stored, send the whole
 conversation), `background: true` (400), GET / DELETE `/v1/responses/{id}` and its sub-paths (404: nothing is stored).
 
@@ -47,6 +48,7 @@ from serve.reasoning import effort_from_openai, reasoning_fields
 from serve.replies import EventRun, JsonReply, StreamReply, collect
 from serve.sampling import check_max_tokens, check_request_sampling
 from serve.json_schema import ANY_OBJECT_GRAMMAR
+from serve.logprobs import openai_content, responses_logprobs
 from serve.toolcalls import arguments_text
 
 __all__ = ["responses", "input_tokens", "get_response", "parse_responses", "ResponseBuilder", "error_body"]
@@ -181,6 +183,7 @@ def parse_responses(body: dict) -> ChatRequest:
     grammar = _text_format_grammar(body.get("text"))
     req = ChatRequest(messages=_input_items(body.get("input")), api="responses")
     req.grammar = grammar
+    req.logprobs = responses_logprobs(body)
     instructions = body.get("instructions")
     if instructions is not None:
         if not isinstance(instructions, str):
@@ -224,6 +227,7 @@ class ResponseBuilder:
         self.output: list[dict] = []
         self.open: dict | None = None   # the item being written; its text parts collect in `parts`
         self.parts: list[str] = []
+        self.lps: list[dict] | None = None  # the open message's log-probability entries, when asked
         self.calls: dict[int, dict] = {}  # parser call index -> its function_call item
         self.last_frame_at = time.monotonic()
         self.live: LiveTimings | None = None     # timings_per_token: running figures on each text delta
@@ -271,6 +275,7 @@ class ResponseBuilder:
             part = {"type": "reasoning_text", "text": ""}
         self.output.append(item)
         self.open, self.parts = item, []
+        self.lps = [] if self.lps is not None else None
         return [self.frame("response.output_item.added", output_index=self._index(), item=dict(item, content=[])),
                 self.frame("response.content_part.added", item_id=item["id"], output_index=self._index(),
                            content_index=0, part=part)]
@@ -282,8 +287,9 @@ class ResponseBuilder:
         text = "".join(self.parts)
         at = {"item_id": item["id"], "output_index": self._index(), "content_index": 0}
         if item["type"] == "message":
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-            frames = [self.frame("response.output_text.done", **at, text=text, logprobs=[])]
+            lps = openai_content(self.lps or [])
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": lps}
+            frames = [self.frame("response.output_text.done", **at, text=text, logprobs=lps)]
             item["status"] = status
         else:
             part = {"type": "reasoning_text", "text": text}
@@ -293,13 +299,15 @@ class ResponseBuilder:
         frames.append(self.frame("response.output_item.done", output_index=self._index(), item=item))
         return frames
 
-    def _text(self, kind: str, text: str, n_tokens: int = 1) -> list[str]:
+    def _text(self, kind: str, text: str, n_tokens: int = 1, lps: list | None = None) -> list[str]:
         frames = []
         if self.open is None or self.open["type"] != kind:
             frames += self.close() + self._open_text_item(kind)
         self.parts.append(text)
         event = "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta"
-        extra = {"logprobs": []} if kind == "message" else {}
+        extra = {"logprobs": openai_content(lps or [])} if kind == "message" else {}
+        if self.lps is not None:
+            self.lps += lps or []
         if self.live is not None:
             extra["timings"] = self.live.token(n_tokens)
         frames.append(self.frame(event, item_id=self.open["id"], output_index=self._index(), content_index=0,
@@ -318,7 +326,7 @@ class ResponseBuilder:
 
     def feed(self, ev) -> list[str]:
         if ev.kind == KIND_CONTENT and ev.text:
-            return self._text("message", ev.text, max(1, len(ev.ids)))
+            return self._text("message", ev.text, max(1, len(ev.ids)), ev.logprobs)
         if ev.kind == KIND_REASONING and ev.text:
             return self._text("reasoning", ev.text)
         if ev.kind == KIND_TOOL_START:
@@ -394,6 +402,7 @@ def responses(service, body: dict, ctx) -> JsonReply | StreamReply:
     req = parse_responses(body)
     prep = service.prepare(req)
     builder = ResponseBuilder(_meta(service, req, body))
+    builder.lps = [] if req.logprobs is not None else None
     if req.stream:
         if _flag(body, "timings_per_token"):
             builder.live = LiveTimings(prep.prompt_tokens)

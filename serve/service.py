@@ -44,6 +44,7 @@ from serve.thinking_pass import ReplyPasses, encode_written, merge_figures, repl
 
 from serve.reasoning import OutputParser, resolve_effort
 from serve import sampling as sampling_mod
+from serve.logprobs import Trail, engine_keys
 from serve.constrain import GRAMMAR_INFO_KEY, auto_tools_grammar, forced_call, grammar_key
 from serve.toolcalls import forced_opening
 
@@ -170,6 +171,24 @@ class _Run:
     tracker: object = None  # LiveFigures.Tracker: per-token latency and decode-share figures
     ids: list = field(default_factory=list)       # every token id the engine sent (llama.cpp's `tokens`)
     unshown: list = field(default_factory=list)   # ids whose text no content event has carried yet
+    trail: Trail | None = None  # the tokens' log-probabilities, when the request asked (serve/logprobs.py)
+
+    def took(self, tid) -> None:
+        """A shown token: its id (and log-probabilities) wait for the content event its text goes into."""
+        self.ids.append(int(tid))
+        self.unshown.append(int(tid))
+        if self.trail is not None:
+            self.trail.add(tid)
+
+    def events(self, events):
+        """Events as they go out: a content event takes the ids (and log-probabilities) of the tokens since
+        the last one."""
+        for ev in events:
+            if ev.kind == KIND_CONTENT:
+                ev.ids, self.unshown = self.unshown, []
+            if self.trail is not None:
+                self.trail.attach(ev)
+            yield ev
 
 
 def _over(n_prompt: int, n_ctx: int) -> dict:
@@ -411,7 +430,7 @@ class Service:
                 raise BadRequest("structured output: this engine cannot apply grammars (INFO grammar=1 missing)",
                                  param="response_format")
             keys.append(grammar_key(grammar))
-        return " ".join(keys)
+        return " ".join(keys + engine_keys(req))
 
     def ensure_engine(self) -> None:
         """A dead engine is restarted by the next request (before its answer starts)."""
@@ -479,7 +498,8 @@ class Service:
         # budget, answer room, forced call after thinking, close retry: when a pass ends (serve/thinking_pass.py)
         run = _Run(_StopMatcher(list(prep.req.stop or [])), parser, ReplyPasses(
             prep, self.tok, parser, self._budget_default()), self.tok.stream_decoder(), _LoopGuard(self.repeat_stop),
-            lambda: self.shutting_down.is_set() or (cancelled is not None and cancelled()), tracker=tracker)
+            lambda: self.shutting_down.is_set() or (cancelled is not None and cancelled()), tracker=tracker,
+            trail=Trail.of(self.tok, prep.req))
         passes, stop = run.passes, run.stop
         figures: dict = {}
         finish, retried = None, False
@@ -511,7 +531,7 @@ class Service:
                 break
             passes.passes += 1
         if stop.hit is None:
-            for ev in self._events(run.decoder.flush(), parser, stop, final=True):
+            for ev in run.events(self._events(run.decoder.flush(), parser, stop, final=True)):
                 yield ev
         finish = finish or figures.get("finish") or "stop"
         if finish == "cancel" and self.shutting_down.is_set():
@@ -554,12 +574,9 @@ class Service:
                 if run.guard.looping(tid):
                     return "length", None
                 was_reasoning = parser is not None and parser.in_reasoning
-                run.ids.append(tid)
-                run.unshown.append(tid)
-                for ev in self._events(run.decoder.feed(tid), parser, stop):
+                run.took(tid)
+                for ev in run.events(self._events(run.decoder.feed(tid), parser, stop)):
                     passes.saw(ev)
-                    if ev.kind == KIND_CONTENT:  # the ids since the last content event ride on this one
-                        ev.ids, run.unshown = run.unshown, []
                     yield ev
                 if stop.hit is not None or (parser is not None and parser.done):
                     return "stop", None  # a stop string, or the one call parallel_tool_calls=false allows
@@ -577,12 +594,12 @@ class Service:
         """Between passes: the server's text (and a forced call opening after it) goes into the reply as
         output. Returns None to go on, or the finish ("length": no room left; "stop": a stop string)."""
         held = run.decoder.flush()  # a character split at the pass's end is not continued by the written text
-        for ev in self._events(held, run.parser, run.stop) if held else ():
+        for ev in run.events(self._events(held, run.parser, run.stop)) if held else ():
             yield ev
         while text is not None:
             if not run.passes.write(text):
                 return "length"
-            for ev in self._events(text, run.parser, run.stop):
+            for ev in run.events(self._events(text, run.parser, run.stop)):
                 run.passes.saw(ev)
                 yield ev
             if run.stop.hit is not None:

@@ -24,6 +24,7 @@ eos (default true: end with 258); token_delay_s; first_delay_s (after the prompt
 nothing and ignore STOP); raw (lines written verbatim, latin-1, before the tokens); err (answer ERR with it);
 nonfinite (finish nonfinite, no tokens); drafts ([accepted, offered] or [accepted, offered, steps]: DONE's
 drafts_acc/drafts_off and `drafts_n=steps`, default [0, 0]; null writes `- -`, drafting off).
+`logprobs=K` makes every T line carry `logprobs_suffix` (a fixed pattern a test can predict).
 `grammar=` on GEN/BGEN (docs/PROTOCOL.md) is decoded as the real engine does: a malformed escape or a text
 with no `root ::=` is refused with the real engine's ERR; `record_grammar` (script key) names a file each
 request's decoded grammar is appended to (one JSON string per line). The scripted answer is not checked
@@ -103,6 +104,27 @@ def fake_embed_ids(line, n_slot_words, ctx):
     if not ids or any(i < 0 or i >= N_VOCAB for i in ids) or len(ids) + CTX_SLACK > ctx:
         return f"context: {len(ids)} prompt + 0 max_new + {CTX_SLACK} > {ctx}"
     return ids
+
+
+def request_logprobs(words):
+    """`logprobs=K` of a GEN/BGEN line's words (docs/PROTOCOL.md), or None when absent; a value outside
+    0..20 is the real engine's ERR text as ValueError."""
+    for w in words[1:-1]:
+        if w.startswith("logprobs="):
+            value = w[len("logprobs="):]
+            if not value.isdigit() or int(value) > 20:
+                raise ValueError(f"malformed value for logprobs: '{value}'")
+            return int(value)
+    return None
+
+
+def logprobs_suffix(tok, k):
+    """What the fake's T/BT lines carry for `logprobs=K`: the sampled token at -0.5 and first of the top, then
+    ids tok+1, tok+2, ... (mod 256) at -1.5, -2.5, ...; "" when the request did not ask."""
+    if k is None:
+        return ""
+    top = [(tok, -0.5)] + [((tok + j) % 256, -0.5 - j) for j in range(1, k)]
+    return " lp=-0.500000" + (" top=" + ",".join(f"{i}:{v:.6f}" for i, v in top[:k]) if k else "")
 
 
 def load_script(argv):
@@ -223,6 +245,11 @@ class Engine:
         except ValueError as e:
             emit(f"ERR {e}")
             return
+        try:
+            n_logprobs = request_logprobs(words)
+        except ValueError as e:
+            emit(f"ERR {e}")
+            return
         t = self.turn()
         if not ids or any(i < 0 or i >= N_VOCAB for i in ids):
             emit("ERR empty prompt or id outside the vocabulary")
@@ -273,7 +300,7 @@ class Engine:
                     time.sleep(3600)
             if t.get("token_delay_s"):
                 self.stop.wait(t["token_delay_s"])
-            emit(f"T {tok}")
+            emit(f"T {tok}{logprobs_suffix(tok, n_logprobs)}")
             out.append(tok)
             if tok in EOS_IDS:
                 finish = "stop"

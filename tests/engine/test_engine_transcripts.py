@@ -17,6 +17,8 @@ WORD_PATTERNS = {
     "{id}": re.compile(r"\d+$"),
     "{num}": re.compile(r"-?\d+(\.\d+)?$"),
     "{*}": re.compile(r"\S+$"),
+    "{lp}": re.compile(r"lp=(-?\d+\.\d+|-inf)$"),
+    "{top}": re.compile(r"top=\d+:(-?\d+\.\d+|-inf)(,\d+:(-?\d+\.\d+|-inf))*$"),
 }
 
 
@@ -92,6 +94,8 @@ def test_match_line_rules():
     assert match_line("DONE {int} {num} - {...}", "DONE 3 1.5 - a b c", names)
     assert not match_line("T {id}", "T -1", names)
     assert not match_line("T 5", "T 5 6", names)
+    assert match_line("T 5 {lp} {top}", "T 5 lp=-0.25 top=5:-0.25,9:-inf", names)
+    assert not match_line("T 5 {lp}", "T 5 lp=0.5x", names) and not match_line("T 5 {lp} {top}", "T 5 lp=-1 top=", names)
     assert match_line("SAVED {int=b}", "SAVED 40", names) and names["b"] == "40"
     assert match_line("RESTORED {=b}", "RESTORED 40", names)
     assert not match_line("RESTORED {=b}", "RESTORED 41", names)
@@ -117,10 +121,11 @@ def test_transcript_on_real_engine(engine_path, model_path, tmp_path, monkeypatc
         e.close()
 
 
-@pytest.mark.parametrize("name", ["protocol_batch.txt", "protocol_embed.txt"])
+@pytest.mark.parametrize("name", ["protocol_batch", "protocol_embed", "protocol_logprobs"])
 def test_batch_transcript_on_the_fake_engine(tmp_path, name):
-    """The fake that the server's slot tests use speaks the same batch protocol as the real engine."""
-    args, items = load_transcript(DATA / name)
+    """The fake that the server's slot tests use speaks the same batch protocol (BEMB, logprobs=) as the real
+    engine."""
+    args, items = load_transcript(DATA / f"{name}.txt")
     fake = pathlib.Path(__file__).resolve().parents[1] / "fake_engine_slots.py"
     e = Engine(None, None, argv=[sys.executable, str(fake), "--serve", *args])
     try:

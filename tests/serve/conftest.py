@@ -82,12 +82,13 @@ def chat(text="hi", **extra):
 
 
 @contextlib.contextmanager
-def real_server(engine_exe, model, tmp, ctx):
-    """An in-process server over the real engine and model (the callers skip when either is absent)."""
+def real_server(engine_exe, model, tmp, ctx, args=()):
+    """An in-process server over the real engine and model (the callers skip when either is absent); `args`:
+    more engine flags (e.g. --batch 4)."""
     from serve.template import ChatTemplate
     from tools.strata_tokenizer import Tokenizer
     tok = Tokenizer.from_gguf(model, cache_dir=str(tmp))
-    engine = StrataEngine([engine_exe], ["--model", model, "--max-context", str(ctx)],
+    engine = StrataEngine([engine_exe], ["--model", model, "--max-context", str(ctx), *args],
                           log_path=str(tmp / "e.log"))
     engine.start()
     svc = Service(engine, tok, "smollm2", ChatTemplate.from_text(tok.chat_template), arch="llama")

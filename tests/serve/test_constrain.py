@@ -1,7 +1,7 @@
 """Structured output over the fake engines: which grammar reaches the engine (`grammar=`, recorded by the fake
 as it decodes it) for response_format, llama.cpp's json_schema / grammar, forced tool calls on both APIs, on
 the solo path and in slots; the 400s for schemas outside the subset, engine-refused grammars and the output
-fields Strata does not implement."""
+fields Strata does not implement, and bad log-probability and choice counts."""
 import json
 
 import pytest
@@ -83,10 +83,16 @@ def test_slots_carry_the_grammar(cserver):
     ({"json_schema": {"type": "object", "properties": {"a": {"not": {}}}}}, "json_schema", "'not'"),
     ({"response_format": {"type": "yaml"}}, "response_format", "json_schema"),
     ({"response_format": {"type": "json_object"}, "grammar": 'root ::= "a"'}, "response_format", "one of them"),
-    ({"logprobs": True}, "logprobs", "not supported"),
-    ({"top_logprobs": 3}, "top_logprobs", "not supported"),
-    ({"n": 2}, "n", "n=1"),
-    ({"n_probs": 5}, "n_probs", "not supported"),
+    ({"logprobs": "yes"}, "logprobs", "true or false"),
+    ({"top_logprobs": 3}, "top_logprobs", "needs logprobs: true"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "from 0 to 20"),
+    ({"logprobs": True, "top_logprobs": 2.5}, "top_logprobs", "an integer"),
+    ({"n": 0}, "n", "from 1 to 8"),
+    ({"n": 9}, "n", "from 1 to 8"),
+    ({"n": True}, "n", "an integer"),
+    ({"n_probs": 21}, "n_probs", "from 0 to 20"),
+    ({"n_probs": 2, "post_sampling_probs": True}, "post_sampling_probs", "not supported"),
+    ({"n": 2, "best_of": 3}, "best_of", "not supported"),
 ])
 def test_what_cannot_be_honoured_is_a_400_naming_the_field(cserver, body, param, words):
     s, grammars = cserver()
@@ -95,11 +101,15 @@ def test_what_cannot_be_honoured_is_a_400_naming_the_field(cserver, body, param,
     assert grammars() == []
 
 
-def test_completions_refuse_logprobs_n_best_of_but_take_their_defaults(cserver):
+def test_completions_refuse_best_of_and_bad_counts_but_take_their_defaults(cserver):
     s, _ = cserver()
-    for field, value in (("logprobs", 2), ("n", 3), ("best_of", 2)):
+    for field, value, words in (("logprobs", 21, "from 0 to 20"), ("logprobs", True, "an integer"),
+                                ("n", 9, "from 1 to 8"), ("best_of", 2, "best_of: not supported"),
+                                ("suffix", "x", "not supported")):
         status, reply, _ = s.post("/v1/completions", {"prompt": "hi", field: value})
-        assert status == 400 and reply["error"]["param"] == field
+        assert status == 400 and reply["error"]["param"] == field and words in reply["error"]["message"], reply
+    status, reply, _ = s.post("/v1/completions", {"prompt": "hi", "n": 2, "best_of": 3})
+    assert status == 400 and reply["error"]["param"] == "best_of"
     status, _, _ = s.post("/v1/completions", {"prompt": "hi", "logprobs": None, "n": 1, "best_of": 1})
     assert status == 200
     status, _, _ = s.post("/v1/chat/completions", chat("hi", logprobs=False, n=1))

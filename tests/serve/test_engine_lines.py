@@ -74,6 +74,17 @@ def test_parsers():
         parse_progress(["a"], "BPP 0 a")
 
 
+def test_token_lines_with_logprobs():
+    t = parse_token("7 lp=-0.5 top=7:-0.5,3:-1.25", 100, "")
+    assert t == 7 and t.logprob == -0.5 and t.top == [(7, -0.5), (3, -1.25)]
+    t = parse_token("7 lp=-inf", 100, "")
+    assert t.logprob == float("-inf") and t.top == []
+    assert type(parse_token("7 later=1", 100, "")) is int  # a key this side does not know is skipped
+    for word in ("7 lp=x", "7 lp=0.5", "7 lp=-1 top=300:-1", "7 lp=-1 top=3:nan", "7 lp=-1 top=3"):
+        with pytest.raises(EngineBadLine):
+            parse_token(word, 100, f"T {word}")
+
+
 def test_both_engines_offer_what_service_needs():
     from serve.engine import StrataEngine
     from serve.engine_protocol import EngineClient
