@@ -18,21 +18,7 @@
 namespace {
 
 void quantize_q16_scalar(const float* x, int64_t k, int16_t* qs, float* d, float* dsum) {
-    for (int64_t b = 0; b < k / QK32; ++b) {
-        const float* xb = x + b * QK32;
-        float amax = 0.0f;
-        for (int j = 0; j < QK32; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
-        const float db = amax / 32767.0f;
-        const float id = db != 0.0f ? 1.0f / db : 0.0f;
-        int32_t s = 0;
-        for (int j = 0; j < QK32; ++j) {
-            const int q = static_cast<int>(std::nearbyint(xb[j] * id));
-            qs[b * QK32 + j] = static_cast<int16_t>(q);
-            s += q;
-        }
-        d[b] = db;
-        dsum[b] = db * static_cast<float>(s);
-    }
+    quantize_blocks_scalar(x, k, 32767, qs, nullptr, d, dsum);
 }
 
 // Row kernels: acc += (dw * da) * isum per block, plus the block's offset term times the block's dsum. 4-bit values are centred (q - 8) so that the offset term is small:

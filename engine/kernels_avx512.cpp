@@ -19,6 +19,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels_group_avx512.h"
 #include "kernels_kquant.h"
 
 namespace {
@@ -148,7 +149,8 @@ static_assert(MM_TOK_TILE == 8, "row_dispatch handles tiles of up to 8 tokens");
 using pair16 = int32_t __attribute__((may_alias, aligned(4)));
 
 template <int KIND, int T>
-void group_kernel(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, float* y, size_t y_stride) {
+struct group_kernel {
+static void run(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, float* y, size_t y_stride) {
     constexpr size_t SB = 64, QB = KIND == 2 ? 512 : 256, GB = SB + QB;
     constexpr int NACC = T >= 4 ? 1 : (T == 1 ? 4 : 2);
     const int16_t* aq = a.qs + t0 * a.k;
@@ -186,36 +188,17 @@ void group_kernel(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, fl
                 dot(4 * c + 3, _mm512_srli_epi16(w, 12));
             }
         }
-        __m512 dw, off = _mm512_setzero_ps();
-        if constexpr (KIND == 1) {  // half d and m; off = m + 8 d (8 d exact: one rounding, as a float add)
-            dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(gb)));
-            off = _mm512_fmadd_ps(dw, _mm512_set1_ps(8.0f), _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(gb + 32))));
-        } else {
-            dw = _mm512_load_ps(reinterpret_cast<const float*>(gb));
-        }
+        __m512 dw, off;
+        group_avx512::block_scales<KIND>(gb, dw, off);
         for (int t = 0; t < T; ++t) {
             __m512i sum = s[t][0];
             for (int k = 1; k < NACC; ++k) sum = _mm512_add_epi32(sum, s[t][k]);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(ad[t * nb + b])), acc[t]);
-            if constexpr (KIND == 1) acc[t] = _mm512_fmadd_ps(off, _mm512_set1_ps(as[t * nb + b]), acc[t]);
+            acc[t] = group_avx512::block_accumulate<KIND>(acc[t], sum, dw, off, ad + t * nb, as + t * nb, b);
         }
     }
     for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + size_t(t) * y_stride, acc[t]);
 }
-
-template <int KIND>
-void group_dispatch(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
-    switch (n_tok) {
-    case 1: group_kernel<KIND, 1>(g, nb, a, t0, y, y_stride); break;
-    case 2: group_kernel<KIND, 2>(g, nb, a, t0, y, y_stride); break;
-    case 3: group_kernel<KIND, 3>(g, nb, a, t0, y, y_stride); break;
-    case 4: group_kernel<KIND, 4>(g, nb, a, t0, y, y_stride); break;
-    case 5: group_kernel<KIND, 5>(g, nb, a, t0, y, y_stride); break;
-    case 6: group_kernel<KIND, 6>(g, nb, a, t0, y, y_stride); break;
-    case 7: group_kernel<KIND, 7>(g, nb, a, t0, y, y_stride); break;
-    default: group_kernel<KIND, 8>(g, nb, a, t0, y, y_stride); break;
-    }
-}
+};
 
 float dot_f32_avx512(const float* a, const float* b, int64_t n) {
     __m512 acc = _mm512_setzero_ps();
@@ -413,7 +396,8 @@ const kernel_set AVX512_SET = {
     "avx512_vnni",        quantize_q16_avx512,      row_dispatch<0>,   row_dispatch<1>,          row_dispatch<2>,
     row_q45k_kq<0>, row_q45k_kq<1>, row_q6k_kq,
     dot_f32_avx512,       dot_f16_f32_avx512,      axpy_f16_avx512,   fp32_to_fp16_row_avx512,
-    attn_avx512,          group_dispatch<0>,        group_dispatch<1>, group_dispatch<2>,
+    attn_avx512,          group_avx512::tile_dispatch<group_kernel, 0>, group_avx512::tile_dispatch<group_kernel, 1>,
+    group_avx512::tile_dispatch<group_kernel, 2>,
 };
 
 }  // namespace

@@ -2,14 +2,15 @@
 // the thread pool and the solo decode loop (PfTimer's rule, prefill/pf_timer.h, for decode).
 //
 // Contract:
-//  - Opt-in: STRATA_STEP_TIMING=1 in the engine's environment. Off, step_mark is one load and a branch of a
-//    flag that never changes after start; nothing is recorded.
+//  - Opt-in: STRATA_STEP_TIMING=1 in the engine's environment (wall clock), or STRATA_STEP_TIMING=cpu (the
+//    marking thread's CPU time: what a shared machine disturbs least; spinning at the pool's barrier counts,
+//    sleeping does not). Off, step_mark is one load and a branch of a flag that never changes after start.
 //  - Only the thread that owns the model marks (the single caller of threadpool_run); worker threads never
 //    do. A phase runs from its mark to the next; its time is added to the phase's total at the next mark.
 //  - step_mark returns the phase that was running, so that a nested part (quantising the activations, the
 //    caller waiting at the pool's barrier) can mark itself and put the outer phase back.
 //  - step_timer_begin starts a request's decode; step_timer_finish(n_steps) prints one stderr line:
-//      step timing: steps=N total_ms=T jobs=J mm_q4_0=.. mm_q4_1=.. ... emit=.. other=..
+//      step timing: steps=N clock=wall|cpu total_ms=T jobs=J mm_q4_0=.. mm_q4_1=.. ... emit=.. other=..
 //    (ms summed over the steps; jobs = pool runs, i.e. fork/join barriers, over the steps).
 #pragma once
 
