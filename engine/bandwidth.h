@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "quants.h"
+
 struct threadpool;
 
 struct bandwidth_result {
@@ -24,6 +26,14 @@ struct bandwidth_result {
 };
 
 bandwidth_result bandwidth_probe(threadpool* pool, size_t buffer_bytes, int n_passes);
+
+// The compute ceiling of one decode matmul: weight bytes per second of CPU time that one thread's single-token
+// matmul (activations quantised, then the chosen set's row-group kernel, as decode runs it) reaches when
+// memory is not the limit: a 256 x 576 weight of `type` (Q4_0, Q4_1 or Q8_0; 16-bit or, with act_bits 8,
+// 8-bit activations) that stays in the L2 cache, repeated for about 50 ms of the thread's CPU time. Decode
+// can reach the memory bound only where this is well above the per-thread share of read_gb_s. 0 for a type
+// without row-group kernels.
+double kernel_ceiling_gb_s(ggml_type type, int act_bits);
 
 // Sum of the 64-bit words of [p, p + n_bytes) (n_bytes a multiple of 64), per instruction set; nullptr where
 // not compiled in. The sum is only there so that the loads cannot be elided.

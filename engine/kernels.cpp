@@ -413,6 +413,15 @@ void matmul(threadpool* pool, const kernel_set& ks, const weight_view& w, const 
     threadpool_run(pool, w.n_rows, mm_generic_range, &j);
 }
 
+void silu_mul_row(const kernel_set& ks, float* g, const float* u, int64_t n) {
+    static const silu_mul_fn fast = kernels_silu_mul_avx512();
+    if (fast && &ks == kernels_avx512()) {
+        fast(g, u, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
 void rmsnorm_row(const float* x, const float* w, float* y, int32_t n, float eps) {
     double ss = 0.0;
     for (int32_t i = 0; i < n; ++i) ss += double(x[i]) * double(x[i]);
