@@ -8,7 +8,7 @@ decode token reads decode_bytes of weights plus kv_bytes_per_pos per cached posi
 greedy decode with STRATA_STEP_TIMING=1 and parses the engine's `step timing:` line (engine/step_timer.h).
 
 Knows the engine's command line and its stderr line formats only. Public surface: probe_bandwidth,
-decode_bound, measure_phases, parse_step_timing, format_roofline, format_phases.
+decode_bound, measure_phases, parse_step_timing, format_roofline, format_ceilings, format_phases.
 """
 
 import os
@@ -94,7 +94,18 @@ def format_roofline(probe, decode_tok_s, mean_pos, peer_tok_s=None):
     ]
     if peer_tok_s:
         lines.append("llama.cpp decode %.1f tok/s = %.0f %% of the same bound" % (peer_tok_s, 100.0 * peer_tok_s / bound))
+    if "kernel_q4_1_gb_s" in probe:
+        lines.append(format_ceilings(probe))
     return "\n".join(lines)
+
+
+def format_ceilings(probe):
+    """One line: the single-token kernels' compute ceilings from the PROBE line (engine/bandwidth.h: one thread,
+    a weight in L2, CPU time) against the read bandwidth each thread gets."""
+    per_thread = probe["read_gb_s"] / max(probe["threads"], 1)
+    return ("kernel ceilings, 1 thread in cache: Q4_1 %.1f GB/s, Q8_0 %.1f GB/s (8-bit activations %.1f / %.1f); "
+            "memory gives each thread %.1f GB/s" % (probe["kernel_q4_1_gb_s"], probe["kernel_q8_0_gb_s"],
+                                                   probe["kernel8_q4_1_gb_s"], probe["kernel8_q8_0_gb_s"], per_thread))
 
 
 def format_phases(timing, clock="cpu"):
