@@ -124,7 +124,7 @@ uint64_t bandwidth_read_scalar(const uint8_t* p, size_t n_bytes) {
 bandwidth_result bandwidth_probe(threadpool* pool, size_t buffer_bytes, int n_passes) {
     bandwidth_result r;
     buffer_bytes = (buffer_bytes + BW_LINE - 1) / BW_LINE * BW_LINE;
-    auto* buf = static_cast<uint8_t*>(std::aligned_alloc(BW_LINE, buffer_bytes));
+    uint8_t* buf = weight_alloc(buffer_bytes);  // in the packed weights' pages (kernels.h)
     if (!buf) return r;
     for (size_t i = 0; i < buffer_bytes; i += 8) {  // every page touched, the words not all alike
         const uint64_t v = i * 0x9E3779B97F4A7C15ull;

@@ -4,7 +4,8 @@
 //  - bandwidth_probe reads a buffer of buffer_bytes (far larger than the last-level cache) on the model's
 //    thread pool the way the matmul kernels read weights: each thread one contiguous range of the same
 //    static split (threadpool_run), 64-byte vector loads in address order, summed so that no load is
-//    dropped. It touches every page first, then times n_passes full passes and keeps the fastest.
+//    dropped. The buffer comes from weight_alloc, as the packed weights (2 MiB pages where the OS gives them).
+//    It touches every page first, then times n_passes full passes and keeps the fastest.
 //  - The reader is the widest the CPU has (AVX-512, else AVX2, else plain 64-bit loads), as kernels_get.
 //  - model_decode_bytes (model.h) gives what one decode token reads; the decode bound is gb_s / bytes.
 #pragma once

@@ -14,6 +14,9 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace {
 
@@ -318,6 +321,16 @@ void weight_pack(const weight_view& w, uint8_t* out) {
             }
         }
     }
+}
+
+uint8_t* weight_alloc(size_t bytes) {
+    constexpr size_t HUGE_PAGE_BYTES = size_t(2) << 20;  // x86-64's transparent huge page
+    const size_t n = (bytes + HUGE_PAGE_BYTES - 1) / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES;
+    void* p = std::aligned_alloc(HUGE_PAGE_BYTES, n == 0 ? HUGE_PAGE_BYTES : n);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (p) ::madvise(p, n, MADV_HUGEPAGE);  // advice: before the first touch, so the faults take huge pages
+#endif
+    return static_cast<uint8_t*>(p);
 }
 
 mm_group_fn group_fn(const kernel_set& ks, ggml_type type) {

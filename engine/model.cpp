@@ -105,7 +105,7 @@ void pack_weights(strata_model* m, int32_t act_bits) {
         total += n;
     }
     if (total == 0) return;
-    m->packed = static_cast<uint8_t*>(std::aligned_alloc(64, (total + 63) / 64 * 64));
+    m->packed = weight_alloc(total);
     if (!m->packed) return;
     size_t off = 0;
     for (weight_view* w : ws) {
