@@ -11,6 +11,9 @@
 //    caller waiting at the pool's barrier) can mark itself and put the outer phase back.
 //  - step_timer_begin starts a request's decode; step_timer_finish(n_steps) prints one stderr line:
 //      step timing: steps=N clock=wall|cpu total_ms=T jobs=J mm_q4_0=.. mm_q4_1=.. ... emit=.. other=..
+//    With clock=cpu the line ends with read_us=R: a CPU-time clock read is a system call (~1.6 us in this
+//    project's VM, ~600 per SmolLM2 step), and R (measured at the first begin) times the intervals each phase
+//    added is taken out of its total; the total is the sum of the phases.
 //    (ms summed over the steps; jobs = pool runs, i.e. fork/join barriers, over the steps).
 #pragma once
 
@@ -42,6 +45,7 @@ struct step_timer_state {
     int64_t t0_ns = 0;        // step_timer_begin
     int64_t n_jobs = 0;       // threadpool_run calls since step_timer_begin
     int64_t totals_ns[STEP_PHASE_COUNT] = {};
+    int64_t n_closed[STEP_PHASE_COUNT] = {};  // intervals added to each total (each holds one clock read's cost)
 };
 
 extern step_timer_state g_step_timer;

@@ -113,10 +113,12 @@ def format_phases(timing, clock="cpu"):
     steps = max(timing["steps"], 1.0)
     total = timing["total_ms"]
     what = "CPU time of the model thread" if clock == "cpu" else "wall time"
+    if "read_us" in timing:
+        what += " (less %.2f us per clock read)" % timing["read_us"]
     lines = ["decode step: %.3f ms %s (%.1f steps/s at that), %.1f pool jobs (fork/join barriers) per step" % (
         total / steps, what, 1000.0 * steps / total if total else 0.0, timing["jobs"] / steps),
         "%-10s %12s %8s" % ("phase", "us/step", "share")]
-    phases = [(k, v) for k, v in timing.items() if k not in ("steps", "total_ms", "jobs")]
+    phases = [(k, v) for k, v in timing.items() if k not in ("steps", "total_ms", "jobs", "read_us")]
     for name, ms in sorted(phases, key=lambda kv: -kv[1]):
         if ms > 0:
             lines.append("%-10s %12.1f %7.1f%%" % (name, 1000.0 * ms / steps, 100.0 * ms / total if total else 0))

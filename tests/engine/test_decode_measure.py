@@ -36,8 +36,9 @@ def test_step_timing_in_cpu_time(start_engine, tok):
     text = e.stderr_text()
     assert " clock=cpu " in text and " clock=wall " not in text
     t = decode_roofline.parse_step_timing(text)
-    assert t is not None and t["steps"] == 4 and "clock" not in t
+    assert t is not None and t["steps"] == 4 and "clock" not in t and t["read_us"] > 0
     assert abs(sum(t[p] for p in PHASES) - t["total_ms"]) <= 0.01 * t["total_ms"] + 0.01
+    assert "less %.2f us per clock read" % t["read_us"] in decode_roofline.format_phases(t, "cpu")
     assert t["mm_q4_1"] > 0 and t["lm_head"] > 0 and t["wait"] == 0  # one thread: no barrier to wait at
 
 
