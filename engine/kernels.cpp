@@ -14,25 +14,14 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace {
 
 void quantize_q16_scalar(const float* x, int64_t k, int16_t* qs, float* d, float* dsum) {
-    for (int64_t b = 0; b < k / QK32; ++b) {
-        const float* xb = x + b * QK32;
-        float amax = 0.0f;
-        for (int j = 0; j < QK32; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
-        const float db = amax / 32767.0f;
-        const float id = db != 0.0f ? 1.0f / db : 0.0f;
-        int32_t s = 0;
-        for (int j = 0; j < QK32; ++j) {
-            const int q = static_cast<int>(std::nearbyint(xb[j] * id));
-            qs[b * QK32 + j] = static_cast<int16_t>(q);
-            s += q;
-        }
-        d[b] = db;
-        dsum[b] = db * static_cast<float>(s);
-    }
+    quantize_blocks_scalar(x, k, 32767, qs, nullptr, d, dsum);
 }
 
 // Row kernels: acc += (dw * da) * isum per block, plus the block's offset term times the block's dsum. 4-bit values are centred (q - 8) so that the offset term is small:
@@ -334,6 +323,16 @@ void weight_pack(const weight_view& w, uint8_t* out) {
     }
 }
 
+uint8_t* weight_alloc(size_t bytes) {
+    constexpr size_t HUGE_PAGE_BYTES = size_t(2) << 20;  // x86-64's transparent huge page
+    const size_t n = (bytes + HUGE_PAGE_BYTES - 1) / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES;
+    void* p = std::aligned_alloc(HUGE_PAGE_BYTES, n == 0 ? HUGE_PAGE_BYTES : n);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (p) ::madvise(p, n, MADV_HUGEPAGE);  // advice: before the first touch, so the faults take huge pages
+#endif
+    return static_cast<uint8_t*>(p);
+}
+
 mm_group_fn group_fn(const kernel_set& ks, ggml_type type) {
     switch (type) {
     case GGML_TYPE_Q4_0: return ks.group_q4_0;
@@ -425,6 +424,15 @@ void matmul(threadpool* pool, const kernel_set& ks, const weight_view& w, const 
     const size_t need = size_t(threadpool_n_threads(pool)) * size_t(k);
     if (scratch->rows.size() < need) scratch->rows.resize(need);
     threadpool_run(pool, w.n_rows, mm_generic_range, &j);
+}
+
+void silu_mul_row(const kernel_set& ks, float* g, const float* u, int64_t n) {
+    static const silu_mul_fn fast = kernels_silu_mul_avx512();
+    if (fast && &ks == kernels_avx512()) {
+        fast(g, u, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
 void rmsnorm_row(const float* x, const float* w, float* y, int32_t n, float eps) {

@@ -44,24 +44,35 @@ void pack8_block(const weight_view& w, const uint8_t* row, int64_t b, int r, uin
 
 }  // namespace
 
-void quantize_act8(const float* x, int64_t k, int16_t* qs, int8_t* qs8, float* d, float* dsum) {
+void quantize_blocks_scalar(const float* x, int64_t k, int32_t qmax, int16_t* qs, int8_t* qs8, float* d, float* dsum) {
+    const float fmax_q = static_cast<float>(qmax);
     for (int64_t b = 0; b < k / QK32; ++b) {
         const float* xb = x + b * QK32;
         float amax = 0.0f;
         for (int j = 0; j < QK32; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
-        const float db = amax / 127.0f;
+        const float db = amax / fmax_q;
         const float id = db != 0.0f ? 1.0f / db : 0.0f;
         int32_t s = 0;
         for (int j = 0; j < QK32; ++j) {
             float v = std::nearbyint(xb[j] * id);
-            v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+            v = v > fmax_q ? fmax_q : (v < -fmax_q ? -fmax_q : v);
             const int q = static_cast<int>(v);
             qs[b * QK32 + j] = static_cast<int16_t>(q);
-            qs8[b * QK32 + j] = static_cast<int8_t>(q);
+            if (qs8) qs8[b * QK32 + j] = static_cast<int8_t>(q);
             s += q;
         }
         d[b] = db;
         dsum[b] = db * static_cast<float>(s);
+    }
+}
+
+void quantize_act8(const float* x, int64_t k, int16_t* qs, int8_t* qs8, float* d, float* dsum) {
+    static const act8_quantize_fn fast =
+        std::strcmp(kernels_get().name, "avx512_vnni") == 0 ? kernels_act8_quantize_avx512() : nullptr;
+    if (fast) {
+        fast(x, k, qs, qs8, d, dsum);
+    } else {
+        quantize_blocks_scalar(x, k, 127, qs, qs8, d, dsum);
     }
 }
 

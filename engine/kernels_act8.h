@@ -21,11 +21,17 @@
 
 #include "kernels.h"
 
-// x[0..k) -> 8-bit blocks: qs (int16) and qs8 (int8) hold the same values; d, dsum as quantize_q16.
+// x[0..k) -> 8-bit blocks: qs (int16) and qs8 (int8) hold the same values; d, dsum as quantize_q16. The AVX-512
+// quantiser when the AVX-512 kernel set is chosen (the same values bit for bit), else the scalar one.
 void quantize_act8(const float* x, int64_t k, int16_t* qs, int8_t* qs8, float* d, float* dsum);
+// The scalar block quantiser of both modes: d = max|x| / qmax, q = nearbyint(x / d) clamped to +-qmax, into qs
+// and (when not null) qs8; dsum = d * (sum of q). quantize_q16's scalar set is this with qmax 32767.
+void quantize_blocks_scalar(const float* x, int64_t k, int32_t qmax, int16_t* qs, int8_t* qs8, float* d, float* dsum);
 // Writes w in the 8-bit row-group layout (weight_packed_bytes bytes, 64-byte aligned).
 void weight_pack8(const weight_view& w, uint8_t* out);
 // The 8-bit row-group kernel of this type for the chosen kernel set, nullptr when there is none.
 mm_group_fn group8_fn(ggml_type type);
 // The AVX-512 VNNI kernels (nullptr when not compiled in); index 0 Q4_0, 1 Q4_1, 2 Q8_0.
 const mm_group_fn* kernels_act8_avx512();
+using act8_quantize_fn = void (*)(const float* x, int64_t k, int16_t* qs, int8_t* qs8, float* d, float* dsum);
+act8_quantize_fn kernels_act8_quantize_avx512();  // nullptr when not compiled in

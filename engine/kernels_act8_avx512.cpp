@@ -14,12 +14,15 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include "kernels_group_avx512.h"
+
 namespace {
 
 using quad8 = int32_t __attribute__((may_alias, aligned(4)));
 
 template <int KIND, int T>
-void group8_kernel(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, float* y, size_t y_stride) {
+struct group8_kernel {
+static void run(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, float* y, size_t y_stride) {
     constexpr size_t SB = 64, QB = KIND == 2 ? 512 : 256, GB = SB + QB;
     constexpr int NACC = T >= 4 ? 1 : 2;
     constexpr int32_t BIAS = KIND == 2 ? -128 : -8;
@@ -54,46 +57,51 @@ void group8_kernel(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, f
                 dot(2 * c + 1, _mm512_and_si512(_mm512_srli_epi16(w, 4), low4));
             }
         }
-        __m512 dw, off = _mm512_setzero_ps();
-        if constexpr (KIND == 1) {  // half d and m; off = m + 8 d (8 d exact: one rounding, as a float add)
-            dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(gb)));
-            off = _mm512_fmadd_ps(dw, _mm512_set1_ps(8.0f), _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(gb + 32))));
-        } else {
-            dw = _mm512_load_ps(reinterpret_cast<const float*>(gb));
-        }
+        __m512 dw, off;
+        group_avx512::block_scales<KIND>(gb, dw, off);
         for (int t = 0; t < T; ++t) {
             __m512i sum = s[t][0];
             for (int k = 1; k < NACC; ++k) sum = _mm512_add_epi32(sum, s[t][k]);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(ad[t * nb + b])), acc[t]);
-            if constexpr (KIND == 1) acc[t] = _mm512_fmadd_ps(off, _mm512_set1_ps(as[t * nb + b]), acc[t]);
+            acc[t] = group_avx512::block_accumulate<KIND>(acc[t], sum, dw, off, ad + t * nb, as + t * nb, b);
         }
     }
     for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + size_t(t) * y_stride, acc[t]);
 }
+};
 
-template <int KIND>
-void group8_dispatch(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
-    switch (n_tok) {
-    case 1: group8_kernel<KIND, 1>(g, nb, a, t0, y, y_stride); break;
-    case 2: group8_kernel<KIND, 2>(g, nb, a, t0, y, y_stride); break;
-    case 3: group8_kernel<KIND, 3>(g, nb, a, t0, y, y_stride); break;
-    case 4: group8_kernel<KIND, 4>(g, nb, a, t0, y, y_stride); break;
-    case 5: group8_kernel<KIND, 5>(g, nb, a, t0, y, y_stride); break;
-    case 6: group8_kernel<KIND, 6>(g, nb, a, t0, y, y_stride); break;
-    case 7: group8_kernel<KIND, 7>(g, nb, a, t0, y, y_stride); break;
-    default: group8_kernel<KIND, 8>(g, nb, a, t0, y, y_stride); break;
+// quantize_act8 in AVX-512: the same steps as the scalar one (max |x| over the block, d = max / 127, x * (1 / d)
+// rounded to nearest even, clamped to +-127), so the same values bit for bit
+void quantize_act8_avx512(const float* x, int64_t k, int16_t* qs, int8_t* qs8, float* d, float* dsum) {
+    const __m512 sign_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+    const __m512i hi = _mm512_set1_epi32(127), lo = _mm512_set1_epi32(-127);
+    for (int64_t b = 0; b < k / QK32; ++b) {
+        const __m512 x0 = _mm512_loadu_ps(x + b * QK32), x1 = _mm512_loadu_ps(x + b * QK32 + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x0, sign_mask), _mm512_and_ps(x1, sign_mask)));
+        const float db = amax / 127.0f;
+        const __m512 vid = _mm512_set1_ps(db != 0.0f ? 1.0f / db : 0.0f);
+        const __m512i q0 = _mm512_max_epi32(lo, _mm512_min_epi32(hi, _mm512_cvtps_epi32(_mm512_mul_ps(x0, vid))));
+        const __m512i q1 = _mm512_max_epi32(lo, _mm512_min_epi32(hi, _mm512_cvtps_epi32(_mm512_mul_ps(x1, vid))));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + b * QK32), _mm512_cvtepi32_epi16(q0));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + b * QK32 + 16), _mm512_cvtepi32_epi16(q1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qs8 + b * QK32), _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qs8 + b * QK32 + 16), _mm512_cvtepi32_epi8(q1));
+        d[b] = db;
+        dsum[b] = db * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
     }
 }
-static_assert(MM_TOK_TILE == 8, "group8_dispatch handles tiles of up to 8 tokens");
 
-const mm_group_fn ACT8_AVX512[3] = {group8_dispatch<0>, group8_dispatch<1>, group8_dispatch<2>};
+const mm_group_fn ACT8_AVX512[3] = {group_avx512::tile_dispatch<group8_kernel, 0>,
+                                    group_avx512::tile_dispatch<group8_kernel, 1>,
+                                    group_avx512::tile_dispatch<group8_kernel, 2>};
 
 }  // namespace
 
 const mm_group_fn* kernels_act8_avx512() { return ACT8_AVX512; }
+act8_quantize_fn kernels_act8_quantize_avx512() { return quantize_act8_avx512; }
 
 #else
 
 const mm_group_fn* kernels_act8_avx512() { return nullptr; }
+act8_quantize_fn kernels_act8_quantize_avx512() { return nullptr; }
 
 #endif

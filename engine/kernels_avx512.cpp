@@ -19,6 +19,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels_group_avx512.h"
 #include "kernels_kquant.h"
 
 namespace {
@@ -148,7 +149,8 @@ static_assert(MM_TOK_TILE == 8, "row_dispatch handles tiles of up to 8 tokens");
 using pair16 = int32_t __attribute__((may_alias, aligned(4)));
 
 template <int KIND, int T>
-void group_kernel(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, float* y, size_t y_stride) {
+struct group_kernel {
+static void run(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, float* y, size_t y_stride) {
     constexpr size_t SB = 64, QB = KIND == 2 ? 512 : 256, GB = SB + QB;
     constexpr int NACC = T >= 4 ? 1 : (T == 1 ? 4 : 2);
     const int16_t* aq = a.qs + t0 * a.k;
@@ -186,36 +188,17 @@ void group_kernel(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, fl
                 dot(4 * c + 3, _mm512_srli_epi16(w, 12));
             }
         }
-        __m512 dw, off = _mm512_setzero_ps();
-        if constexpr (KIND == 1) {  // half d and m; off = m + 8 d (8 d exact: one rounding, as a float add)
-            dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(gb)));
-            off = _mm512_fmadd_ps(dw, _mm512_set1_ps(8.0f), _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(gb + 32))));
-        } else {
-            dw = _mm512_load_ps(reinterpret_cast<const float*>(gb));
-        }
+        __m512 dw, off;
+        group_avx512::block_scales<KIND>(gb, dw, off);
         for (int t = 0; t < T; ++t) {
             __m512i sum = s[t][0];
             for (int k = 1; k < NACC; ++k) sum = _mm512_add_epi32(sum, s[t][k]);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(ad[t * nb + b])), acc[t]);
-            if constexpr (KIND == 1) acc[t] = _mm512_fmadd_ps(off, _mm512_set1_ps(as[t * nb + b]), acc[t]);
+            acc[t] = group_avx512::block_accumulate<KIND>(acc[t], sum, dw, off, ad + t * nb, as + t * nb, b);
         }
     }
     for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + size_t(t) * y_stride, acc[t]);
 }
-
-template <int KIND>
-void group_dispatch(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
-    switch (n_tok) {
-    case 1: group_kernel<KIND, 1>(g, nb, a, t0, y, y_stride); break;
-    case 2: group_kernel<KIND, 2>(g, nb, a, t0, y, y_stride); break;
-    case 3: group_kernel<KIND, 3>(g, nb, a, t0, y, y_stride); break;
-    case 4: group_kernel<KIND, 4>(g, nb, a, t0, y, y_stride); break;
-    case 5: group_kernel<KIND, 5>(g, nb, a, t0, y, y_stride); break;
-    case 6: group_kernel<KIND, 6>(g, nb, a, t0, y, y_stride); break;
-    case 7: group_kernel<KIND, 7>(g, nb, a, t0, y, y_stride); break;
-    default: group_kernel<KIND, 8>(g, nb, a, t0, y, y_stride); break;
-    }
-}
+};
 
 float dot_f32_avx512(const float* a, const float* b, int64_t n) {
     __m512 acc = _mm512_setzero_ps();
@@ -259,13 +242,8 @@ void fp32_to_fp16_row_avx512(const float* x, uint16_t* y, int64_t n) {
     for (; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
 
-// exp(x) for x <= 0 (softmax after the max is subtracted): 2^(x log2 e) = 2^n * 2^f, |f| <= 1/2, with
-// 2^f from its Taylor series to degree 7 (truncation < 2e-7 relative); below -87 the result is 0.
-inline __m512 exp_neg(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504f));
-    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_mul_ps(_mm512_sub_ps(t, n), _mm512_set1_ps(0.693147181f));  // f ln 2
+// 2^n e^f for |f| <= ln 2 / 2: e^f from its Taylor series to degree 7 (truncation < 2e-7 relative)
+inline __m512 exp_reduced(__m512 f, __m512 n) {
     __m512 p = _mm512_set1_ps(1.0f / 5040);
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 720));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 120));
@@ -275,6 +253,39 @@ inline __m512 exp_neg(__m512 x) {
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);
+}
+
+// exp(x) for x <= 0 (softmax after the max is subtracted): 2^(x log2 e) = 2^n * 2^f, |f| <= 1/2, with
+// 2^f = e^(f ln 2) by exp_reduced; below -87 the result is 0.
+inline __m512 exp_neg(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504f));
+    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_mul_ps(_mm512_sub_ps(t, n), _mm512_set1_ps(0.693147181f));  // f ln 2
+    return exp_reduced(f, n);
+}
+
+// exp(x) over float's whole range (x clamped to [-87.3, 88.7]): x = n ln 2 + f with ln 2 in two parts
+// (Cody-Waite: f exact to ~1 ulp for any n), 2^n e^f by exp_reduced, within 3e-7 relative of the true value
+inline __m512 exp_full(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    f = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606820309417e-06f), f);
+    return exp_reduced(f, n);
+}
+
+// g[0..n) = silu(g) * u = g / (1 + exp(-g)) * u (SwiGLU), in the scalar form's order, exp by exp_full
+void silu_mul_avx512(float* g, const float* u, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
+        const __m512 x = _mm512_maskz_loadu_ps(m, g + i);
+        const __m512 e = exp_full(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        const __m512 y = _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(one, e)), _mm512_maskz_loadu_ps(m, u + i));
+        _mm512_mask_storeu_ps(g + i, m, y);
+    }
 }
 
 // r[i] = the sum of the 16 lanes of v[i], i < 16 (transpose-and-add: 2 ops per vector instead of 8)
@@ -413,15 +424,18 @@ const kernel_set AVX512_SET = {
     "avx512_vnni",        quantize_q16_avx512,      row_dispatch<0>,   row_dispatch<1>,          row_dispatch<2>,
     row_q45k_kq<0>, row_q45k_kq<1>, row_q6k_kq,
     dot_f32_avx512,       dot_f16_f32_avx512,      axpy_f16_avx512,   fp32_to_fp16_row_avx512,
-    attn_avx512,          group_dispatch<0>,        group_dispatch<1>, group_dispatch<2>,
+    attn_avx512,          group_avx512::tile_dispatch<group_kernel, 0>, group_avx512::tile_dispatch<group_kernel, 1>,
+    group_avx512::tile_dispatch<group_kernel, 2>,
 };
 
 }  // namespace
 
 const kernel_set* kernels_avx512() { return &AVX512_SET; }
+silu_mul_fn kernels_silu_mul_avx512() { return silu_mul_avx512; }
 
 #else
 
 const kernel_set* kernels_avx512() { return nullptr; }
+silu_mul_fn kernels_silu_mul_avx512() { return nullptr; }
 
 #endif

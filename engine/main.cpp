@@ -230,12 +230,17 @@ int run_probe(const flags& f) {
         std::fprintf(stderr, "strata-engine: the probe could not allocate its buffer\n");
         return 1;
     }
-    char line[512];
-    std::snprintf(line, sizeof line,
+    char line[768];
+    const int n = std::snprintf(line, sizeof line,
                   "PROBE reader=%s threads=%d buffer_mib=%lld passes=%d read_gb_s=%.2f mean_gb_s=%.2f "
                   "decode_bytes=%zu kv_bytes_per_pos=%zu bound_tok_s=%.1f",
                   r.reader, r.n_threads, static_cast<long long>(f.probe_mib), r.n_passes, r.gb_s, r.mean_gb_s,
                   decode_bytes, kv_per_pos, decode_bytes > 0 ? r.gb_s * 1e9 / double(decode_bytes) : 0.0);
+    // the single-token kernels' compute ceilings (one thread, in cache, CPU time): bandwidth.h
+    std::snprintf(line + n, sizeof line - size_t(n),
+                  " kernel_q4_1_gb_s=%.2f kernel_q8_0_gb_s=%.2f kernel8_q4_1_gb_s=%.2f kernel8_q8_0_gb_s=%.2f",
+                  kernel_ceiling_gb_s(GGML_TYPE_Q4_1, 16), kernel_ceiling_gb_s(GGML_TYPE_Q8_0, 16),
+                  kernel_ceiling_gb_s(GGML_TYPE_Q4_1, 8), kernel_ceiling_gb_s(GGML_TYPE_Q8_0, 8));
     protocol_write_line(line);
     return 0;
 }

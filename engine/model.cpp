@@ -105,7 +105,7 @@ void pack_weights(strata_model* m, int32_t act_bits) {
         total += n;
     }
     if (total == 0) return;
-    m->packed = static_cast<uint8_t*>(std::aligned_alloc(64, (total + 63) / 64 * 64));
+    m->packed = weight_alloc(total);
     if (!m->packed) return;
     size_t off = 0;
     for (weight_view* w : ws) {
@@ -596,7 +596,7 @@ void swiglu_range(void* ctx, int64_t i0, int64_t i1, int) {
         }
         return;
     }
-    for (int64_t i = i0 * n_ff; i < i1 * n_ff; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    silu_mul_row(*f.m->ks, g + i0 * n_ff, u + i0 * n_ff, (i1 - i0) * n_ff);
 }
 
 // the block output in tmp gets its post-norm (gemma3) before it joins the residual stream

@@ -2,14 +2,18 @@
 // the thread pool and the solo decode loop (PfTimer's rule, prefill/pf_timer.h, for decode).
 //
 // Contract:
-//  - Opt-in: STRATA_STEP_TIMING=1 in the engine's environment. Off, step_mark is one load and a branch of a
-//    flag that never changes after start; nothing is recorded.
+//  - Opt-in: STRATA_STEP_TIMING=1 in the engine's environment (wall clock), or STRATA_STEP_TIMING=cpu (the
+//    marking thread's CPU time: what a shared machine disturbs least; spinning at the pool's barrier counts,
+//    sleeping does not). Off, step_mark is one load and a branch of a flag that never changes after start.
 //  - Only the thread that owns the model marks (the single caller of threadpool_run); worker threads never
 //    do. A phase runs from its mark to the next; its time is added to the phase's total at the next mark.
 //  - step_mark returns the phase that was running, so that a nested part (quantising the activations, the
 //    caller waiting at the pool's barrier) can mark itself and put the outer phase back.
 //  - step_timer_begin starts a request's decode; step_timer_finish(n_steps) prints one stderr line:
-//      step timing: steps=N total_ms=T jobs=J mm_q4_0=.. mm_q4_1=.. ... emit=.. other=..
+//      step timing: steps=N clock=wall|cpu total_ms=T jobs=J mm_q4_0=.. mm_q4_1=.. ... emit=.. other=..
+//    With clock=cpu the line ends with read_us=R: a CPU-time clock read is a system call (~1.6 us in this
+//    project's VM, ~600 per SmolLM2 step), and R (measured at the first begin) times the intervals each phase
+//    added is taken out of its total; the total is the sum of the phases.
 //    (ms summed over the steps; jobs = pool runs, i.e. fork/join barriers, over the steps).
 #pragma once
 
@@ -41,6 +45,7 @@ struct step_timer_state {
     int64_t t0_ns = 0;        // step_timer_begin
     int64_t n_jobs = 0;       // threadpool_run calls since step_timer_begin
     int64_t totals_ns[STEP_PHASE_COUNT] = {};
+    int64_t n_closed[STEP_PHASE_COUNT] = {};  // intervals added to each total (each holds one clock read's cost)
 };
 
 extern step_timer_state g_step_timer;

@@ -254,13 +254,14 @@ def phases_report(args):
     finally:
         ours.close()
     engine_cls = lambda *a, **kw: Engine(*a, extra_args=engine_flags(args), **kw)
-    timing = decode_roofline.measure_phases(engine_cls, args.engine, args.model, args.threads, gen_args, args.runs)
+    timing = decode_roofline.measure_phases(engine_cls, args.engine, args.model, args.threads, gen_args, args.runs,
+                                            args.clock)
     print("threads=%d  decode %d tokens after %d, greedy" % (args.threads, DECODE_TOKENS, DECODE_PROMPT_TOKENS))
     print(roofline_report(args, decode))
     if timing is None:
         print("no step timing line from the engine (built before engine/step_timer.cpp?)")
         return 1
-    print(decode_roofline.format_phases(timing))
+    print(decode_roofline.format_phases(timing, args.clock))
     return 0
 
 
@@ -372,6 +373,9 @@ def main(argv=None):
                     help="our engine's matmul activations (8: the opt-in 8-bit mode)")
     ap.add_argument("--phases", action="store_true",
                     help="only decode: the bandwidth bound and where one step's time goes (STRATA_STEP_TIMING)")
+    ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
+                    help="--phases: time the phases in the model thread's CPU time (default; a shared machine "
+                    "disturbs it least) or in wall time")
     ap.add_argument("--where", action="store_true", help="also: the weight bytes one decoded token reads, by kind")
     ap.add_argument("--cpu", action="store_true", help="also: CPU seconds of a 512-token prefill and per decoded "
                     "token, both sides (for a loaded machine)")

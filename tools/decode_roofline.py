@@ -8,7 +8,7 @@ decode token reads decode_bytes of weights plus kv_bytes_per_pos per cached posi
 greedy decode with STRATA_STEP_TIMING=1 and parses the engine's `step timing:` line (engine/step_timer.h).
 
 Knows the engine's command line and its stderr line formats only. Public surface: probe_bandwidth,
-decode_bound, measure_phases, parse_step_timing, format_roofline, format_phases.
+decode_bound, measure_phases, parse_step_timing, format_roofline, format_ceilings, format_phases.
 """
 
 import os
@@ -40,7 +40,7 @@ def decode_bound(probe, mean_pos):
 
 def parse_step_timing(text):
     """The last `step timing:` line of an engine's stderr -> {'steps': n, 'total_ms': t, 'jobs': j,
-    phase: ms, ...}, or None."""
+    phase: ms, ...}, or None; its clock (`wall` or `cpu`, absent from older engines' lines) is left out."""
     found = None
     for line in text.splitlines():
         if line.startswith(STEP_TIMING_PREFIX):
@@ -50,14 +50,16 @@ def parse_step_timing(text):
     out = {}
     for word in found.split():
         k, v = word.split("=", 1)
-        out[k] = float(v)
+        if k != "clock":
+            out[k] = float(v)
     return out
 
 
-def measure_phases(engine_cls, binary, model, threads, gen_args, runs=3):
+def measure_phases(engine_cls, binary, model, threads, gen_args, runs=3, clock="cpu"):
     """Runs runs greedy decodes (gen_args: (max_new, ids, keys) for engine_cls.gen) on an engine started with
-    STRATA_STEP_TIMING=1; returns the step timing of the run with the fastest total."""
-    env = dict(os.environ, STRATA_STEP_TIMING="1")
+    STRATA_STEP_TIMING=cpu (clock "cpu": the model thread's CPU time, what a shared machine disturbs least)
+    or =1 (clock "wall"); returns the step timing of the run with the fastest total."""
+    env = dict(os.environ, STRATA_STEP_TIMING="cpu" if clock == "cpu" else "1")
     best = None
     with tempfile.TemporaryFile(mode="w+") as err:
         eng = engine_cls(binary, model, threads, env=env, stderr=err)
@@ -92,17 +94,31 @@ def format_roofline(probe, decode_tok_s, mean_pos, peer_tok_s=None):
     ]
     if peer_tok_s:
         lines.append("llama.cpp decode %.1f tok/s = %.0f %% of the same bound" % (peer_tok_s, 100.0 * peer_tok_s / bound))
+    if "kernel_q4_1_gb_s" in probe:
+        lines.append(format_ceilings(probe))
     return "\n".join(lines)
 
 
-def format_phases(timing):
-    """The step timing as a table: phase, ms per step, share of the step."""
+def format_ceilings(probe):
+    """One line: the single-token kernels' compute ceilings from the PROBE line (engine/bandwidth.h: one thread,
+    a weight in L2, CPU time) against the read bandwidth each thread gets."""
+    per_thread = probe["read_gb_s"] / max(probe["threads"], 1)
+    return ("kernel ceilings, 1 thread in cache: Q4_1 %.1f GB/s, Q8_0 %.1f GB/s (8-bit activations %.1f / %.1f); "
+            "memory gives each thread %.1f GB/s" % (probe["kernel_q4_1_gb_s"], probe["kernel_q8_0_gb_s"],
+                                                   probe["kernel8_q4_1_gb_s"], probe["kernel8_q8_0_gb_s"], per_thread))
+
+
+def format_phases(timing, clock="cpu"):
+    """The step timing as a table: phase, us per step, share of the step."""
     steps = max(timing["steps"], 1.0)
     total = timing["total_ms"]
-    lines = ["decode step: %.3f ms (%.1f tok/s), %.1f pool jobs (fork/join barriers) per step" % (
-        total / steps, 1000.0 * steps / total if total else 0.0, timing["jobs"] / steps),
+    what = "CPU time of the model thread" if clock == "cpu" else "wall time"
+    if "read_us" in timing:
+        what += " (less %.2f us per clock read)" % timing["read_us"]
+    lines = ["decode step: %.3f ms %s (%.1f steps/s at that), %.1f pool jobs (fork/join barriers) per step" % (
+        total / steps, what, 1000.0 * steps / total if total else 0.0, timing["jobs"] / steps),
         "%-10s %12s %8s" % ("phase", "us/step", "share")]
-    phases = [(k, v) for k, v in timing.items() if k not in ("steps", "total_ms", "jobs")]
+    phases = [(k, v) for k, v in timing.items() if k not in ("steps", "total_ms", "jobs", "read_us")]
     for name, ms in sorted(phases, key=lambda kv: -kv[1]):
         if ms > 0:
             lines.append("%-10s %12.1f %7.1f%%" % (name, 1000.0 * ms / steps, 100.0 * ms / total if total else 0))

@@ -1,6 +1,7 @@
 // tests/engine/act8_test.cpp — the 8-bit activation mode (engine/kernels_act8.h) at the kernel level.
 //
-// Checks: quantize_act8 keeps every value in [-127, 127] with qs == qs8 and within half a step of x; for
+// Checks: quantize_act8 keeps every value in [-127, 127] with qs == qs8 and within half a step of x, and its
+// AVX-512 form gives the scalar one's bits; for
 // Q4_0, Q4_1 and Q8_0 weights the 8-bit row-group kernels (where the CPU has them) give the same bits as the
 // 16-bit row-group kernels and the row kernels' exact sums over the same 8-bit activations (the float steps
 // are shared) — for every tile size, fused or not, on 1..3 threads; the mode's error against double stays
@@ -52,6 +53,31 @@ void test_quantize() {
         CHECK(std::fabs(qs[size_t(i)] * d[size_t(i / 32)] - x[size_t(i)]) <= 0.5001f * d[size_t(i / 32)], "step %lld", (long long)i);
     }
     CHECK(std::fabs(d[0] - 50.0f / 127.0f) < 1e-6f, "block scale");
+}
+
+// the AVX-512 quantiser (where compiled in; quantize_act8 takes it with the AVX-512 kernel set) gives the scalar
+// one's bits: values, scales and sums, over ordinary rows, an outlier, ties at half steps and an all-zero block
+void test_quantize_avx512_equals_scalar() {
+    const act8_quantize_fn fast = kernels_act8_quantize_avx512();
+    if (!fast) {
+        std::printf("no AVX-512 act8 quantiser compiled in\n");
+        return;
+    }
+    const int64_t k = 576;
+    std::vector<float> x(static_cast<size_t>(k));
+    for (float& v : x) v = frand(-4, 4);
+    x[7] = -61.0f;
+    for (int j = 32; j < 64; ++j) x[size_t(j)] = 127.0f * 0.5f * float(j - 48) / 127.0f;  // half steps: ties
+    x[63] = 127.0f;
+    for (int j = 64; j < 96; ++j) x[size_t(j)] = 0.0f;
+    std::vector<int16_t> qa(size_t(k), 0), qb(size_t(k), 0);
+    std::vector<int8_t> q8a(size_t(k), 0), q8b(size_t(k), 0);
+    std::vector<float> da(size_t(k / 32)), db(size_t(k / 32)), sa(size_t(k / 32)), sb(size_t(k / 32));
+    fast(x.data(), k, qa.data(), q8a.data(), da.data(), sa.data());
+    quantize_blocks_scalar(x.data(), k, 127, qb.data(), q8b.data(), db.data(), sb.data());
+    CHECK(qa == qb && q8a == q8b, "AVX-512 act8 values differ from the scalar ones");
+    CHECK(std::memcmp(da.data(), db.data(), da.size() * sizeof(float)) == 0, "AVX-512 act8 scales differ");
+    CHECK(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)) == 0, "AVX-512 act8 sums differ");
 }
 
 struct packed_weight {
@@ -148,6 +174,7 @@ void test_kernels() {
 
 int main() {
     test_quantize();
+    test_quantize_avx512_equals_scalar();
     test_kernels();
     if (g_failures) {
         std::fprintf(stderr, "%d failures\n", g_failures);

@@ -4,7 +4,7 @@
 // Checked: 16-bit activation quantisation is identical across sets; row kernels for Q4_0/Q4_1/Q8_0 at 1..4
 // tokens (odd and even block counts) and Q4_K/Q5_K/Q6_K agree with double dot products of the dequantised weights and the
 // dequantised activations; f16 dot/axpy/convert agree with the scalar set; matmul (integer and generic
-// paths, K types included) is bitwise identical for 1, 2 and 3 threads and for a token alone or inside a
+// paths, K types included); silu(g) * u against double is bitwise identical for 1, 2 and 3 threads and for a token alone or inside a
 // chunk; fused attention over tiles of queries equals each query alone; the row-group kernels over packed weights likewise, for every tile size and fused; fused attention over half and Q8_0 caches; RoPE (normal and NeoX ordering) and rmsnorm against
 // double references.
 #include <algorithm>
@@ -399,6 +399,26 @@ void test_rope_and_norm() {
     for (int i = 0; i < 300; ++i) CHECK(std::fabs(y[size_t(i)] - x[size_t(i)] * sc * w[size_t(i)]) < 1e-5, "rmsnorm at %d", i);
 }
 
+// SwiGLU's silu(g) * u: every set against a double reference, over ordinary values, large ones of both signs
+// (exp overflows past 88) and a length that is not a multiple of 16
+void test_silu_mul() {
+    const int64_t n = 1541;
+    std::vector<float> g(static_cast<size_t>(n)), u(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+        g[size_t(i)] = i < 40 ? float(i * 5 - 100) : frand(-12, 12);
+        u[size_t(i)] = frand(-3, 3);
+    }
+    for (const kernel_set* ks : kernel_sets()) {
+        std::vector<float> y = g;
+        silu_mul_row(*ks, y.data(), u.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+            const double x = g[size_t(i)], ref = x / (1.0 + std::exp(-x)) * u[size_t(i)];
+            CHECK(std::fabs(y[size_t(i)] - ref) <= 2e-6 * std::fabs(ref) + 1e-30, "%s silu at %lld: %g vs %g", ks->name,
+                  (long long)i, double(y[size_t(i)]), ref);
+        }
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -412,6 +432,7 @@ int main() {
     test_attention();
     test_attention_tiles();
     test_rope_and_norm();
+    test_silu_mul();
     if (g_failures) {
         std::fprintf(stderr, "%d failures\n", g_failures);
         return 1;

