@@ -17,6 +17,7 @@ import tempfile
 
 PROBE_TIMEOUT_S = 300.0           # model load + 11 passes over 256 MiB, on a busy machine
 STEP_TIMING_PREFIX = "step timing:"
+PREFILL_TIMING_PREFIX = "prefill timing:"  # the same fields for a prompt read (steps = tokens read)
 
 
 def probe_bandwidth(engine, model, threads, buffer_mib=256):
@@ -38,13 +39,13 @@ def decode_bound(probe, mean_pos):
     return probe["read_gb_s"] * 1e9 / per_token
 
 
-def parse_step_timing(text):
-    """The last `step timing:` line of an engine's stderr -> {'steps': n, 'total_ms': t, 'jobs': j,
-    phase: ms, ...}, or None."""
+def parse_step_timing(text, prefix=STEP_TIMING_PREFIX):
+    """The last `step timing:` line (or prefix's) of an engine's stderr -> {'steps': n, 'total_ms': t,
+    'jobs': j, phase: ms, ...}, or None."""
     found = None
     for line in text.splitlines():
-        if line.startswith(STEP_TIMING_PREFIX):
-            found = line[len(STEP_TIMING_PREFIX):]
+        if line.startswith(prefix):
+            found = line[len(prefix):]
     if found is None:
         return None
     out = {}
@@ -54,22 +55,25 @@ def parse_step_timing(text):
     return out
 
 
-def measure_phases(engine_cls, binary, model, threads, gen_args, runs=3):
+def measure_phases(engine_cls, binary, model, threads, gen_args, runs=3, prefix=STEP_TIMING_PREFIX):
     """Runs runs greedy decodes (gen_args: (max_new, ids, keys) for engine_cls.gen) on an engine started with
-    STRATA_STEP_TIMING=1; returns the step timing of the run with the fastest total."""
+    STRATA_STEP_TIMING=1; returns the step timing (prefix: PREFILL_TIMING_PREFIX for the prompt read's) of
+    the run with the fastest total. gen_args' ids may be a function of the run number (fresh prompts)."""
     env = dict(os.environ, STRATA_STEP_TIMING="1")
     best = None
     with tempfile.TemporaryFile(mode="w+") as err:
         eng = engine_cls(binary, model, threads, env=env, stderr=err)
         try:
-            eng.gen(*gen_args)  # warm-up
-            for _ in range(runs):
+            max_new, ids, keys = gen_args
+            ids_of = ids if callable(ids) else (lambda _: ids)
+            eng.gen(max_new, ids_of(-1), keys)  # warm-up
+            for r in range(runs):
                 err.seek(0)
                 err.truncate()
-                eng.gen(*gen_args)
+                eng.gen(max_new, ids_of(r), keys)
                 err.flush()
                 err.seek(0)
-                got = parse_step_timing(err.read())
+                got = parse_step_timing(err.read(), prefix)
                 if got and (best is None or got["total_ms"] < best["total_ms"]):
                     best = got
         finally:
@@ -95,12 +99,12 @@ def format_roofline(probe, decode_tok_s, mean_pos, peer_tok_s=None):
     return "\n".join(lines)
 
 
-def format_phases(timing):
-    """The step timing as a table: phase, ms per step, share of the step."""
+def format_phases(timing, what="decode step"):
+    """The step timing as a table: phase, ms per step (per token for a prompt read), share of the step."""
     steps = max(timing["steps"], 1.0)
     total = timing["total_ms"]
-    lines = ["decode step: %.3f ms (%.1f tok/s), %.1f pool jobs (fork/join barriers) per step" % (
-        total / steps, 1000.0 * steps / total if total else 0.0, timing["jobs"] / steps),
+    lines = ["%s: %.3f ms (%.1f tok/s), %.1f pool jobs (fork/join barriers) per step" % (
+        what, total / steps, 1000.0 * steps / total if total else 0.0, timing["jobs"] / steps),
         "%-10s %12s %8s" % ("phase", "us/step", "share")]
     phases = [(k, v) for k, v in timing.items() if k not in ("steps", "total_ms", "jobs")]
     for name, ms in sorted(phases, key=lambda kv: -kv[1]):
