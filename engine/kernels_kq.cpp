@@ -9,13 +9,14 @@ namespace {
 // scalar driver: per unit, the expanded blocks against each token of the tile, exact int32 dots
 template <class U>
 void kq_row_scalar(const uint8_t* w, const act_q16& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
-    const int64_t nb = a.k / QK32, n_units = nb / U::NB;
+    const int64_t nb = a.k / QK32;
     float acc[MM_TOK_TILE] = {}, off[MM_TOK_TILE] = {};
     kq_unit u;
-    for (int64_t i = 0; i < n_units; ++i) {
-        U::unpack(w + size_t(i) * U::BYTES, &u);
-        for (int b = 0; b < U::NB; ++b) {
-            const int64_t ab = i * U::NB + b;
+    for (int64_t b0 = 0; b0 < nb; b0 += U::NB) {
+        const int nblk = nb - b0 < U::NB ? int(nb - b0) : U::NB;
+        U::unpack(w + size_t(b0 / U::NB) * U::BYTES, nblk, &u);
+        for (int b = 0; b < nblk; ++b) {
+            const int64_t ab = b0 + b;
             for (int t = 0; t < n_tok; ++t) {
                 const int16_t* av = a.qs + (t0 + t) * a.k + ab * QK32;
                 int32_t s = 0, sm = 0;

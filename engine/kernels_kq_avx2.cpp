@@ -28,44 +28,53 @@ inline float hsum8(__m256 v) {
 
 template <class U, int T>
 void kq_row(const uint8_t* w, const act_q16& a, int64_t t0, float* y, size_t y_stride) {
-    constexpr int NB = U::NB;
-    const int64_t nb = a.k / QK32, n_units = nb / NB;
-    __m256 acc[2][T], off[T];
+    const int64_t nb = a.k / QK32;
+    __m256 acc0[T], acc1[T];
+    __m256 off[T];
     float offs[T];
     for (int t = 0; t < T; ++t) {
-        acc[0][t] = acc[1][t] = off[t] = _mm256_setzero_ps();
+        acc0[t] = acc1[t] = _mm256_setzero_ps();
+        off[t] = _mm256_setzero_ps();
         offs[t] = 0.0f;
     }
     kq_unit u;
     alignas(32) float sc[T][8], sc2[T][8];
-    for (int64_t i = 0; i < n_units; ++i) {
-        U::unpack(w + size_t(i) * U::BYTES, &u);
-        const int64_t b0 = i * NB;
-        for (int t = 0; t < T; ++t) {
+    for (int64_t b0 = 0; b0 < nb; b0 += U::NB) {
+        const int nblk = nb - b0 < U::NB ? int(nb - b0) : U::NB;
+        U::unpack(w + size_t(b0 / U::NB) * U::BYTES, nblk, &u);
+        for (int t = 0; t < T; ++t) {  // per-block float scales ws * da (ws2 * da) of this token; offsets
             const float* ad = a.d + (t0 + t) * nb + b0;
-            if constexpr (NB == 8) {
+            const float* as = a.dsum + (t0 + t) * nb + b0;
+            if (nblk == 8) {
                 const __m256 da = _mm256_loadu_ps(ad);
                 _mm256_store_ps(sc[t], _mm256_mul_ps(_mm256_load_ps(u.ws), da));
                 if constexpr (U::MINS) _mm256_store_ps(sc2[t], _mm256_mul_ps(_mm256_load_ps(u.ws2), da));
-                if constexpr (U::OFF) off[t] = _mm256_fmadd_ps(_mm256_load_ps(u.mo), _mm256_loadu_ps(a.dsum + (t0 + t) * nb + b0), off[t]);
-            } else {
-                sc[t][0] = u.ws[0] * ad[0];
-                if constexpr (U::MINS) sc2[t][0] = u.ws2[0] * ad[0];
-                if constexpr (U::OFF) offs[t] += u.mo[0] * a.dsum[(t0 + t) * nb + b0];
+                if constexpr (U::OFF) off[t] = _mm256_fmadd_ps(_mm256_load_ps(u.mo), _mm256_loadu_ps(as), off[t]);
+            } else {  // a short last unit (Q5_1 rows of K % 256 != 0)
+                for (int b = 0; b < nblk; ++b) {
+                    sc[t][b] = u.ws[b] * ad[b];
+                    if constexpr (U::MINS) sc2[t][b] = u.ws2[b] * ad[b];
+                    if constexpr (U::OFF) offs[t] += u.mo[b] * as[b];
+                }
             }
         }
-        for (int b = 0; b < NB; ++b) {
-            const int h = NB == 8 ? (b & 1) : int(i & 1);
+        auto block = [&](int b, __m256* acc) {  // expanded block b against every token of the tile
             for (int t = 0; t < T; ++t) {
                 const int16_t* av = a.qs + (t0 + t) * a.k + (b0 + b) * QK32;
-                acc[h][t] = _mm256_fmadd_ps(dot32(u.q + 32 * b, av), _mm256_set1_ps(sc[t][b]), acc[h][t]);
-                if constexpr (U::MINS) acc[h][t] = _mm256_fmadd_ps(dot32(u.m + 32 * b, av), _mm256_set1_ps(sc2[t][b]), acc[h][t]);
+                acc[t] = _mm256_fmadd_ps(dot32(u.q + 32 * b, av), _mm256_set1_ps(sc[t][b]), acc[t]);
+                if constexpr (U::MINS) acc[t] = _mm256_fmadd_ps(dot32(u.m + 32 * b, av), _mm256_set1_ps(sc2[t][b]), acc[t]);
             }
+        };
+        int b = 0;
+        for (; b + 1 < nblk; b += 2) {
+            block(b, acc0);
+            block(b + 1, acc1);
         }
+        if (b < nblk) block(b, acc0);
     }
     for (int t = 0; t < T; ++t) {
-        float total = hsum8(_mm256_add_ps(acc[0][t], acc[1][t]));
-        if constexpr (U::OFF) total += NB == 8 ? hsum8(off[t]) : offs[t];
+        float total = hsum8(_mm256_add_ps(acc0[t], acc1[t]));
+        if constexpr (U::OFF) total += hsum8(off[t]) + offs[t];
         y[t * y_stride] = total;
     }
 }

@@ -12,7 +12,8 @@
 //   Q3_K:        q = (sc - 32) q3, ws = d                                (6-bit scales of 16-element halves)
 //   Q2_K:        q = sc q2, ws = d;  m = the half's 4-bit min, ws2 = -dmin
 //   IQ4_XS:      q = kvalues_iq4nl[nibble], ws = d (ls - 32)
-//   Q5_1:        q = q5 - 16 (centred, so the offset term is small), ws = d, mo = m + 16 d   (unit = 1 block)
+//   Q5_1:        q = q5 - 16 (centred, so the offset term is small), ws = d, mo = m + 16 d
+// A unit is 8 blocks (a K super-block, or 8 Q5_1 blocks; a row's last Q5_1 unit may hold fewer: nblk).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,10 @@
 #include <type_traits>
 
 #include "quants.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 namespace {
 
@@ -33,6 +38,14 @@ struct kq_unit {
 
 inline float kq_f16(uint16_t h) { return fp16_to_fp32(h); }
 
+#if defined(__AVX2__)
+// 16 bytes at p widened to 16 uint16 lanes
+inline __m256i kq_u8x16(const uint8_t* p) {
+    return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline void kq_store16(int16_t* q, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(q), v); }
+#endif
+
 // Q4_K (HIGH false) / Q5_K (HIGH true)
 template <bool HIGH>
 struct kq_q45k {
@@ -40,7 +53,8 @@ struct kq_q45k {
     static constexpr bool OFF = true, MINS = false;
     using blk = std::conditional_t<HIGH, block_q5_k, block_q4_k>;
     static constexpr size_t BYTES = sizeof(blk);
-    static void unpack(const uint8_t* p, kq_unit* u) {
+    static void unpack(const uint8_t* p, int nblk, kq_unit* u) {
+        (void)nblk;  // always 8
         const blk& b = *reinterpret_cast<const blk*>(p);
         const float d = kq_f16(b.d), dmin = kq_f16(b.dmin);
         for (int s = 0; s < 8; ++s) {
@@ -49,6 +63,23 @@ struct kq_q45k {
             u->ws[s] = d * static_cast<float>(sc);
             u->mo[s] = -(dmin * static_cast<float>(m));
         }
+#if defined(__AVX2__)
+        const __m256i low4 = _mm256_set1_epi16(0x0F), one = _mm256_set1_epi16(1);
+        for (int pr = 0; pr < 4; ++pr) {
+            for (int h = 0; h < 2; ++h) {  // elements 16 h .. 16 h + 15 of sub-blocks 2 pr (low) and 2 pr + 1 (high)
+                const __m256i v = kq_u8x16(b.qs + pr * 32 + 16 * h);
+                __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_srli_epi16(v, 4);
+                if constexpr (HIGH) {
+                    const __m256i qh = kq_u8x16(b.qh + 16 * h);
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * pr), one), 4));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * pr + 1), one), 4));
+                }
+                kq_store16(u->q + 64 * pr + 16 * h, lo);
+                kq_store16(u->q + 64 * pr + 32 + 16 * h, hi);
+            }
+        }
+        return;
+#endif
         for (int pr = 0; pr < 4; ++pr) {
             const uint8_t* qs = b.qs + pr * 32;
             int16_t* lo = u->q + 64 * pr;
@@ -71,7 +102,8 @@ struct kq_q6k {
     static constexpr int NB = 8;
     static constexpr bool OFF = false, MINS = false;
     static constexpr size_t BYTES = sizeof(block_q6_k);
-    static void unpack(const uint8_t* p, kq_unit* u) {
+    static void unpack(const uint8_t* p, int nblk, kq_unit* u) {
+        (void)nblk;  // always 8
         const block_q6_k& b = *reinterpret_cast<const block_q6_k*>(p);
         const float d = kq_f16(b.d);
         for (int s = 0; s < 8; ++s) u->ws[s] = d;
@@ -82,6 +114,15 @@ struct kq_q6k {
             const int shift = qd < 2 ? 0 : 4;
             const int16_t sc0 = b.scales[h * 8 + qd * 2], sc1 = b.scales[h * 8 + qd * 2 + 1];
             int16_t* q = u->q + 32 * s;
+#if defined(__AVX2__)
+            for (int g = 0; g < 2; ++g) {  // elements 16 g .. 16 g + 15 (scale sc0, then sc1)
+                const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(kq_u8x16(ql + 16 * g), shift), _mm256_set1_epi16(0x0F));
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(kq_u8x16(qh + 16 * g), 2 * qd), _mm256_set1_epi16(3));
+                const __m256i v = _mm256_sub_epi16(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi16(32));
+                kq_store16(q + 16 * g, _mm256_mullo_epi16(v, _mm256_set1_epi16(g ? sc1 : sc0)));
+            }
+            continue;
+#endif
             for (int l = 0; l < 32; ++l) {
                 const int v = (((ql[l] >> shift) & 0xF) | (((qh[l] >> (2 * qd)) & 3) << 4)) - 32;
                 q[l] = static_cast<int16_t>(v * (l < 16 ? sc0 : sc1));
@@ -101,7 +142,8 @@ struct kq_q3k {
     static constexpr int NB = 8;
     static constexpr bool OFF = false, MINS = false;
     static constexpr size_t BYTES = sizeof(block_q3_k);
-    static void unpack(const uint8_t* p, kq_unit* u) {
+    static void unpack(const uint8_t* p, int nblk, kq_unit* u) {
+        (void)nblk;  // always 8
         const block_q3_k& b = *reinterpret_cast<const block_q3_k*>(p);
         const float d = kq_f16(b.d);
         for (int s = 0; s < 8; ++s) u->ws[s] = d;
@@ -123,7 +165,8 @@ struct kq_q2k {
     static constexpr int NB = 8;
     static constexpr bool OFF = false, MINS = true;
     static constexpr size_t BYTES = sizeof(block_q2_k);
-    static void unpack(const uint8_t* p, kq_unit* u) {
+    static void unpack(const uint8_t* p, int nblk, kq_unit* u) {
+        (void)nblk;  // always 8
         const block_q2_k& b = *reinterpret_cast<const block_q2_k*>(p);
         const float d = kq_f16(b.d), dmin = kq_f16(b.dmin);
         for (int s = 0; s < 8; ++s) {
@@ -149,36 +192,64 @@ struct kq_iq4xs {
     static constexpr int NB = 8;
     static constexpr bool OFF = false, MINS = false;
     static constexpr size_t BYTES = sizeof(block_iq4_xs);
-    static void unpack(const uint8_t* p, kq_unit* u) {
+    static void unpack(const uint8_t* p, int nblk, kq_unit* u) {
+        (void)nblk;  // always 8
         const block_iq4_xs& b = *reinterpret_cast<const block_iq4_xs*>(p);
         const float d = kq_f16(b.d);
+#if defined(__AVX2__)
+        const __m128i tbl = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kvalues_iq4nl));
+        const __m128i low4 = _mm_set1_epi8(0x0F);
+#endif
         for (int s = 0; s < 8; ++s) {
             const int ls = ((b.scales_l[s / 2] >> (4 * (s % 2))) & 0xF) | ((b.scales_h >> (2 * s)) & 3) << 4;
             u->ws[s] = d * static_cast<float>(ls - 32);
             const uint8_t* qs = b.qs + 16 * s;
             int16_t* q = u->q + 32 * s;
+#if defined(__AVX2__)  // the 16-entry table lookup as one byte shuffle per 16 values
+            const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+            const __m128i lo = _mm_shuffle_epi8(tbl, _mm_and_si128(raw, low4));
+            const __m128i hi = _mm_shuffle_epi8(tbl, _mm_and_si128(_mm_srli_epi16(raw, 4), low4));
+            _mm256_store_si256(reinterpret_cast<__m256i*>(q), _mm256_cvtepi8_epi16(lo));
+            _mm256_store_si256(reinterpret_cast<__m256i*>(q + 16), _mm256_cvtepi8_epi16(hi));
+#else
             for (int j = 0; j < 16; ++j) {
                 q[j] = kvalues_iq4nl[qs[j] & 0xF];
                 q[j + 16] = kvalues_iq4nl[qs[j] >> 4];
             }
+#endif
         }
     }
 };
 
-struct kq_q51 {
-    static constexpr int NB = 1;
+struct kq_q51 {  // a unit is 8 blocks of 32 (the row's last unit may hold fewer: nblk)
+    static constexpr int NB = 8;
     static constexpr bool OFF = true, MINS = false;
-    static constexpr size_t BYTES = sizeof(block_q5_1);
-    static void unpack(const uint8_t* p, kq_unit* u) {
-        const block_q5_1& b = *reinterpret_cast<const block_q5_1*>(p);
-        const float d = kq_f16(b.d);
-        u->ws[0] = d;
-        u->mo[0] = kq_f16(b.m) + 16.0f * d;  // 16 d exact: one rounding, as a float add
-        uint32_t qh;
-        std::memcpy(&qh, b.qh, 4);
-        for (int j = 0; j < 16; ++j) {
-            u->q[j] = static_cast<int16_t>(((b.qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - 16);
-            u->q[j + 16] = static_cast<int16_t>(((b.qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
+    static constexpr size_t BYTES = 8 * sizeof(block_q5_1);
+    static void unpack(const uint8_t* p, int nblk, kq_unit* u) {
+        for (int s = 0; s < nblk; ++s) {
+            const block_q5_1& b = reinterpret_cast<const block_q5_1*>(p)[s];
+            const float d = kq_f16(b.d);
+            u->ws[s] = d;
+            u->mo[s] = kq_f16(b.m) + 16.0f * d;  // 16 d exact: one rounding, as a float add
+            uint32_t qh;
+            std::memcpy(&qh, b.qh, 4);
+            int16_t* q = u->q + 32 * s;
+#if defined(__AVX2__)  // lane j's fifth bit: bit j of the word's low (high) half, tested against 1 << j
+            const __m256i bits = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, -32768);
+            const __m256i v = kq_u8x16(b.qs);
+            const __m256i h0 = _mm256_cmpeq_epi16(_mm256_and_si256(_mm256_set1_epi16(static_cast<int16_t>(qh & 0xFFFF)), bits), bits);
+            const __m256i h1 = _mm256_cmpeq_epi16(_mm256_and_si256(_mm256_set1_epi16(static_cast<int16_t>(qh >> 16)), bits), bits);
+            const __m256i sixteen = _mm256_set1_epi16(16);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi16(0x0F)), _mm256_and_si256(h0, sixteen));
+            const __m256i hi = _mm256_or_si256(_mm256_srli_epi16(v, 4), _mm256_and_si256(h1, sixteen));
+            kq_store16(q, _mm256_sub_epi16(lo, sixteen));
+            kq_store16(q + 16, _mm256_sub_epi16(hi, sixteen));
+            continue;
+#endif
+            for (int j = 0; j < 16; ++j) {
+                q[j] = static_cast<int16_t>(((b.qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - 16);
+                q[j + 16] = static_cast<int16_t>(((b.qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
+            }
         }
     }
 };
