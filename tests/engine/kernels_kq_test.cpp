@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels.h"
+#include "gelu.h"
 #include "kernels_kq.h"
 #include "quants.h"
 #include "threadpool.h"
@@ -139,9 +140,34 @@ void test_matmul_routes_here() {
     threadpool_free(pool);
 }
 
+// gelu_mul of every set against the tanh form in double: |error| <= 1e-6 |x u| (the float tanh form itself
+// loses relative precision where 1 + tanh(y) cancels, so the bar is on the input's scale); worst printed
+void test_gelu() {
+    const int64_t n = 4099;  // a masked tail
+    std::vector<float> g0(static_cast<size_t>(n)), u(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+        g0[size_t(i)] = -12.0f + 24.0f * float(i) / float(n);
+        u[size_t(i)] = frand(-2, 2);
+    }
+    for (const named_set& s : sets()) {
+        std::vector<float> g = g0;
+        gelu_mul(*s.ks, g.data(), u.data(), n);
+        double worst = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            const double x = g0[size_t(i)], xu = std::fabs(x * u[size_t(i)]);
+            const double ref = 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))) * u[size_t(i)];
+            const double err = std::fabs(g[size_t(i)] - ref) / std::fmax(xu, 1e-30);
+            worst = std::fmax(worst, err);
+            CHECK(err <= 1e-6, "%s gelu(%g): %.9g vs %.9g", s.name, x, double(g[size_t(i)]), ref);
+        }
+        std::printf("gelu %s: worst |error| / |x u| %.3g\n", s.name, worst);
+    }
+}
+
 }  // namespace
 
 int main() {
+    test_gelu();
     test_rows_against_reference();
     test_matmul_routes_here();
     if (g_failures) return 1;
