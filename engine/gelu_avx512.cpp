@@ -1,39 +1,23 @@
-// engine/gelu_avx512.cpp — AVX-512 form of gelu.h's GELU: x / (1 + exp(-2 y)), 16 lanes at a time.
+// engine/gelu_avx512.cpp — AVX-512 form of gelu.h's GELU: x sigmoid(2 y), 16 lanes at a time.
 #include <cstdint>
 
 #if defined(__AVX512F__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-
-#include <cmath>
+#include "exp_avx512.h"
 
 namespace {
 
-// exp(v): 2^n * 2^f with n = round(v log2 e), f ln2 = v - n ln2 in [-ln2/2, ln2/2], 2^f from its Taylor series
-// to degree 7 (truncation < 2e-7 relative); v clamped to [-87, 88] (the sigmoid is then 0 or 1 to float).
-inline __m512 exp_ps(__m512 v) {
-    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
-    const __m512 t = _mm512_mul_ps(v, _mm512_set1_ps(1.44269504f));
-    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), v));
-    __m512 p = _mm512_set1_ps(1.0f / 5040);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 720));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
-
+// x sigmoid(2 y) with the exp of -|2 y| only (exp_neg's domain): 1 / (1 + e) for 2 y >= 0, e / (1 + e) below
 inline __m512 gelu16(__m512 x) {
     const __m512 x2 = _mm512_mul_ps(x, x);
-    const __m512 y = _mm512_mul_ps(_mm512_mul_ps(x, _mm512_set1_ps(0.7978845608f)),
+    const __m512 z = _mm512_mul_ps(_mm512_mul_ps(x, _mm512_set1_ps(2.0f * 0.7978845608f)),
                                    _mm512_fmadd_ps(x2, _mm512_set1_ps(0.044715f), _mm512_set1_ps(1.0f)));
-    const __m512 e = exp_ps(_mm512_mul_ps(y, _mm512_set1_ps(-2.0f)));
-    return _mm512_div_ps(x, _mm512_add_ps(e, _mm512_set1_ps(1.0f)));
+    const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+    const __m512 e = exp_neg(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_and_ps(z, abs_mask)));
+    const __mmask16 neg = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ);
+    const __m512 num = _mm512_mask_blend_ps(neg, _mm512_set1_ps(1.0f), e);
+    return _mm512_mul_ps(x, _mm512_div_ps(num, _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
 }
 
 }  // namespace

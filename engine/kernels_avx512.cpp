@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "kernels_kquant.h"
+#include "exp_avx512.h"  // exp_neg
 
 namespace {
 
@@ -257,24 +258,6 @@ void fp32_to_fp16_row_avx512(const float* x, uint16_t* y, int64_t n) {
                             _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
     for (; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
-}
-
-// exp(x) for x <= 0 (softmax after the max is subtracted): 2^(x log2 e) = 2^n * 2^f, |f| <= 1/2, with
-// 2^f from its Taylor series to degree 7 (truncation < 2e-7 relative); below -87 the result is 0.
-inline __m512 exp_neg(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504f));
-    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_mul_ps(_mm512_sub_ps(t, n), _mm512_set1_ps(0.693147181f));  // f ln 2
-    __m512 p = _mm512_set1_ps(1.0f / 5040);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 720));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
 }
 
 // r[i] = the sum of the 16 lanes of v[i], i < 16 (transpose-and-add: 2 ops per vector instead of 8)

@@ -1,103 +1,28 @@
-// engine/kernels_kq_avx2.cpp — AVX2 row kernels of engine/kernels_kq.h: the AVX-512 file's scheme
-// (kernels_kq_avx512.cpp) on 256-bit vectors: a block of 32 is two vpmaddwd into one vector of 8 int32
-// (exact), converted and scaled by ws * da in one fma per (token, block).
+// engine/kernels_kq_avx2.cpp — AVX2 row kernels of engine/kernels_kq.h (driver: kernels_kq_driver.h): a block
+// of 32 is two vpmaddwd into one vector of 8 exact int32 pair sums, converted and scaled in one fma.
 #include "kernels_kq.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
-#include <immintrin.h>
-
-#include "kernels_kq_unpack.h"
+#include "kernels_kq_driver.h"
 
 namespace {
 
-// the 32 products of an expanded block and a token's block, as 8 exact int32 sums in float
-inline __m256 dot32(const int16_t* q, const int16_t* a) {
-    const __m256i lo = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(q)),
-                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
-    const __m256i hi = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(q + 16)),
-                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 16)));
-    return _mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi));
-}
-
-inline float hsum8(__m256 v) {
-    const __m128 o = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 o2 = _mm_add_ps(o, _mm_movehl_ps(o, o));
-    return _mm_cvtss_f32(_mm_add_ss(o2, _mm_movehdup_ps(o2)));
-}
-
-template <class U, int T>
-void kq_row(const uint8_t* w, const act_q16& a, int64_t t0, float* y, size_t y_stride) {
-    const int64_t nb = a.k / QK32;
-    __m256 acc0[T], acc1[T];
-    __m256 off[T];
-    float offs[T];
-    for (int t = 0; t < T; ++t) {
-        acc0[t] = acc1[t] = _mm256_setzero_ps();
-        off[t] = _mm256_setzero_ps();
-        offs[t] = 0.0f;
+struct vec_avx2 {
+    using acc = __m256;
+    static __m256 zero() { return _mm256_setzero_ps(); }
+    static __m256 dot(const int16_t* q, const int16_t* a) {
+        const __m256i lo = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(q)),
+                                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
+        const __m256i hi = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(q + 16)),
+                                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 16)));
+        return _mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi));
     }
-    kq_unit u;
-    alignas(32) float sc[T][8], sc2[T][8];
-    for (int64_t b0 = 0; b0 < nb; b0 += U::NB) {
-        const int nblk = nb - b0 < U::NB ? int(nb - b0) : U::NB;
-        U::unpack(w + size_t(b0 / U::NB) * U::BYTES, nblk, &u);
-        for (int t = 0; t < T; ++t) {  // per-block float scales ws * da (ws2 * da) of this token; offsets
-            const float* ad = a.d + (t0 + t) * nb + b0;
-            const float* as = a.dsum + (t0 + t) * nb + b0;
-            if (nblk == 8) {
-                const __m256 da = _mm256_loadu_ps(ad);
-                _mm256_store_ps(sc[t], _mm256_mul_ps(_mm256_load_ps(u.ws), da));
-                if constexpr (U::MINS) _mm256_store_ps(sc2[t], _mm256_mul_ps(_mm256_load_ps(u.ws2), da));
-                if constexpr (U::OFF) off[t] = _mm256_fmadd_ps(_mm256_load_ps(u.mo), _mm256_loadu_ps(as), off[t]);
-            } else {  // a short last unit (Q5_1 rows of K % 256 != 0)
-                for (int b = 0; b < nblk; ++b) {
-                    sc[t][b] = u.ws[b] * ad[b];
-                    if constexpr (U::MINS) sc2[t][b] = u.ws2[b] * ad[b];
-                    if constexpr (U::OFF) offs[t] += u.mo[b] * as[b];
-                }
-            }
-        }
-        auto block = [&](int b, __m256* acc) {  // expanded block b against every token of the tile
-            for (int t = 0; t < T; ++t) {
-                const int16_t* av = a.qs + (t0 + t) * a.k + (b0 + b) * QK32;
-                acc[t] = _mm256_fmadd_ps(dot32(u.q + 32 * b, av), _mm256_set1_ps(sc[t][b]), acc[t]);
-                if constexpr (U::MINS) acc[t] = _mm256_fmadd_ps(dot32(u.m + 32 * b, av), _mm256_set1_ps(sc2[t][b]), acc[t]);
-            }
-        };
-        int b = 0;
-        for (; b + 1 < nblk; b += 2) {
-            block(b, acc0);
-            block(b + 1, acc1);
-        }
-        if (b < nblk) block(b, acc0);
-    }
-    for (int t = 0; t < T; ++t) {
-        float total = hsum8(_mm256_add_ps(acc0[t], acc1[t]));
-        if constexpr (U::OFF) total += hsum8(off[t]) + offs[t];
-        y[t * y_stride] = total;
-    }
-}
-
-template <class U>
-void kq_dispatch(const uint8_t* w, const act_q16& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
-    switch (n_tok) {
-    case 1: kq_row<U, 1>(w, a, t0, y, y_stride); break;
-    case 2: kq_row<U, 2>(w, a, t0, y, y_stride); break;
-    case 3: kq_row<U, 3>(w, a, t0, y, y_stride); break;
-    case 4: kq_row<U, 4>(w, a, t0, y, y_stride); break;
-    case 5: kq_row<U, 5>(w, a, t0, y, y_stride); break;
-    case 6: kq_row<U, 6>(w, a, t0, y, y_stride); break;
-    case 7: kq_row<U, 7>(w, a, t0, y, y_stride); break;
-    default: kq_row<U, 8>(w, a, t0, y, y_stride); break;
-    }
-}
-static_assert(MM_TOK_TILE == 8, "kq_dispatch handles tiles of up to 8 tokens");
-
-const kq_row_set KQ_AVX2 = {
-    kq_dispatch<kq_q45k<false>>, kq_dispatch<kq_q45k<true>>, kq_dispatch<kq_q6k>,   kq_dispatch<kq_q51>,
-    kq_dispatch<kq_q2k>,         kq_dispatch<kq_q3k>,        kq_dispatch<kq_iq4xs>,
+    static __m256 fma(__m256 p, float s, __m256 acc) { return _mm256_fmadd_ps(p, _mm256_set1_ps(s), acc); }
+    static float hsum(__m256 a, __m256 b) { return kq_hsum8(_mm256_add_ps(a, b)); }
 };
+
+const kq_row_set KQ_AVX2 = kq_make_set<vec_avx2>();
 
 }  // namespace
 
