@@ -153,6 +153,15 @@ struct kq_q3k {
             const int16_t sc0 = static_cast<int16_t>(kq_q3k_scale(b.scales, 2 * s));
             const int16_t sc1 = static_cast<int16_t>(kq_q3k_scale(b.scales, 2 * s + 1));
             int16_t* q = u->q + 32 * s;
+#if defined(__AVX2__)
+            for (int g = 0; g < 2; ++g) {  // elements 16 g .. 16 g + 15: q2 + 4 hbit - 4, times the half's scale
+                const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(kq_u8x16(qs + 16 * g), shift), _mm256_set1_epi16(3));
+                const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(kq_u8x16(b.hmask + 16 * g), s), _mm256_set1_epi16(1));
+                const __m256i v = _mm256_sub_epi16(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 2)), _mm256_set1_epi16(4));
+                kq_store16(q + 16 * g, _mm256_mullo_epi16(v, _mm256_set1_epi16(g ? sc1 : sc0)));
+            }
+            continue;
+#endif
             for (int l = 0; l < 32; ++l) {
                 const int v = ((qs[l] >> shift) & 3) - (((b.hmask[l] >> s) & 1) ? 0 : 4);
                 q[l] = static_cast<int16_t>(v * (l < 16 ? sc0 : sc1));
@@ -179,6 +188,15 @@ struct kq_q2k {
             const uint8_t s0 = b.scales[2 * s], s1 = b.scales[2 * s + 1];
             int16_t* q = u->q + 32 * s;
             int16_t* m = u->m + 32 * s;
+#if defined(__AVX2__)
+            for (int g = 0; g < 2; ++g) {  // elements 16 g .. 16 g + 15: q2 times the half's scale; its min
+                const uint8_t sc = g ? s1 : s0;
+                const __m256i v = _mm256_and_si256(_mm256_srli_epi16(kq_u8x16(qs + 16 * g), shift), _mm256_set1_epi16(3));
+                kq_store16(q + 16 * g, _mm256_mullo_epi16(v, _mm256_set1_epi16(sc & 0xF)));
+                kq_store16(m + 16 * g, _mm256_set1_epi16(sc >> 4));
+            }
+            continue;
+#endif
             for (int l = 0; l < 32; ++l) {
                 const uint8_t sc = l < 16 ? s0 : s1;
                 q[l] = static_cast<int16_t>(((qs[l] >> shift) & 3) * (sc & 0xF));
