@@ -1,6 +1,7 @@
 // engine/kernels.cpp — scalar kernel set, CPU dispatch and the matmul driver (contract in kernels.h).
 #include "kernels.h"
 #include "kernels_act8.h"
+#include "kernels_kq.h"
 #include "kernels_kquant.h"
 
 #include <cmath>
@@ -162,6 +163,7 @@ void mm_rows(const weight_view& w, mm_row_fn row, const act_q16& act, int64_t n_
 }
 
 mm_row_fn row_fn(const kernel_set& ks, ggml_type t) {
+    if (mm_row_fn f = kq_row_fn(ks, t)) return f;  // K types, Q5_1, IQ4_XS: engine/kernels_kq.h
     switch (t) {
     case GGML_TYPE_Q4_0: return ks.row_q4_0;
     case GGML_TYPE_Q4_1: return ks.row_q4_1;
@@ -350,8 +352,7 @@ const kernel_set& kernels_get() {
 }
 
 bool kernels_uses_q16(ggml_type type) {
-    return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_K ||
-           type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K;
+    return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q8_0 || kq_has_row(type);
 }
 
 // Token counts at or above this quantise their activations on the pool (below, the fork costs more).

@@ -22,6 +22,7 @@
 #include "kernels_act8.h"
 #include "kv_cache.h"
 #include "model_impl.h"
+#include "gelu.h"
 #include "step_timer.h"
 #include "threadpool.h"
 
@@ -589,11 +590,7 @@ void swiglu_range(void* ctx, int64_t i0, int64_t i1, int) {
     float* g = f.m->s.gate.data();
     const float* u = f.m->s.up.data();
     if (f.m->hp.ffn_gelu) {
-        constexpr float SQRT_2_OVER_PI = 0.7978845608f, GELU_A = 0.044715f;
-        for (int64_t i = i0 * n_ff; i < i1 * n_ff; ++i) {
-            const float x = g[i];
-            g[i] = 0.5f * x * (1.0f + std::tanh(SQRT_2_OVER_PI * x * (1.0f + GELU_A * x * x))) * u[i];
-        }
+        gelu_mul(*f.m->ks, g + i0 * n_ff, u + i0 * n_ff, (i1 - i0) * n_ff);  // engine/gelu.h
         return;
     }
     silu_mul_row(*f.m->ks, g + i0 * n_ff, u + i0 * n_ff, (i1 - i0) * n_ff);

@@ -283,6 +283,7 @@ read_result serve_loop::read_prompt(const command& cmd, int64_t seq, clock_type:
     const int32_t n = static_cast<int32_t>(prompt.size());
     timer_.begin();
     timer_.mark(PF_PHASE_LOOKUP);
+    step_timer_begin();
     std::vector<const seq_state*> others;
     slots_.idle_states(-1, &others);
     const reuse_source src = session_find_reuse(*target, prompt, &cache_, others);
@@ -327,6 +328,7 @@ read_result serve_loop::read_prompt(const command& cmd, int64_t seq, clock_type:
     }
     r.prompt_ms = ms_between(t0, clock_type::now());
     timer_.finish(r.read);
+    step_timer_finish(r.read, "prefill");
     return r;
 }
 

@@ -56,7 +56,8 @@ int32_t step_phase_of(ggml_type type) {
     case GGML_TYPE_Q8_0: return STEP_MM_Q8_0;
     case GGML_TYPE_Q4_K:
     case GGML_TYPE_Q5_K:
-    case GGML_TYPE_Q6_K: return STEP_MM_KQUANT;
+    case GGML_TYPE_Q6_K: case GGML_TYPE_Q5_1: case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_IQ4_XS:
+        return STEP_MM_KQUANT;
     default: return STEP_MM_FLOAT;
     }
 }
@@ -91,7 +92,7 @@ void step_timer_begin() {
     s.t0_ns = s.t_ns = now_ns();
 }
 
-int64_t step_timer_finish(int64_t n_steps) {
+int64_t step_timer_finish(int64_t n_steps, const char* what) {
     step_timer_state& s = g_step_timer;
     if (!s.on) return 0;
     step_mark_on(STEP_OTHER);
@@ -103,7 +104,8 @@ int64_t step_timer_finish(int64_t n_steps) {
             total += s.totals_ns[p];
         }
     }
-    std::string line = "step timing: steps=" + std::to_string(n_steps) + (g_cpu_clock ? " clock=cpu" : " clock=wall");
+    std::string line = std::string(what) + " timing: steps=" + std::to_string(n_steps) +
+                       (g_cpu_clock ? " clock=cpu" : " clock=wall");
     char buf[64];
     std::snprintf(buf, sizeof buf, " total_ms=%.3f jobs=%lld", double(total) / 1e6, static_cast<long long>(s.n_jobs));
     line += buf;

@@ -15,6 +15,7 @@
 //    project's VM, ~600 per SmolLM2 step), and R (measured at the first begin) times the intervals each phase
 //    added is taken out of its total; the total is the sum of the phases.
 //    (ms summed over the steps; jobs = pool runs, i.e. fork/join barriers, over the steps).
+//    A solo prompt read is timed the same way and printed as `prefill timing: steps=<tokens read> ...`.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +26,7 @@ enum step_phase : int32_t {
     STEP_MM_Q4_0 = 0,   // matmuls by weight type: the caller thread's own share of the rows
     STEP_MM_Q4_1,
     STEP_MM_Q8_0,
-    STEP_MM_KQUANT,     // Q4_K, Q5_K, Q6_K
+    STEP_MM_KQUANT,     // Q4_K, Q5_K, Q6_K and Q5_1, Q2_K, Q3_K, IQ4_XS (engine/kernels_kq.h)
     STEP_MM_FLOAT,      // F32 / F16 / BF16 and the float path of the other types
     STEP_LM_HEAD,       // the output matrix (n_vocab rows), whatever its type
     STEP_QUANTIZE,      // activations to 16-bit (or 8-bit) blocks before a matmul
@@ -62,4 +63,5 @@ int32_t step_phase_of(ggml_type type);
 const char* step_phase_name(int32_t phase);
 void step_timer_begin();
 // Prints the stderr line (when on) for n_steps decode steps; returns the total time in ns (0 when off).
-int64_t step_timer_finish(int64_t n_steps);
+// what: the line's first word ("step"; "prefill" for a prompt read, steps = its tokens).
+int64_t step_timer_finish(int64_t n_steps, const char* what = "step");

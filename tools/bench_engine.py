@@ -11,7 +11,8 @@ turns run by run (the machine is shared: drifting load hits both), and the best 
 one table with the ratios ours / llama.cpp, then the read bandwidth of the engine's thread pool
 (`strata-engine --probe-bandwidth`) and decode tok/s as a fraction of the bound it gives (bytes one token
 reads / bandwidth; tools/decode_roofline.py). `--phases`: only decode, with the table of where one decode
-step's time goes (the engine's STRATA_STEP_TIMING=1 marks).
+step's time goes (the engine's STRATA_STEP_TIMING=1 marks); `--prefill-phases` the same for a 512-token prompt
+read (per token).
 
 `--model gemma` takes the optional Gemma 3 270M package's file (as `strata serve --model gemma`); `--where`
 adds the weight bytes one decoded token reads, by kind (the output head apart), and the bandwidth that
@@ -37,6 +38,7 @@ PREFILL_SIZES = (128, 512, 2048)
 DECODE_TOKENS = 256
 DECODE_PROMPT_TOKENS = 16
 DECODE_MEAN_POS = DECODE_PROMPT_TOKENS + DECODE_TOKENS // 2  # cached positions a tg256 step sees on average
+PREFILL_PHASES_TOKENS = 512       # --prefill-phases: the prompt whose read is timed
 LONG_PROMPT_TOKENS = 6000         # the long-context decode test: this much context first
 LONG_DECODE_TOKENS = 64
 N_CTX = 8192                      # room for the longest prompt plus decode, both engines
@@ -265,6 +267,22 @@ def phases_report(args):
     return 0
 
 
+def prefill_phases_report(args):
+    """--prefill-phases: where a 512-token prompt read's time goes (per token; fresh prompt each run)."""
+    sys.path.insert(0, REPO_ROOT)
+    from tools import decode_roofline
+    engine_cls = lambda *a, **kw: Engine(*a, extra_args=engine_flags(args), **kw)
+    gen_args = (1, lambda r: prompts(1000 + r, PREFILL_PHASES_TOKENS), "")
+    timing = decode_roofline.measure_phases(engine_cls, args.engine, args.model, args.threads, gen_args, args.runs,
+                                            args.clock, prefix=decode_roofline.PREFILL_TIMING_PREFIX)
+    print("threads=%d  prefill of %d tokens" % (args.threads, PREFILL_PHASES_TOKENS))
+    if timing is None:
+        print("no prefill timing line from the engine (built before the prompt read was timed?)")
+        return 1
+    print(decode_roofline.format_phases(timing, args.clock, "prefill, per token"))
+    return 0
+
+
 # ---- model traffic and CPU time (--where, --cpu) -------------------------------------------------------
 
 # ggml type number -> (name, bytes per element) as the engine holds the weight: Q5_0 and IQ4_NL are widened
@@ -374,8 +392,10 @@ def main(argv=None):
     ap.add_argument("--phases", action="store_true",
                     help="only decode: the bandwidth bound and where one step's time goes (STRATA_STEP_TIMING)")
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
-                    help="--phases: time the phases in the model thread's CPU time (default; a shared machine "
-                    "disturbs it least) or in wall time")
+                    help="--phases / --prefill-phases: time the phases in the model thread's CPU time (default; "
+                    "a shared machine disturbs it least) or in wall time")
+    ap.add_argument("--prefill-phases", action="store_true",
+                    help="only prefill: where a %d-token prompt read's time goes (STRATA_STEP_TIMING)" % PREFILL_PHASES_TOKENS)
     ap.add_argument("--where", action="store_true", help="also: the weight bytes one decoded token reads, by kind")
     ap.add_argument("--cpu", action="store_true", help="also: CPU seconds of a 512-token prefill and per decoded "
                     "token, both sides (for a loaded machine)")
@@ -391,6 +411,8 @@ def main(argv=None):
         return 2
     if args.phases:
         return phases_report(args)
+    if args.prefill_phases:
+        return prefill_phases_report(args)
     sides = [Ours(args.engine, args.model, args.threads, engine_flags(args))]
     if not args.no_peer and importlib.util.find_spec("llama_cpp") is not None:
         sides.append(Peer(args.model, args.threads))

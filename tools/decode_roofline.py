@@ -17,6 +17,7 @@ import tempfile
 
 PROBE_TIMEOUT_S = 300.0           # model load + 11 passes over 256 MiB, on a busy machine
 STEP_TIMING_PREFIX = "step timing:"
+PREFILL_TIMING_PREFIX = "prefill timing:"  # the same fields for a prompt read (steps = tokens read)
 
 
 def probe_bandwidth(engine, model, threads, buffer_mib=256):
@@ -38,13 +39,14 @@ def decode_bound(probe, mean_pos):
     return probe["read_gb_s"] * 1e9 / per_token
 
 
-def parse_step_timing(text):
-    """The last `step timing:` line of an engine's stderr -> {'steps': n, 'total_ms': t, 'jobs': j,
-    phase: ms, ...}, or None; its clock (`wall` or `cpu`, absent from older engines' lines) is left out."""
+def parse_step_timing(text, prefix=STEP_TIMING_PREFIX):
+    """The last `step timing:` line (or prefix's) of an engine's stderr -> {'steps': n, 'total_ms': t,
+    'jobs': j, phase: ms, ...}, or None; its clock (`wall` or `cpu`, absent from older engines' lines) is
+    left out."""
     found = None
     for line in text.splitlines():
-        if line.startswith(STEP_TIMING_PREFIX):
-            found = line[len(STEP_TIMING_PREFIX):]
+        if line.startswith(prefix):
+            found = line[len(prefix):]
     if found is None:
         return None
     out = {}
@@ -55,23 +57,26 @@ def parse_step_timing(text):
     return out
 
 
-def measure_phases(engine_cls, binary, model, threads, gen_args, runs=3, clock="cpu"):
+def measure_phases(engine_cls, binary, model, threads, gen_args, runs=3, clock="cpu", prefix=STEP_TIMING_PREFIX):
     """Runs runs greedy decodes (gen_args: (max_new, ids, keys) for engine_cls.gen) on an engine started with
     STRATA_STEP_TIMING=cpu (clock "cpu": the model thread's CPU time, what a shared machine disturbs least)
-    or =1 (clock "wall"); returns the step timing of the run with the fastest total."""
+    or =1 (clock "wall"); returns the step timing (prefix: PREFILL_TIMING_PREFIX for the prompt read's) of
+    the run with the fastest total. gen_args' ids may be a function of the run number (fresh prompts)."""
     env = dict(os.environ, STRATA_STEP_TIMING="cpu" if clock == "cpu" else "1")
     best = None
     with tempfile.TemporaryFile(mode="w+") as err:
         eng = engine_cls(binary, model, threads, env=env, stderr=err)
         try:
-            eng.gen(*gen_args)  # warm-up
-            for _ in range(runs):
+            max_new, ids, keys = gen_args
+            ids_of = ids if callable(ids) else (lambda _: ids)
+            eng.gen(max_new, ids_of(-1), keys)  # warm-up
+            for r in range(runs):
                 err.seek(0)
                 err.truncate()
-                eng.gen(*gen_args)
+                eng.gen(max_new, ids_of(r), keys)
                 err.flush()
                 err.seek(0)
-                got = parse_step_timing(err.read())
+                got = parse_step_timing(err.read(), prefix)
                 if got and (best is None or got["total_ms"] < best["total_ms"]):
                     best = got
         finally:
@@ -108,15 +113,15 @@ def format_ceilings(probe):
                                                    probe["kernel8_q4_1_gb_s"], probe["kernel8_q8_0_gb_s"], per_thread))
 
 
-def format_phases(timing, clock="cpu"):
-    """The step timing as a table: phase, us per step, share of the step."""
+def format_phases(timing, clock="cpu", what="decode step"):
+    """The step timing as a table: phase, us per step (per token for a prompt read), share of the step."""
     steps = max(timing["steps"], 1.0)
     total = timing["total_ms"]
-    what = "CPU time of the model thread" if clock == "cpu" else "wall time"
+    how = "CPU time of the model thread" if clock == "cpu" else "wall time"
     if "read_us" in timing:
-        what += " (less %.2f us per clock read)" % timing["read_us"]
-    lines = ["decode step: %.3f ms %s (%.1f steps/s at that), %.1f pool jobs (fork/join barriers) per step" % (
-        total / steps, what, 1000.0 * steps / total if total else 0.0, timing["jobs"] / steps),
+        how += " (less %.2f us per clock read)" % timing["read_us"]
+    lines = ["%s: %.3f ms %s (%.1f steps/s at that), %.1f pool jobs (fork/join barriers) per step" % (
+        what, total / steps, how, 1000.0 * steps / total if total else 0.0, timing["jobs"] / steps),
         "%-10s %12s %8s" % ("phase", "us/step", "share")]
     phases = [(k, v) for k, v in timing.items() if k not in ("steps", "total_ms", "jobs", "read_us")]
     for name, ms in sorted(phases, key=lambda kv: -kv[1]):
