@@ -105,12 +105,28 @@ class Engine:
             if line.startswith("ERR"):
                 raise RuntimeError(line)
 
-    def gen(self, max_new, ids, keys=""):
-        """Returns (generated, prompt_tokens, prompt_ms, decode_ms) from the DONE line."""
+    def _send_gen(self, max_new, ids, keys):
         self.proc.stdin.write("GEN %d%s %s\n" % (max_new, " " + keys if keys else "", ",".join(map(str, ids))))
         self.proc.stdin.flush()
+
+    def gen(self, max_new, ids, keys=""):
+        """Returns (generated, prompt_tokens, prompt_ms, decode_ms) from the DONE line."""
+        self._send_gen(max_new, ids, keys)
         f = self.wait_for("DONE").split()
         return int(f[1]), int(f[2]), float(f[3]), float(f[4])
+
+    def gen_stamps(self, max_new, ids, keys=""):
+        """The times (monotonic, as each is read) of a GEN's token lines, up to its DONE."""
+        self._send_gen(max_new, ids, keys)
+        stamps = []
+        while True:
+            line = self.lines.get(timeout=LINE_TIMEOUT_S)
+            if line is None or line.startswith("ERR"):
+                raise RuntimeError(line or "engine exited")
+            if line.startswith("T "):
+                stamps.append(time.monotonic())
+            elif line.startswith("DONE"):
+                return stamps
 
     def close(self):
         try:

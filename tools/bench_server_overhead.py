@@ -1,7 +1,7 @@
 """One client through `strata serve` (HTTP, the default slot engine) against the raw engine's single stream.
 
 Issue 17's bar: one client through the server decodes at >= 95 % of the raw engine's single-stream speed. The
-raw side is `strata-engine` driven over its pipes with nothing but a line reader (a `GEN`, the solo path, no
+raw side is `strata-engine` driven over its pipes by bench_engine's line reader (a `GEN`, the solo path, no
 Python engine client); the server side is `strata serve` with its defaults except `--drafting off` (drafting
 changes the engine's work per token, not the server's), one streamed `/completion` at a time. Both sides read
 the same prompt ids, greedy, end-of-turn banned (the peer's ignore_eos), and are measured back to back in
@@ -19,7 +19,6 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import time
 
@@ -27,6 +26,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from serve.bootstrap import ENGINE_EXE, default_model_path  # noqa: E402
+from tools.bench_engine import Engine, ban_eos_bias  # noqa: E402
 from tools.bench_server import start_server, stop_server  # noqa: E402
 
 READY_S = 120.0
@@ -39,40 +39,6 @@ def prompt_ids(i, n=48):
 
 def _rate(stamps):
     return (len(stamps) - 1) / (stamps[-1] - stamps[0]) if len(stamps) > 1 and stamps[-1] > stamps[0] else 0.0
-
-
-class RawEngine:
-    """strata-engine over its pipes: GEN lines written, T lines timed, nothing else."""
-
-    def __init__(self, engine, model, threads):
-        self.p = subprocess.Popen([engine, "--serve", "--model", model, "--threads", str(threads)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
-        self.eos = []
-        end = time.monotonic() + READY_S
-        for line in self.p.stdout:
-            if line.startswith("INFO ") and " eos=" in line:
-                self.eos = [int(x) for x in line.split(" eos=")[1].split()[0].split(",") if x]
-            if line.startswith("READY") or time.monotonic() > end:
-                break
-
-    def run(self, ids, n):
-        bias = ",".join(f"{i}:-100" for i in self.eos)
-        self.p.stdin.write(f"GEN {n} temperature=0 logit_bias={bias} {','.join(map(str, ids))}\n")
-        self.p.stdin.flush()
-        stamps = []
-        for line in self.p.stdout:
-            if line.startswith("T "):
-                stamps.append(time.monotonic())
-            elif line.startswith(("DONE", "ERR")):
-                break
-        return _rate(stamps)
-
-    def close(self):
-        self.p.stdin.close()
-        try:
-            self.p.wait(10)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
 
 
 class Server:
@@ -114,17 +80,21 @@ def _served(srv, ids, n_new):
 
 def server_over_raw(engine, model, threads, n_new=256, pairs=6):
     """{raw, server (median tok/s), ratio (median of the pairs'), python_us_per_token (the server's CPU)}."""
-    raw, srv = RawEngine(engine, model, threads), Server(model, threads)
+    raw, srv = Engine(engine, model, threads), Server(model, threads)
+    no_eos = "temperature=0 logit_bias=" + ban_eos_bias(model)
+
+    def raw_rate(ids):
+        return _rate(raw.gen_stamps(n_new, ids, no_eos))
     try:
-        raw.run(prompt_ids(0, 8), 8)
+        raw.gen(8, prompt_ids(0, 8), no_eos)
         srv.run(prompt_ids(0, 8), 8)
         a, b, ratios, cpu = [], [], [], []
         for r in range(pairs):
             if r % 2:  # the order alternates: a drift within a pair favours neither side
                 rate, n, spent = _served(srv, prompt_ids(r + 101), n_new)
-                a.append(raw.run(prompt_ids(r + 1), n_new))
+                a.append(raw_rate(prompt_ids(r + 1)))
             else:
-                a.append(raw.run(prompt_ids(r + 1), n_new))
+                a.append(raw_rate(prompt_ids(r + 1)))
                 rate, n, spent = _served(srv, prompt_ids(r + 101), n_new)
             cpu.append(spent / max(n, 1) * 1e6)
             b.append(rate)
