@@ -95,6 +95,9 @@ def make_server(service, opts: Options) -> StrataHTTPServer:
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
     server_version = "strata"
+    # TCP_NODELAY: a stream is one small write a token; with Nagle on, a write waits for the previous one's ACK,
+    # which a remote client may delay (delayed ACK, up to ~40 ms), and tokens would arrive in bursts
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt, *args):  # one line per request, on our own (non-blocking) stderr
         if not self.server.opts.quiet:

@@ -7,8 +7,11 @@ changes the engine's work per token, not the server's), one streamed `/completio
 the same prompt ids, greedy, end-of-turn banned (the peer's ignore_eos), and are measured back to back in
 pairs (which side goes first alternates) so a host whose speed drifts moves both sides of each ratio together;
 the figure is the median of the pairs' ratios. Rates are tokens after the first over first-token-to-last (the
-prompt read is not in them). The server's CPU time per token (its Python process: pump, request thread,
-HTTP) is printed beside them.
+prompt read is not in them), counted from each event's `tokens` (a token that ends inside a character has no
+text of its own and rides in the next event). The server's CPU time per token (its Python process: pump,
+request thread, HTTP) is printed beside them. The server's repeat guard stays on (it is part of its work a
+token), so a reply that loops ends early there; the engine's rate of that pair is then taken over the same
+positions.
 
 Usage: python3 tools/bench_server_overhead.py [--pairs 10] [--tokens 256] [--threads N] [--model PATH]
 It is also called by tools/bench_serving.py (the `server_over_raw` row).
@@ -41,6 +44,14 @@ def _rate(stamps):
     return (len(stamps) - 1) / (stamps[-1] - stamps[0]) if len(stamps) > 1 and stamps[-1] > stamps[0] else 0.0
 
 
+def _rate_events(stamps):
+    """Tokens after the first event's over first-event-to-last; `stamps` has one entry a token, the tokens of
+    one event sharing its time."""
+    if len(stamps) < 2 or stamps[-1] <= stamps[0]:
+        return 0.0
+    return (len(stamps) - stamps.count(stamps[0])) / (stamps[-1] - stamps[0])
+
+
 class Server:
     """`strata serve` on a free port with --drafting off; streamed /completion, one event a token."""
 
@@ -63,10 +74,13 @@ class Server:
         for raw in c.getresponse():
             if raw.startswith(b"data: "):
                 ev = json.loads(raw[6:])
-                if ev.get("content") and not ev.get("stop"):
-                    stamps.append(time.monotonic())
+                # tokens, not events: a token that ends inside a character (two tokens a Hebrew letter in
+                # SmolLM2) has no text of its own and rides in the next event
+                n = 0 if ev.get("stop") else len(ev.get("tokens") or [])
+                if n:
+                    stamps.extend([time.monotonic()] * n)
         c.close()
-        return _rate(stamps), len(stamps)
+        return stamps
 
     def close(self):
         stop_server(self.p)
@@ -74,8 +88,8 @@ class Server:
 
 def _served(srv, ids, n_new):
     c0 = srv.cpu_s()
-    rate, n = srv.run(ids, n_new)
-    return rate, n, srv.cpu_s() - c0
+    stamps = srv.run(ids, n_new)
+    return stamps, srv.cpu_s() - c0
 
 
 def server_over_raw(engine, model, threads, n_new=256, pairs=6):
@@ -83,21 +97,23 @@ def server_over_raw(engine, model, threads, n_new=256, pairs=6):
     raw, srv = Engine(engine, model, threads), Server(model, threads)
     no_eos = "temperature=0 logit_bias=" + ban_eos_bias(model)
 
-    def raw_rate(ids):
-        return _rate(raw.gen_stamps(n_new, ids, no_eos))
     try:
         raw.gen(8, prompt_ids(0, 8), no_eos)
         srv.run(prompt_ids(0, 8), 8)
         a, b, ratios, cpu = [], [], [], []
         for r in range(pairs):
+            ids = prompt_ids(r + 1)  # both sides the same prompt: greedy, the same tokens
             if r % 2:  # the order alternates: a drift within a pair favours neither side
-                rate, n, spent = _served(srv, prompt_ids(r + 101), n_new)
-                a.append(raw_rate(prompt_ids(r + 1)))
+                served, spent = _served(srv, ids, n_new)
+                engine_stamps = raw.gen_stamps(n_new, ids, no_eos)
             else:
-                a.append(raw_rate(prompt_ids(r + 1)))
-                rate, n, spent = _served(srv, prompt_ids(r + 101), n_new)
-            cpu.append(spent / max(n, 1) * 1e6)
-            b.append(rate)
+                engine_stamps = raw.gen_stamps(n_new, ids, no_eos)
+                served, spent = _served(srv, ids, n_new)
+            # the server's repeat guard may end a looping reply early: both rates over the same positions
+            n = min(len(served), len(engine_stamps))
+            cpu.append(spent / max(len(served), 1) * 1e6)
+            a.append(_rate(engine_stamps[:n]))
+            b.append(_rate_events(served[:n]))
             if a[-1] > 0:
                 ratios.append(b[-1] / a[-1])
         return {"raw_tok_s": round(statistics.median(a), 1), "server_tok_s": round(statistics.median(b), 1),

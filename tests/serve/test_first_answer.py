@@ -7,8 +7,9 @@ import sys
 import types
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
-from serve.service import LOOP_PERIOD_MAX, _LoopGuard
+from serve.service import LOOP_PERIOD_MAX, _LoopGuard, loop_need
 from tests.serve.conftest import chat
 from tests.serve.test_batch import FAKE_SLOTS
 
@@ -114,6 +115,37 @@ def test_the_loop_guard_lets_text_that_quotes_itself_once_run():
     ids = _letters(100, seed=8) + para + para + _letters(500, seed=7)  # one paragraph twice, then new text
     assert _guard_stops_at(ids) is None
     assert _guard_stops_at([1, 2] * 400, limit=0) is None  # repeat_stop_tokens 0 turns the guard off
+
+
+def _scan_stops_at(ids, limit=256):
+    """The guard's rule read directly off the ids: where `limit` equal ids in a row, or for some period p in
+    2..LOOP_PERIOD_MAX loop_need(p) newest positions in a row each equal to the one p earlier, first occur."""
+    for t in range(len(ids)):
+        run = 1
+        while run <= t and ids[t - run] == ids[t]:
+            run += 1
+        if run >= limit:
+            return t + 1
+        for p in range(2, min(t, LOOP_PERIOD_MAX) + 1):
+            k = 0
+            while t - k - p >= 0 and ids[t - k] == ids[t - k - p]:
+                k += 1
+            if k >= loop_need(p):
+                return t + 1
+    return None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=40), st.integers(1, 12), st.integers(0, 300),
+       st.integers(0, 3))
+def test_the_loop_guard_stops_where_the_rule_says(cycle, times, noise_seed, alphabet_extra):
+    """Cycles over a small alphabet (so ids recur at many periods at once) after and between random text."""
+    rnd = random.Random(noise_seed)
+    head = [rnd.randrange(0, 6 + alphabet_extra) for _ in range(rnd.randrange(0, 400))]
+    tail = [rnd.randrange(0, 6 + alphabet_extra) for _ in range(rnd.randrange(0, 400))]
+    ids = head + cycle * times + tail
+    limit = rnd.choice([256, 7, 3])
+    assert _guard_stops_at(ids, limit) == _scan_stops_at(ids, limit)
 
 
 def test_a_long_cycle_ends_the_reply_as_length(server):
