@@ -33,7 +33,10 @@ void stdin_reader::push(stdin_line&& item) {
 
 bool stdin_reader::pop(stdin_line* out, int32_t timeout_ms) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return !queue_.empty(); })) {
+    // a zero timeout (the step loop's look between slot steps) only looks: waiting on the condition with a
+    // deadline already past would still cost a futex call every step
+    if (timeout_ms <= 0 ? queue_.empty()
+                        : !cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return !queue_.empty(); })) {
         return false;
     }
     *out = std::move(queue_.front());
