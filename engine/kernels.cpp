@@ -1,6 +1,7 @@
 // engine/kernels.cpp — scalar kernel set, CPU dispatch and the matmul driver (contract in kernels.h).
 #include "kernels.h"
 #include "kernels_act8.h"
+#include "kernels_group_q5_0.h"
 #include "kernels_kq.h"
 #include "kernels_kquant.h"
 
@@ -275,16 +276,19 @@ void mm_multi_group_range(void* ctx, int64_t g0, int64_t g1, int) {
 }  // namespace
 
 size_t weight_group_bytes(ggml_type type, int64_t n_cols) {
+    if (type == GGML_TYPE_Q5_0) return q5_0_group_bytes(n_cols);  // engine/kernels_group_q5_0.h
     return size_t(n_cols / QK32) * (group_scale_bytes(type) + group_quant_bytes(type));
 }
 
 size_t weight_packed_bytes(ggml_type type, int64_t n_cols, int64_t n_rows) {
-    const bool ok = (type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q8_0) &&
+    const bool ok = (type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q8_0 ||
+                     type == GGML_TYPE_Q5_0) &&
                     n_cols > 0 && n_cols % QK32 == 0 && n_rows > 0 && n_rows % MM_GROUP_ROWS == 0;
     return ok ? weight_group_bytes(type, n_cols) * size_t(n_rows / MM_GROUP_ROWS) : 0;
 }
 
 void weight_pack(const weight_view& w, uint8_t* out) {
+    if (w.type == GGML_TYPE_Q5_0) return weight_pack_q5_0(w, out);
     const int64_t nb = w.n_cols / QK32;
     const size_t sb = group_scale_bytes(w.type), qb = group_quant_bytes(w.type);
     for (int64_t g = 0; g < w.n_rows / MM_GROUP_ROWS; ++g) {
@@ -340,6 +344,7 @@ mm_group_fn group_fn(const kernel_set& ks, ggml_type type) {
     case GGML_TYPE_Q4_0: return ks.group_q4_0;
     case GGML_TYPE_Q4_1: return ks.group_q4_1;
     case GGML_TYPE_Q8_0: return ks.group_q8_0;
+    case GGML_TYPE_Q5_0: return group_q5_0_fn(ks);
     default: return nullptr;
     }
 }
@@ -386,11 +391,15 @@ static mm_group_fn packed_fn(const kernel_set& ks, const weight_view& w) {
 
 void matmul_fused(threadpool* pool, const kernel_set& ks, const weight_view* const* ws, float* const* ys, int n_w,
                   const float* x, int64_t x_stride, int64_t n_tok, mm_scratch* scratch) {
-    bool fuse = n_w <= MM_MAX_FUSED;
+    // one pass over all rows needs every weight on row kernels or every one packed (a packed Q5_0 weight
+    // has no row kernel)
+    bool fuse = n_w <= MM_MAX_FUSED, all_rows = true, all_packed = true;
     for (int i = 0; i < n_w; ++i) {
-        fuse = fuse && kernels_uses_q16(ws[i]->type) && ws[i]->n_cols == ws[0]->n_cols &&
-               ws[i]->act_bits == ws[0]->act_bits;
+        all_rows = all_rows && kernels_uses_q16(ws[i]->type);
+        all_packed = all_packed && packed_fn(ks, *ws[i]) != nullptr;
+        fuse = fuse && ws[i]->n_cols == ws[0]->n_cols && ws[i]->act_bits == ws[0]->act_bits;
     }
+    fuse = fuse && (all_rows || all_packed);
     if (!fuse) {
         for (int i = 0; i < n_w; ++i) matmul(pool, ks, *ws[i], x, x_stride, n_tok, ys[i], scratch);
         return;
@@ -411,7 +420,7 @@ void matmul(threadpool* pool, const kernel_set& ks, const weight_view& w, const 
             int64_t n_tok, float* y, mm_scratch* scratch) {
     mm_job j{&ks, &w, x, x_stride, n_tok, y, act_q16{}, scratch, nullptr, nullptr};
     const int64_t k = w.n_cols;
-    if (kernels_uses_q16(w.type)) {
+    if (kernels_uses_q16(w.type) || packed_fn(ks, w)) {
         j.act = quantize_acts(pool, &j);
         j.group = packed_fn(ks, w);
         if (j.group) {

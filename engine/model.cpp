@@ -67,17 +67,25 @@ std::vector<weight_view*> matmul_weights(strata_model* m) {
 
 // Matrices whose blocks have an exact Q8_0 form (quant_widens_to_q8_0: Q5_0, IQ4_NL) are rewritten as Q8_0
 // into m->widened and take Q8_0's integer kernels (and its row-group packing) instead of the generic float
-// path. Same values, 34 / 22 or 34 / 18 of the bytes.
-void widen_weights(strata_model* m) {
+// path. Same values, 34 / 22 or 34 / 18 of the bytes. Except Q5_0 with 16-bit activations where the kernel set
+// has a Q5_0 row-group kernel and the shape a packed layout (pack_weights packs it): it stays 5-bit
+// (engine/kernels_group_q5_0.h), with the same results as widened.
+bool widens(const strata_model* m, const weight_view& w, int32_t act_bits) {
+    if (!quant_widens_to_q8_0(w.type)) return false;
+    return !(w.type == GGML_TYPE_Q5_0 && act_bits == 16 && group_fn(*m->ks, w.type) &&
+             weight_packed_bytes(w.type, w.n_cols, w.n_rows) > 0);
+}
+
+void widen_weights(strata_model* m, int32_t act_bits) {
     size_t n_blocks = 0;
     for (weight_view* w : matmul_weights(m)) {
-        if (quant_widens_to_q8_0(w->type)) n_blocks += size_t(w->n_rows) * size_t(w->n_cols / QK32);
+        if (widens(m, *w, act_bits)) n_blocks += size_t(w->n_rows) * size_t(w->n_cols / QK32);
     }
     if (n_blocks == 0) return;
     m->widened.resize(n_blocks);
     size_t at = 0;
     for (weight_view* w : matmul_weights(m)) {
-        if (!quant_widens_to_q8_0(w->type)) continue;
+        if (!widens(m, *w, act_bits)) continue;
         block_q8_0* dst = m->widened.data() + at;
         const int64_t per_row = w->n_cols / QK32;
         for (int64_t r = 0; r < w->n_rows; ++r) quant_row_to_q8_0(w->type, w->data + size_t(r) * w->row_bytes, dst + r * per_row, w->n_cols);
@@ -330,7 +338,7 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     const int n_threads = params.n_threads > 0 ? params.n_threads : threadpool_physical_cores();
     m->pool = threadpool_init(n_threads);
     m->ks = &kernels_get();
-    widen_weights(m);
+    widen_weights(m, params.act_bits == 8 ? 8 : 16);
     pack_weights(m, params.act_bits == 8 ? 8 : 16);
 
     model_info& info = m->info;

@@ -54,6 +54,7 @@ int32_t step_phase_of(ggml_type type) {
     case GGML_TYPE_Q4_0: return STEP_MM_Q4_0;
     case GGML_TYPE_Q4_1: return STEP_MM_Q4_1;
     case GGML_TYPE_Q8_0: return STEP_MM_Q8_0;
+    case GGML_TYPE_Q5_0: return STEP_MM_Q5_0;
     case GGML_TYPE_Q4_K:
     case GGML_TYPE_Q5_K:
     case GGML_TYPE_Q6_K: case GGML_TYPE_Q5_1: case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_IQ4_XS:
@@ -63,7 +64,7 @@ int32_t step_phase_of(ggml_type type) {
 }
 
 const char* step_phase_name(int32_t phase) {
-    static const char* names[STEP_PHASE_COUNT] = {"mm_q4_0",   "mm_q4_1", "mm_q8_0", "mm_kquant", "mm_float",
+    static const char* names[STEP_PHASE_COUNT] = {"mm_q4_0",   "mm_q4_1", "mm_q8_0", "mm_q5_0",  "mm_kquant", "mm_float",
                                                   "lm_head",   "quantize", "attention", "norms",   "wait",
                                                   "sample",    "emit",    "other"};
     return phase >= 0 && phase < STEP_PHASE_COUNT ? names[phase] : "?";

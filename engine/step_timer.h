@@ -26,6 +26,7 @@ enum step_phase : int32_t {
     STEP_MM_Q4_0 = 0,   // matmuls by weight type: the caller thread's own share of the rows
     STEP_MM_Q4_1,
     STEP_MM_Q8_0,
+    STEP_MM_Q5_0,       // Q5_0 kept 5-bit in its row-group layout (engine/kernels_group_q5_0.h); widened: Q8_0
     STEP_MM_KQUANT,     // Q4_K, Q5_K, Q6_K and Q5_1, Q2_K, Q3_K, IQ4_XS (engine/kernels_kq.h)
     STEP_MM_FLOAT,      // F32 / F16 / BF16 and the float path of the other types
     STEP_LM_HEAD,       // the output matrix (n_vocab rows), whatever its type

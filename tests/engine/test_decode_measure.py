@@ -8,7 +8,7 @@ import subprocess
 
 from tools import decode_roofline
 
-PHASES = ("mm_q4_0", "mm_q4_1", "mm_q8_0", "mm_kquant", "mm_float", "lm_head", "quantize", "attention", "norms",
+PHASES = ("mm_q4_0", "mm_q4_1", "mm_q8_0", "mm_q5_0", "mm_kquant", "mm_float", "lm_head", "quantize", "attention", "norms",
           "wait", "sample", "emit", "other")
 
 
