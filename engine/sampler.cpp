@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <unordered_map>
 
 namespace {
@@ -41,9 +42,45 @@ void apply_penalties(const sampler_params& p, const int32_t* history, int32_t n_
     }
 }
 
-// Greedy without a mask or penalties, in one pass over the logits and no copy: the argmax over the ids
-// without a bias, then each biased id with its summed bias. Candidates compare as the general path's scan
-// does (higher value, on a tie the lower id; NaN never wins), so the token is the same.
+// Logits per chunk of max_finite's scan: the first chunk holding the maximum is where the argmax search starts.
+constexpr int32_t GREEDY_CHUNK = 512;
+
+// A float's bits as an int32 that orders as the float does (-0 just below +0, at -1); its own inverse.
+inline int32_t float_key(int32_t bits) { return bits ^ ((bits >> 31) & 0x7FFFFFFF); }
+
+// The largest of logits[0, n) and the start of the first chunk of GREEDY_CHUNK holding it; false when one
+// is not finite. Integer compares on the bits, branch-free per element, so the inner loop vectorises: a
+// 262,144-entry vocabulary (Gemma 3) took ~190 us per token in a scalar argmax with a bias check per id.
+bool max_finite(const float* logits, int32_t n, float* max_out, int32_t* chunk_out) {
+    int32_t kmax = INT32_MIN, chunk = 0;
+    uint32_t bad = 0;
+    for (int32_t c = 0; c < n; c += GREEDY_CHUNK) {
+        const int32_t e = n - c < GREEDY_CHUNK ? n : c + GREEDY_CHUNK;
+        int32_t km = INT32_MIN;
+        for (int32_t i = c; i < e; ++i) {
+            uint32_t u;
+            std::memcpy(&u, logits + i, 4);
+            bad |= (~u & 0x7F800000u) == 0;  // exponent all ones: an infinity or a NaN
+            int32_t key = float_key(int32_t(u));
+            key = key == -1 ? 0 : key;  // -0 as +0: equal logits, so the first chunk holding either wins
+            km = key > km ? key : km;
+        }
+        if (km > kmax) {
+            kmax = km;
+            chunk = c;
+        }
+    }
+    const int32_t bits = float_key(kmax);
+    std::memcpy(max_out, &bits, 4);
+    *chunk_out = chunk;
+    return bad == 0;
+}
+
+// Greedy without a mask or penalties, with no copy: the argmax over the ids without a bias, then each biased
+// id with its summed bias. Candidates compare as the general path's scan does (higher value, on a tie the
+// lower id; NaN never wins), so the token is the same. The argmax: the logits' maximum (max_finite), then
+// the first unbiased id holding it from the first chunk that holds it; only when biased ids alone hold it,
+// a scan that skips them.
 sample_status greedy_direct(const sampler_params& p, const float* logits, int32_t n_vocab, int32_t* token_out) {
     auto biased = [&](int32_t id) {
         for (const auto& [b_id, bias] : p.logit_bias) {
@@ -51,11 +88,21 @@ sample_status greedy_direct(const sampler_params& p, const float* logits, int32_
         }
         return false;
     };
+    float top = 0.0f;
+    int32_t top_chunk = 0;
+    if (!max_finite(logits, n_vocab, &top, &top_chunk)) return SAMPLE_NONFINITE;
     int32_t best = -1;
     float best_v = 0.0f;
-    for (int32_t i = 0; i < n_vocab; ++i) {
+    for (int32_t i = top_chunk; i < n_vocab; ++i) {
+        if (logits[i] == top && !biased(i)) {
+            best = i;
+            best_v = top;
+            break;
+        }
+    }
+    const bool top_biased = best < 0;
+    for (int32_t i = 0; top_biased && i < n_vocab; ++i) {
         const float v = logits[i];
-        if (!std::isfinite(v)) return SAMPLE_NONFINITE;
         if ((best < 0 || v > best_v) && !biased(i)) {
             best = i;
             best_v = v;

@@ -132,6 +132,22 @@ void test_sampler() {
     std::vector<float> nan_l = l;
     nan_l[3] = std::nanf("");
     CHECK(sampler_sample(greedy, nan_l.data(), N_VOCAB, nullptr, 0, 0, 0, &s, &t) == SAMPLE_NONFINITE);
+    std::vector<float> inf_l = l;  // in the tail past the greedy scan's lanes (N_VOCAB % 16 != 0)
+    inf_l[N_VOCAB - 1] = std::numeric_limits<float>::infinity();
+    CHECK(sampler_sample(greedy, inf_l.data(), N_VOCAB, nullptr, 0, 0, 0, &s, &t) == SAMPLE_NONFINITE);
+    // the maximum held only by a biased id (bias 0): that id; a -inf bias on it: the runner-up
+    greedy.logit_bias = {{best, 0.0f}};
+    CHECK(sampler_sample(greedy, l.data(), N_VOCAB, nullptr, 0, 0, 0, &s, &t) == SAMPLE_OK && t == best);
+    greedy.logit_bias = {{best, -std::numeric_limits<float>::infinity()}};
+    int32_t second = best == 0 ? 1 : 0;
+    for (int32_t i = 0; i < N_VOCAB; ++i) if (i != best && l[i] > l[second]) second = i;
+    CHECK(sampler_sample(greedy, l.data(), N_VOCAB, nullptr, 0, 0, 0, &s, &t) == SAMPLE_OK && t == second);
+    greedy.logit_bias.clear();
+    // -0 early and +0 in a later chunk of the scan are equal logits: the lower id
+    std::vector<float> zeros(N_VOCAB, -1.0f);
+    zeros[5] = -0.0f;
+    zeros[600] = 0.0f;
+    CHECK(sampler_sample(greedy, zeros.data(), N_VOCAB, nullptr, 0, 0, 0, &s, &t) == SAMPLE_OK && t == 5);
     // greedy without a mask takes the one-pass path; an all-allowing mask takes the general one: the same
     // token over logits with ties and biases (repeated ids, -inf, +large, out of range)
     std::vector<uint32_t> all((N_VOCAB + 31) / 32, 0xFFFFFFFFu);
