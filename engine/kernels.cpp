@@ -229,14 +229,17 @@ void quantize_range(void* ctx, int64_t t0, int64_t t1, int) {
 }
 
 // Row-group layout, per group of 16 rows and block b of 32 columns (weight_group_bytes / nb bytes):
-//   float dw[16]                       Q4_0, Q8_0: the rows' block scales
+//   float dw[16]                       Q4_0: the rows' block scales
+//   uint16 d[16]                       Q8_0: the rows' block scales as stored (half; 32 bytes, so a block is
+//                                      544 bytes for 512 values, not 576: decode streams the output head's
+//                                      copy once per token)
 //   uint16 d[16], uint16 m[16]         Q4_1: the rows' d and m as stored (half), so the packed copy reads no
 //                                      more bytes than the file's blocks; kernels take off = m + 8 d with
 //                                      one fma (8 d is exact, so it rounds as a float add would)
 //   Q4_0/Q4_1: 4 chunks of 32 uint16 words; word 2r + e of chunk c holds, in its nibble n (bits 4n..4n+3),
 //              the 4-bit value of element 2 (4c + n) + e of row r (as stored: 0..15, not centred)
 //   Q8_0:      16 chunks of 32 int8; byte 2r + e of chunk j is element 2j + e of row r
-constexpr size_t group_scale_bytes(ggml_type) { return 64; }
+constexpr size_t group_scale_bytes(ggml_type t) { return t == GGML_TYPE_Q8_0 ? 32 : 64; }
 constexpr size_t group_quant_bytes(ggml_type t) { return t == GGML_TYPE_Q8_0 ? 512 : 256; }
 
 int nibble(const uint8_t* qs, int i) { return i < 16 ? (qs[i] & 0xF) : (qs[i - 16] >> 4); }
@@ -300,7 +303,7 @@ void weight_pack(const weight_view& w, uint8_t* out) {
                 const uint8_t* row = w.data + size_t(g * MM_GROUP_ROWS + r) * w.row_bytes;
                 if (w.type == GGML_TYPE_Q8_0) {
                     const block_q8_0& blk = reinterpret_cast<const block_q8_0*>(row)[b];
-                    dw[r] = fp16_to_fp32(blk.d);
+                    std::memcpy(o + 2 * r, &blk.d, 2);
                     for (int j = 0; j < 16; ++j) {
                         for (int e = 0; e < 2; ++e) q[32 * j + 2 * r + e] = static_cast<uint8_t>(blk.qs[2 * j + e]);
                     }

@@ -14,8 +14,8 @@ void pack8_block(const weight_view& w, const uint8_t* row, int64_t b, int r, uin
     float* dw = reinterpret_cast<float*>(o);
     if (w.type == GGML_TYPE_Q8_0) {
         const block_q8_0& blk = reinterpret_cast<const block_q8_0*>(row)[b];
-        dw[r] = fp16_to_fp32(blk.d);
-        uint8_t* q = o + 64;
+        std::memcpy(o + 2 * r, &blk.d, 2);
+        uint8_t* q = o + 32;
         for (int j = 0; j < 8; ++j) {
             for (int i = 0; i < 4; ++i) q[64 * j + 4 * r + i] = static_cast<uint8_t>(blk.qs[4 * j + i] + 128);
         }

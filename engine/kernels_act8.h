@@ -8,10 +8,11 @@
 //  - The 8-bit row-group layout (weight_pack8, same size as weight_pack's) puts 4 consecutive elements of a
 //    row in one 32-bit lane, so one vpdpbusd (u8 x s8 -> int32, AVX-512 VNNI) covers 16 rows x 4 elements,
 //    twice as many as the 16-bit kernels' vpdpwssd. Per group of 16 rows and block b of 32 columns:
-//      float dw[16] (Q4_0, Q8_0) or half d[16], m[16] (Q4_1)   as weight_pack
+//      float dw[16] (Q4_0), half d[16] (Q8_0) or half d[16], m[16] (Q4_1)   as weight_pack
 //      Q4_0/Q4_1: 4 vectors of 64 bytes; byte 4r + i of vector c holds element 8c + i of row r in its low
 //                 nibble and element 8c + 4 + i in its high one (stored 0..15)
-//      Q8_0:      8 vectors of 64 bytes; byte 4r + i of vector j is element 4j + i of row r, plus 128 (u8)
+//      Q8_0:      8 vectors of 64 bytes (from byte 32); byte 4r + i of vector j is element 4j + i of row r,
+//                 plus 128 (u8)
 //    The integer sums start at -8 (Q4) or -128 (Q8_0) times the block's activation sum; the float steps are
 //    the 16-bit row-group kernels', so the 8-bit kernel and the 16-bit kernel over the same 8-bit activations
 //    give the same bits (tests/engine/kernels_test.cpp).

@@ -23,7 +23,7 @@ using quad8 = int32_t __attribute__((may_alias, aligned(4)));
 template <int KIND, int T>
 struct group8_kernel {
 static void run(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, float* y, size_t y_stride) {
-    constexpr size_t SB = 64, QB = KIND == 2 ? 512 : 256, GB = SB + QB;
+    constexpr size_t SB = KIND == 2 ? 32 : 64, QB = KIND == 2 ? 512 : 256, GB = SB + QB;
     constexpr int NACC = T >= 4 ? 1 : 2;
     constexpr int32_t BIAS = KIND == 2 ? -128 : -8;
     const int8_t* aq = a.qs8 + t0 * a.k;
@@ -49,7 +49,7 @@ static void run(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, floa
             }
         };
         if constexpr (KIND == 2) {
-            for (int j = 0; j < 8; ++j) dot(j, _mm512_load_si512(q + 64 * j));
+            for (int j = 0; j < 8; ++j) dot(j, _mm512_loadu_si512(q + 64 * j));  // 32-byte aligned (SB 32)
         } else {
             for (int c = 0; c < 4; ++c) {
                 const __m512i w = _mm512_load_si512(q + 64 * c);

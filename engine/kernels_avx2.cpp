@@ -290,7 +290,7 @@ using pair16 = int32_t __attribute__((may_alias, aligned(4)));
 
 template <int KIND, int T>
 void group_half(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int half, float* y, size_t y_stride) {
-    constexpr size_t SB = 64, QB = KIND == 2 ? 512 : 256, GB = SB + QB;
+    constexpr size_t SB = KIND == 2 ? 32 : 64, QB = KIND == 2 ? 512 : 256, GB = SB + QB;
     const int16_t* aq = a.qs + t0 * a.k;
     const float* ad = a.d + t0 * nb;
     const float* as = a.dsum + t0 * nb;
@@ -328,6 +328,8 @@ void group_half(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int 
             dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(gb) + half));
             const __m256 m = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(gb + 32) + half));
             off = _mm256_fmadd_ps(dw, _mm256_set1_ps(8.0f), m);
+        } else if constexpr (KIND == 2) {  // half scales
+            dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(gb) + half));
         } else {
             dw = _mm256_load_ps(reinterpret_cast<const float*>(gb) + 8 * half);
         }

@@ -152,7 +152,7 @@ using pair16 = int32_t __attribute__((may_alias, aligned(4)));
 template <int KIND, int T>
 struct group_kernel {
 static void run(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, float* y, size_t y_stride) {
-    constexpr size_t SB = 64, QB = KIND == 2 ? 512 : 256, GB = SB + QB;
+    constexpr size_t SB = KIND == 2 ? 32 : 64, QB = KIND == 2 ? 512 : 256, GB = SB + QB;
     constexpr int NACC = T >= 4 ? 1 : (T == 1 ? 4 : 2);
     const int16_t* aq = a.qs + t0 * a.k;
     const float* ad = a.d + t0 * nb;

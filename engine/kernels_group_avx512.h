@@ -18,11 +18,14 @@
 
 namespace group_avx512 {
 
-// KIND 0: Q4_0, 1: Q4_1, 2: Q8_0. The rows' block scales at gb (the block's 64 scale bytes): dw, and for
-// Q4_1 off = m + 8 d (half d and m; 8 d is exact, so the fma rounds once, as a float add would).
+// KIND 0: Q4_0, 1: Q4_1, 2: Q8_0. The rows' block scales at gb (the block's scale bytes: 64, Q8_0's 32): dw,
+// and for Q4_1 off = m + 8 d (half d and m; 8 d is exact, so the fma rounds once, as a float add would).
 template <int KIND>
 inline void block_scales(const uint8_t* gb, __m512& dw, __m512& off) {
-    if constexpr (KIND == 1) {
+    if constexpr (KIND == 2) {  // half d
+        dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(gb)));
+        off = _mm512_setzero_ps();
+    } else if constexpr (KIND == 1) {
         dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(gb)));
         off = _mm512_fmadd_ps(dw, _mm512_set1_ps(8.0f),
                               _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(gb + 32))));
