@@ -10,7 +10,7 @@
 // one per prompt position (with `last`: only the last prompt position's), then one per fed greedy token
 // (n_prompt + N_GEN - 1 rows, or N_GEN). stdout: the N_GEN
 // greedy tokens, comma-separated; stderr: "kv_bytes=B" (kv_cache_bytes of the positions written).
-// STRATA_PROBE_ACT_BITS=8 loads the model with 8-bit activations. Exit 1 with the reason on stderr when the model or an eval fails.
+// STRATA_PROBE_ACT_BITS=8 loads the model with 8-bit activations, STRATA_PROBE_THREADS=n with n threads (default 2). Exit 1 with the reason on stderr when the model or an eval fails.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -68,6 +68,8 @@ int logits(int argc, char** argv) {
     model_params mp;
     mp.path = argv[1];
     mp.n_threads = 2;
+    // STRATA_PROBE_THREADS=n: another pool size (results must not depend on it: tests/engine/test_gemma3.py)
+    if (const char* t = std::getenv("STRATA_PROBE_THREADS")) mp.n_threads = std::atoi(t);
     mp.n_batch = chunk;
     // STRATA_PROBE_ACT_BITS=8: the engine's --act-bits 8 (tests/engine/test_act_bits.py)
     if (const char* bits = std::getenv("STRATA_PROBE_ACT_BITS")) mp.act_bits = std::atoi(bits);

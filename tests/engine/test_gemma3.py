@@ -42,6 +42,22 @@ def test_random_gemma3_matches_llama_cpp(model_path, tok, tmp_path):
     _check(path, tok.encode(PROMPT), LOGIT_TOL_FLOAT)
 
 
+def test_random_gemma3_same_bits_at_any_thread_count(model_path, tok, tmp_path):
+    """One kv head, as Gemma 3 270M: a decode step's attention is one (tile, kv head) item, which the forward
+    pass splits over the query heads when the pool has more threads and the layer attends to 512 positions
+    or more (model.cpp, att_split: 1, 2, 4 parts at 1, 2, 3 threads; here the global layer, past a 530-token
+    prompt); Q5_0 layers (kept 5-bit where the CPU has the kernel). The same logits, bit for bit."""
+    vocab = {k: v for k, v in gguf_meta.read_metadata(str(model_path)).items()
+             if k.startswith("tokenizer.") and k != "tokenizer.chat_template"}
+    path = gguf_writer.random_model(tmp_path / "gemma3.gguf", "gemma3", vocab, wtype="Q5_0", seed=5,
+                                    shapes=dict(n_layer=6, head_dim=128, n_head_kv=1, n_ctx=1024))
+    ids = (tok.encode(PROMPT) * 40)[:530]
+    n_vocab = len(vocab["tokenizer.ggml.tokens"])
+    runs = [oracle.engine_logits(path, ids, 12, n_vocab, last_only=True, threads=t) for t in (1, 2, 3)]
+    for rows, tokens in runs[1:]:
+        assert tokens == runs[0][1] and all(a == b for a, b in zip(rows, runs[0][0], strict=True))
+
+
 def test_random_gemma3_ring_matches_llama_cpp(model_path, tok, tmp_path):
     """The window layers as rings (chunk 8: n_batch 8, ring 16 + 8 - 1 = 23 cells + 15 mirror cells, laps
     over a 120-token prompt and its greedy run): llama.cpp's logits, and the same bits with less KV than the
