@@ -21,7 +21,7 @@ the comparison a loaded machine disturbs least.
 
 Knows nothing of the server: only the engine's protocol (docs/PROTOCOL.md) and llama_cpp's Python API.
 Public surface: main(argv), Ours, Peer, measure(sides, runs), format_table(rows, threads, kernels),
-roofline_report(args, decode_tok_s, peer_tok_s), phases_report(args), measure_cpu(sides, runs), weight_traffic(model).
+roofline_report(args, decode_tok_s, peer_tok_s), phases_report(args), measure_cpu(sides, runs), weight_traffic(model, kernels).
 """
 
 import argparse
@@ -302,11 +302,13 @@ def prefill_phases_report(args):
 # ---- model traffic and CPU time (--where, --cpu) -------------------------------------------------------
 
 # ggml type number -> (name, bytes per element) as the engine holds the weight: Q5_0 and IQ4_NL are widened
-# to Q8_0 at load (34 bytes per 32), every other type is read as stored
+# to Q8_0 at load (34 bytes per 32), except Q5_0 with the AVX-512 kernels (KEPT_5BIT), every other type is
+# read as stored
 ENGINE_TYPE_BYTES = {0: ("F32", 4.0), 1: ("F16", 2.0), 30: ("BF16", 2.0), 2: ("Q4_0", 18 / 32), 3: ("Q4_1", 20 / 32),
                      6: ("Q5_0->Q8_0", 34 / 32), 7: ("Q5_1", 24 / 32), 8: ("Q8_0", 34 / 32), 10: ("Q2_K", 84 / 256),
                      11: ("Q3_K", 110 / 256), 12: ("Q4_K", 144 / 256), 13: ("Q5_K", 176 / 256),
                      14: ("Q6_K", 210 / 256), 20: ("IQ4_NL->Q8_0", 34 / 32), 23: ("IQ4_XS", 136 / 256)}
+KEPT_5BIT = {"avx512_vnni": {6: ("Q5_0", 22 / 32)}}  # kernel set -> its entries over ENGINE_TYPE_BYTES
 CPU_PREFILL_TOKENS = 512
 CPU_DECODE_TOKENS = 64
 
@@ -319,9 +321,11 @@ def resolve_model(name):
     return bootstrap.packaged_model_path(name) or name
 
 
-def weight_traffic(model):
+def weight_traffic(model, kernels="?"):
     """[(group, type names, MB read per decoded token, share)]: the 2-D weights one decode step reads, the
-    output head (output.weight, or the tied token_embd.weight) apart from the layer matrices by kind."""
+    output head (output.weight, or the tied token_embd.weight) apart from the layer matrices by kind;
+    kernels: the engine's kernel set (INFO kernels=), which decides whether Q5_0 stays 5-bit."""
+    type_bytes = {**ENGINE_TYPE_BYTES, **KEPT_5BIT.get(kernels, {})}
     sys.path.insert(0, REPO_ROOT)
     from tools import gguf_meta
     infos = gguf_meta.read_tensor_infos(model)
@@ -332,7 +336,7 @@ def weight_traffic(model):
         if len(ne) != 2 or (name.startswith("token_embd") and head != name):
             continue
         kind = "output head" if name == head else name.split(".")[-2]
-        tname, per = ENGINE_TYPE_BYTES.get(type_num, ("type %d" % type_num, 0.0))
+        tname, per = type_bytes.get(type_num, ("type %d" % type_num, 0.0))
         mb, types = groups.get(kind, (0.0, set()))
         groups[kind] = (mb + ne[0] * ne[1] * per / 1e6, types | {tname})
     total = sum(mb for mb, _ in groups.values()) or 1.0
@@ -451,7 +455,7 @@ def main(argv=None):
     if cpu:
         print(format_cpu(cpu))
     if args.where:
-        print(format_traffic(weight_traffic(args.model), figures["tg%d" % DECODE_TOKENS][0]))
+        print(format_traffic(weight_traffic(args.model, kernels), figures["tg%d" % DECODE_TOKENS][0]))
     return 0
 
 

@@ -104,7 +104,8 @@ def test_default_model():
 
 def test_tensor_infos_and_decode_traffic(tmp_path):
     """read_tensor_infos walks past the metadata to the tensor table; bench_engine's weight_traffic sizes
-    each kind as the engine holds it (Q5_0 widened to Q8_0) with the tied head apart."""
+    each kind as the engine holds it (Q5_0 widened to Q8_0, or kept 5-bit by the AVX-512 kernels) with the
+    tied head apart."""
     from tests import gguf_writer
     from tools import bench_engine
     from tools.gguf_meta import read_tensor_infos
@@ -115,3 +116,6 @@ def test_tensor_infos_and_decode_traffic(tmp_path):
     traffic = {k: (types, mb) for k, types, mb, _ in bench_engine.weight_traffic(str(path))}
     assert traffic["output head"] == ("Q8_0", pytest.approx(256 * 64 * 34 / 32 / 1e6))
     assert traffic["ffn_down"] == ("Q5_0->Q8_0", pytest.approx(2 * 512 * 256 * 34 / 32 / 1e6))
+    traffic = {k: (types, mb) for k, types, mb, _ in bench_engine.weight_traffic(str(path), "avx512_vnni")}
+    assert traffic["ffn_down"] == ("Q5_0", pytest.approx(2 * 512 * 256 * 22 / 32 / 1e6))
+    assert traffic["output head"] == ("Q8_0", pytest.approx(256 * 64 * 34 / 32 / 1e6))
