@@ -55,12 +55,13 @@ struct act_q16 {
 constexpr int MM_TOK_TILE = 8;
 
 // Row-group kernels (kernel sets that have them) work on weights repacked at load time: rows in groups of
-// MM_GROUP_ROWS, and per group and block of 32 columns the 16 rows' float scales (Q4_1: their d and m as
-// halves) followed by the quants interleaved so that one vector load yields element pair (2j, 2j+1) of all
-// 16 rows (layout in kernels.cpp, weight_pack). One integer dot product then covers 16 rows x 2 elements,
-// the block's exact integer sums of the 16 rows land in one vector, and the float scaling is one multiply
-// and one fma per (group, block, token) instead of per (row, block, token). Each output's value depends only
-// on its row and its token (integer sums are exact; the float steps run in block order).
+// MM_GROUP_ROWS, and per group and block of 32 columns the 16 rows' scales (Q4_0: floats; Q8_0: halves;
+// Q4_1: their d and m as halves; Q5_0: engine/kernels_group_q5_0.h) followed by the quants interleaved so
+// that one vector load yields element pair (2j, 2j+1) of all 16 rows (layout in kernels.cpp, weight_pack).
+// One integer dot product then covers 16 rows x 2 elements, the block's exact integer sums of the 16 rows
+// land in one vector, and the float scaling is one multiply and one fma per (group, block, token) instead of
+// per (row, block, token). Each output's value depends only on its row and its token (integer sums are
+// exact; the float steps run in block order).
 constexpr int MM_GROUP_ROWS = 16;
 // Kernel: y[t * y_stride + r] for r < 16, t < n_tok (<= MM_TOK_TILE): group g (nb blocks) times token t0 + t.
 using mm_group_fn = void (*)(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int n_tok, float* y,
@@ -104,7 +105,7 @@ const kernel_set& kernels_scalar();
 const kernel_set* kernels_avx2();    // nullptr when not compiled in
 const kernel_set* kernels_avx512();  // nullptr when not compiled in
 
-// Bytes of w in the row-group layout, 0 when it has none (type other than Q4_0/Q4_1/Q8_0, rows not a
+// Bytes of w in the row-group layout, 0 when it has none (type other than Q4_0/Q4_1/Q8_0/Q5_0, rows not a
 // multiple of MM_GROUP_ROWS). Bytes of one group: weight_group_bytes.
 size_t weight_packed_bytes(ggml_type type, int64_t n_cols, int64_t n_rows);
 size_t weight_group_bytes(ggml_type type, int64_t n_cols);
