@@ -1,6 +1,7 @@
 // engine/kernels.cpp — scalar kernel set, CPU dispatch and the matmul driver (contract in kernels.h).
 #include "kernels.h"
 #include "kernels_act8.h"
+#include "kernels_group_kq.h"
 #include "kernels_group_q5_0.h"
 #include "kernels_kq.h"
 #include "kernels_kquant.h"
@@ -280,18 +281,20 @@ void mm_multi_group_range(void* ctx, int64_t g0, int64_t g1, int) {
 
 size_t weight_group_bytes(ggml_type type, int64_t n_cols) {
     if (type == GGML_TYPE_Q5_0) return q5_0_group_bytes(n_cols);  // engine/kernels_group_q5_0.h
+    if (kq_group_has(type)) return kq_group_bytes(type, n_cols);  // Q4_K, Q6_K: engine/kernels_group_kq.h
     return size_t(n_cols / QK32) * (group_scale_bytes(type) + group_quant_bytes(type));
 }
 
 size_t weight_packed_bytes(ggml_type type, int64_t n_cols, int64_t n_rows) {
     const bool ok = (type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q8_0 ||
-                     type == GGML_TYPE_Q5_0) &&
-                    n_cols > 0 && n_cols % QK32 == 0 && n_rows > 0 && n_rows % MM_GROUP_ROWS == 0;
+                     type == GGML_TYPE_Q5_0 || kq_group_has(type)) &&
+                    n_cols > 0 && n_cols % quant_block_size(type) == 0 && n_rows > 0 && n_rows % MM_GROUP_ROWS == 0;
     return ok ? weight_group_bytes(type, n_cols) * size_t(n_rows / MM_GROUP_ROWS) : 0;
 }
 
 void weight_pack(const weight_view& w, uint8_t* out) {
     if (w.type == GGML_TYPE_Q5_0) return weight_pack_q5_0(w, out);
+    if (kq_group_has(w.type)) return kq_group_pack(w, out);
     const int64_t nb = w.n_cols / QK32;
     const size_t sb = group_scale_bytes(w.type), qb = group_quant_bytes(w.type);
     for (int64_t g = 0; g < w.n_rows / MM_GROUP_ROWS; ++g) {
@@ -348,7 +351,7 @@ mm_group_fn group_fn(const kernel_set& ks, ggml_type type) {
     case GGML_TYPE_Q4_1: return ks.group_q4_1;
     case GGML_TYPE_Q8_0: return ks.group_q8_0;
     case GGML_TYPE_Q5_0: return group_q5_0_fn(ks);
-    default: return nullptr;
+    default: return kq_group_fn(ks, type);
     }
 }
 

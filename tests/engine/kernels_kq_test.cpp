@@ -7,14 +7,20 @@
 //    summation of up to K / 32 block terms: the bound is ~100x the observed error);
 //  - a token's value is bit-identical whatever the tile size it is computed in (tile-independence: prompt
 //    chunking must not change results);
-//  - the matmul driver routes these types to these kernels: matmul equals the row kernel, bit for bit.
+//  - the matmul driver routes these types to these kernels: matmul equals the row kernel, bit for bit;
+//  - the row-group kernels of Q4_K / Q6_K (engine/kernels_group_kq.h) in every set against the same float64
+//    reference, bit-identical to the scalar reference kernels and across tile sizes, also at the extremes of
+//    the integer sums (every value and activation at its largest magnitude: no int32 overflow).
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels.h"
 #include "gelu.h"
+#include "kernels_group_kq.h"
 #include "kernels_kq.h"
 #include "quants.h"
 #include "threadpool.h"
@@ -140,6 +146,116 @@ void test_matmul_routes_here() {
     threadpool_free(pool);
 }
 
+// the 16-bit activations of n_tok tokens of x (scalar quantisation), with the block sums the driver adds
+struct acts {
+    std::vector<int16_t> qs;
+    std::vector<float> d, dsum;
+    std::vector<int32_t> isum;
+    act_q16 view(int64_t k) const { return act_q16{qs.data(), d.data(), dsum.data(), k, isum.data()}; }
+};
+
+acts quantize_acts(const std::vector<float>& x, int64_t k, int n_tok) {
+    const int64_t nb = k / QK32;
+    acts a{std::vector<int16_t>(x.size()), std::vector<float>(size_t(n_tok * nb)), std::vector<float>(size_t(n_tok * nb)),
+           std::vector<int32_t>(size_t(n_tok * nb))};
+    for (int t = 0; t < n_tok; ++t) {
+        kernels_scalar().quantize_q16(x.data() + t * k, k, a.qs.data() + t * k, a.d.data() + t * nb, a.dsum.data() + t * nb);
+        for (int64_t b = 0; b < nb; ++b) {
+            int32_t s = 0;
+            for (int l = 0; l < QK32; ++l) s += a.qs[size_t(t * k + b * QK32 + l)];
+            a.isum[size_t(t * nb + b)] = s;
+        }
+    }
+    return a;
+}
+
+// every group kernel the CPU runs, the scalar reference first
+std::vector<std::pair<const char*, const kq_group_set*>> group_sets() {
+    std::vector<std::pair<const char*, const kq_group_set*>> v = {{"scalar", &kq_groups_scalar()}};
+    for (const named_set& s : sets()) {
+        if (std::strcmp(s.name, "avx2") == 0 && kq_groups_avx2()) v.push_back({"avx2", kq_groups_avx2()});
+        if (std::strcmp(s.name, "avx512") == 0 && kq_groups_avx512()) v.push_back({"avx512", kq_groups_avx512()});
+    }
+    return v;
+}
+
+// rows (n_rows, k) of type packed and run by every set against the float64 dot of the dequantised rows;
+// extremes: the value bytes all set so that every element is at (or, Q4_K, next to) its largest magnitude
+void check_groups(ggml_type type, int64_t k, const std::vector<float>& x, bool extremes) {
+    const int T = MM_TOK_TILE, n_rows = 2 * MM_GROUP_ROWS;
+    const int64_t nb = k / QK32;
+    std::vector<uint8_t> w = random_rows(type, k, n_rows);
+    const size_t rb = quant_row_bytes(type, k);
+    // extremes: Q4_K q = 15, m = 0 (q = 0 would make every value 0: the reference could not bound the
+    // centred form's rounding); Q6_K q = 0 (q - 32 = -32), scales -128
+    if (extremes) {
+        for (size_t o = 0; o < w.size(); o += quant_block_bytes(type)) {
+            if (type == GGML_TYPE_Q4_K) {
+                auto& b = *reinterpret_cast<block_q4_k*>(w.data() + o);
+                std::memset(b.qs, 0xFF, sizeof b.qs);
+                std::memset(b.scales, 0x3F, 4);  // sub-blocks 0..3: sc 63, m 0; 4..7: sc 15, m 0
+                std::memset(b.scales + 4, 0, 4);
+                std::memset(b.scales + 8, 0x0F, 4);
+            } else {
+                auto& b = *reinterpret_cast<block_q6_k*>(w.data() + o);
+                std::memset(b.ql, 0, sizeof b.ql);
+                std::memset(b.qh, 0, sizeof b.qh);
+                std::memset(b.scales, 0x80, sizeof b.scales);
+            }
+        }
+    }
+    weight_view wv{type, k, n_rows, rb, w.data()};
+    std::vector<uint8_t> packed(weight_packed_bytes(type, k, n_rows) + 64);
+    uint8_t* pk = packed.data() + (64 - reinterpret_cast<uintptr_t>(packed.data()) % 64) % 64;
+    CHECK(weight_packed_bytes(type, k, n_rows) == 2 * kq_group_bytes(type, k), "%s: packed size", quant_name(type));
+    weight_pack(wv, pk);
+    const acts a = quantize_acts(x, k, T);
+    std::vector<double> ref(size_t(T * n_rows)), mag(size_t(T * n_rows));
+    std::vector<float> wf(static_cast<size_t>(k));
+    for (int r = 0; r < n_rows; ++r) {
+        dequantize_row(type, w.data() + size_t(r) * rb, wf.data(), k);
+        for (int t = 0; t < T; ++t) {
+            for (int64_t i = 0; i < k; ++i) {
+                const double av = double(a.qs[size_t(t * k + i)]) * double(a.d[size_t(t * nb + i / 32)]);
+                ref[size_t(t * n_rows + r)] += double(wf[size_t(i)]) * av;
+                mag[size_t(t * n_rows + r)] += std::fabs(double(wf[size_t(i)]) * av);
+            }
+        }
+    }
+    const size_t gbytes = kq_group_bytes(type, k);
+    std::vector<float> yref(size_t(T * n_rows));
+    for (int g = 0; g < 2; ++g) {
+        const mm_group_fn f = type == GGML_TYPE_Q4_K ? kq_groups_scalar().q4_k : kq_groups_scalar().q6_k;
+        f(pk + g * gbytes, nb, a.view(k), 0, T, yref.data() + g * MM_GROUP_ROWS, size_t(n_rows));
+    }
+    int bad = 0;
+    for (int i = 0; i < T * n_rows; ++i) bad += !(std::fabs(double(yref[size_t(i)]) - ref[size_t(i)]) <= 1e-5 * mag[size_t(i)] + 1e-6);
+    CHECK(bad == 0, "%s k=%ld%s: scalar group kernel vs double: %d outputs off", quant_name(type), long(k), extremes ? " (extremes)" : "", bad);
+    for (const auto& [name, set] : group_sets()) {
+        const mm_group_fn f = type == GGML_TYPE_Q4_K ? set->q4_k : set->q6_k;
+        for (int nt = 1; nt <= T; ++nt) {
+            for (int t0 = 0; t0 + nt <= T; t0 += nt) {
+                std::vector<float> y(size_t(nt * n_rows), -1.0f);
+                for (int g = 0; g < 2; ++g) f(pk + g * gbytes, nb, a.view(k), t0, nt, y.data() + g * MM_GROUP_ROWS, size_t(n_rows));
+                CHECK(std::memcmp(y.data(), yref.data() + t0 * n_rows, y.size() * 4) == 0, "%s %s k=%ld: tile of %d at %d differs from the scalar reference",
+                      name, quant_name(type), long(k), nt, t0);
+            }
+        }
+    }
+}
+
+void test_groups_against_reference() {
+    for (int64_t k : {256, 768, 2048}) {
+        std::vector<float> x(size_t(MM_TOK_TILE * k));
+        for (float& v : x) v = frand(-2, 2);
+        x[5] = 40.0f;  // an outlier channel
+        for (ggml_type type : {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K}) check_groups(type, k, x, false);
+        // every activation at +-32767 (block maxima equal): the largest integer sums the kernels can meet
+        for (size_t i = 0; i < x.size(); ++i) x[i] = (i / size_t(k)) % 2 ? -1.5f : 1.5f;
+        for (ggml_type type : {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K}) check_groups(type, k, x, true);
+    }
+}
+
 // gelu_mul of every set against the tanh form in double: |error| <= 1e-6 |x u| (the float tanh form itself
 // loses relative precision where 1 + tanh(y) cancels, so the bar is on the input's scale); worst printed
 void test_gelu() {
@@ -170,6 +286,7 @@ int main() {
     test_gelu();
     test_rows_against_reference();
     test_matmul_routes_here();
+    test_groups_against_reference();
     if (g_failures) return 1;
     std::printf("kernels_kq_test: ok\n");
     return 0;

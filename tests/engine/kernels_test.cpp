@@ -188,17 +188,21 @@ void test_matmul_determinism() {
 // a chunk of 13), fused or not; shapes without a row-group layout report 0 bytes.
 void test_packed_matmul() {
     CHECK(weight_packed_bytes(GGML_TYPE_Q4_1, 64, 40) == 0, "40 rows (not a multiple of 16) must have no packed layout");
-    CHECK(weight_packed_bytes(GGML_TYPE_Q4_K, 256, 32) == 0, "Q4_K has no packed layout");
+    CHECK(weight_packed_bytes(GGML_TYPE_Q5_K, 256, 32) == 0, "Q5_K has no packed layout");
+    CHECK(weight_packed_bytes(GGML_TYPE_Q4_K, 96, 32) == 0, "Q4_K rows are whole super-blocks");
     CHECK(weight_packed_bytes(GGML_TYPE_Q4_1, 64, 32) == 2 * weight_group_bytes(GGML_TYPE_Q4_1, 64), "packed size");
-    const ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0};
-    const int64_t ks_[] = {64, 96, 576};
+    const ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    // widths: odd and even block counts; the K types' rows are whole super-blocks of 256
+    const auto widths = [](ggml_type t) {
+        return quant_block_size(t) == 32 ? std::vector<int64_t>{64, 96, 576} : std::vector<int64_t>{256, 768, 1280};
+    };
     const int64_t n = 48, n_tok = 13;
     threadpool* pools[3] = {threadpool_init(1), threadpool_init(2), threadpool_init(3)};
     int tested = 0;
     for (const kernel_set* ks : kernel_sets()) {
         for (ggml_type type : types) {
             if (!group_fn(*ks, type)) continue;
-            for (int64_t k : ks_) {
+            for (int64_t k : widths(type)) {
                 std::vector<float> x(static_cast<size_t>(n_tok * k));
                 for (float& v : x) v = frand(-1, 1);
                 x[3] = 40.0f;  // an outlier channel, as in a residual stream
@@ -265,7 +269,7 @@ void test_packed_matmul() {
     const auto has = [&](const kernel_set* k) { return k && std::find(usable.begin(), usable.end(), k) != usable.end(); };
     if (has(a2) && has(a5)) {
         for (ggml_type type : types) {
-            const int64_t k = 576;
+            const int64_t k = widths(type)[2];
             std::vector<float> x(static_cast<size_t>(11 * k));
             for (float& v : x) v = frand(-1, 1);
             const std::vector<uint8_t> wbuf = random_rows(type, k, n);

@@ -9,6 +9,8 @@
 // shared, loaded machine disturbs the figures least. Prints per type and token count (1 = a decode step,
 // 64 = a prompt chunk): old and new ms per matmul, the speed-up, and the new kernel's weight GB/s (1 token)
 // or GMAC/s (64 tokens). Random weights (random bytes with modest half scales); activations uniform.
+// Then, for the types with a row-group layout (weight_pack: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K), the same matmul on
+// the row kernels against the packed copy's group kernels, and the packed copy's size against the rows'.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -129,6 +131,32 @@ int main(int argc, char** argv) {
             std::printf("%-7s %4ld %10.3f %10.3f %7.1fx %12s  %s\n", quant_name(type), long(n_tok), t_old, t_new,
                         t_old / t_new, rate, old_row ? "kernels_kquant.h rows" : "dequantise + dot_f32");
         }
+    }
+    // the row-group layout (weight_pack) against the same weight on its row kernels
+    std::printf("\n%-7s %4s %10s %10s %8s %12s  %s\n", "type", "tok", "row ms", "group ms", "speedup", "group rate", "packed bytes / row bytes");
+    for (ggml_type type : {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K}) {
+        const size_t pb = weight_packed_bytes(type, k, n);
+        if (pb == 0 || !group_fn(ks, type)) continue;
+        const std::vector<uint8_t> wbuf = random_rows(type, k, n, &rng);
+        const weight_view w{type, k, n, quant_row_bytes(type, k), wbuf.data()};
+        uint8_t* packed = weight_alloc(pb);
+        weight_pack(w, packed);
+        weight_view wp = w;
+        wp.packed = packed;
+        for (int64_t n_tok : {1, 64}) {
+            std::vector<float> x(size_t(n_tok * k)), y(size_t(n_tok * n));
+            std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+            for (float& v : x) v = u(rng);
+            mm_scratch s;
+            const double t_row = best_ms(repeats, [&] { matmul(pool, ks, w, x.data(), k, n_tok, y.data(), &s); });
+            const double t_grp = best_ms(repeats, [&] { matmul(pool, ks, wp, x.data(), k, n_tok, y.data(), &s); });
+            char rate[32];
+            if (n_tok == 1) std::snprintf(rate, sizeof rate, "%.2f GB/s", double(pb) / (t_grp * 1e6));
+            else std::snprintf(rate, sizeof rate, "%.2f GMAC/s", double(n * k * n_tok) / (t_grp * 1e6));
+            std::printf("%-7s %4ld %10.3f %10.3f %7.1fx %12s  %.2f\n", quant_name(type), long(n_tok), t_row, t_grp,
+                        t_row / t_grp, rate, double(pb) / double(wbuf.size()));
+        }
+        std::free(packed);
     }
     threadpool_free(pool);
     return 0;
