@@ -282,13 +282,12 @@ inline __m512 load_kv16(const uint8_t* row, int j) {
     }
 }
 
-// NV = hd / 16 zmm per head row; HC heads of one query per pass over V (accumulators stay in registers).
-// K is converted to float 16 positions at a time, once for the whole tile.
+// NV = hd / 16 zmm per head row. K and V are converted to float 16 positions at a time, once for the whole
+// tile.
 template <int NV, bool Q8>
 void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_t* k, const uint8_t* v,
                size_t row_bytes, int n_pos0, float scale, float* scores, float* out, size_t out_stride) {
     constexpr int HD = NV * 16;
-    constexpr int HC = NV <= 4 ? 4 : 2;
     const int n_last = n_pos0 + n_tok - 1;  // positions the tile's last query sees
     auto srow = [&](int t, int h) { return scores + (size_t(t) * size_t(n_q) + size_t(h)) * size_t(n_last); };
     alignas(64) float kf[16 * HD];  // 16 positions of K (then of V) in float
@@ -344,28 +343,33 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
             }
         }
     }
-    for (int t = 0; t < n_tok; ++t) {  // out = weights . V, HC heads per pass (V converted as it is read)
-        const int n_pos = n_pos0 + t;
-        float* ot = out + size_t(t) * out_stride;
-        for (int h0 = 0; h0 < n_q; h0 += HC) {
-            const int nh = n_q - h0 < HC ? n_q - h0 : HC;
-            __m512 acc[HC][NV];
-            for (int h = 0; h < HC; ++h) {
-                for (int j = 0; j < NV; ++j) acc[h][j] = _mm512_setzero_ps();
-            }
-            for (int p = 0; p < n_pos; ++p) {
-                const uint8_t* vr = v + size_t(p) * row_bytes;
-                __m512 vv[NV];
-                for (int j = 0; j < NV; ++j) vv[j] = load_kv16<Q8>(vr, j);
-                for (int h = 0; h < HC; ++h) {
-                    if (h < nh) {
-                        const __m512 w = _mm512_set1_ps(srow(t, h0 + h)[p]);
-                        for (int j = 0; j < NV; ++j) acc[h][j] = _mm512_fmadd_ps(w, vv[j], acc[h][j]);
-                    }
+    // out = weights . V: V converted to float 16 positions at a time, once for the whole tile (as K), then
+    // every query and head of the tile reads those rows; each output lane still sums its products in
+    // position order from zero (kept in `out` between blocks of 16 positions), so the tile size does not
+    // change a bit
+    for (int t = 0; t < n_tok; ++t) {
+        for (int i = 0; i < n_q * HD; ++i) out[size_t(t) * out_stride + size_t(i)] = 0.0f;
+    }
+    for (int p0 = 0; p0 < n_last; p0 += 16) {
+        const int nb = n_last - p0 < 16 ? n_last - p0 : 16;
+        for (int p = 0; p < nb; ++p) {
+            const uint8_t* vr = v + size_t(p0 + p) * row_bytes;
+            for (int j = 0; j < NV; ++j) _mm512_store_ps(kf + p * HD + j * 16, load_kv16<Q8>(vr, j));
+        }
+        for (int t = 0; t < n_tok; ++t) {
+            const int n_pos = n_pos0 + t;
+            if (p0 >= n_pos) continue;
+            const int np = n_pos - p0 < 16 ? n_pos - p0 : 16;
+            for (int h = 0; h < n_q; ++h) {
+                float* o = out + size_t(t) * out_stride + size_t(h) * HD;
+                const float* w = srow(t, h) + p0;
+                __m512 acc[NV];
+                for (int j = 0; j < NV; ++j) acc[j] = _mm512_loadu_ps(o + j * 16);
+                for (int p = 0; p < np; ++p) {
+                    const __m512 wv = _mm512_set1_ps(w[p]);
+                    for (int j = 0; j < NV; ++j) acc[j] = _mm512_fmadd_ps(wv, _mm512_load_ps(kf + p * HD + j * 16), acc[j]);
                 }
-            }
-            for (int h = 0; h < nh; ++h) {
-                for (int j = 0; j < NV; ++j) _mm512_storeu_ps(ot + (h0 + h) * HD + j * 16, acc[h][j]);
+                for (int j = 0; j < NV; ++j) _mm512_storeu_ps(o + j * 16, acc[j]);
             }
         }
     }

@@ -531,9 +531,13 @@ void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
     const size_t n_ctx_max = per_thread / (size_t(MODEL_ATT_TILE) * size_t(group));
     float* kbuf = m->s.kv_rows.data() + size_t(thread) * 2 * size_t(hd);
     const int32_t hs = group / f.att_split;  // query heads per item
+    const int64_t n_tiles = static_cast<int64_t>(m->s.att_tiles.size()) - 1;
     for (int64_t it = i0; it < i1; ++it) {
-        const int64_t unit = it / f.att_split;  // (tile, kv head)
-        const int64_t tile = unit / hp.n_head_kv;
+        const int64_t unit = it / f.att_split;  // (tile slot, kv head)
+        // tiles in zigzag order (0, last, 1, last - 1, ...): a prompt's later tiles see more positions, so
+        // the pool's contiguous item ranges get about equal work (in tile order the last thread got ~3/4)
+        const int64_t slot = unit / hp.n_head_kv;
+        const int64_t tile = slot % 2 == 0 ? slot / 2 : n_tiles - 1 - slot / 2;
         const int32_t g = static_cast<int32_t>(unit % hp.n_head_kv);
         const int32_t qh = g * group + static_cast<int32_t>(it % f.att_split) * hs;  // the item's first query head
         const int32_t e0 = m->s.att_tiles[size_t(tile)], e1 = m->s.att_tiles[size_t(tile) + 1];
