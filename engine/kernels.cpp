@@ -452,18 +452,31 @@ void silu_mul_row(const kernel_set& ks, float* g, const float* u, int64_t n) {
 }
 
 void rmsnorm_row(const float* x, const float* w, float* y, int32_t n, float eps) {
-    double ss = 0.0;
-    for (int32_t i = 0; i < n; ++i) ss += double(x[i]) * double(x[i]);
+    // 8 interleaved partial sums (each square is exact in double): independent chains the compiler
+    // vectorises; one serial chain cost ~4 cycles an element, 3% of a Gemma 3 prompt read
+    double part[8] = {};
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (int j = 0; j < 8; ++j) part[j] += double(x[i + j]) * double(x[i + j]);
+    }
+    for (; i < n; ++i) part[i % 8] += double(x[i]) * double(x[i]);
+    const double ss = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
     const float scale = static_cast<float>(1.0 / std::sqrt(ss / n + double(eps)));
-    for (int32_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
+    for (i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
 }
 
-void rope_row(float* x, int32_t n_heads, int32_t head_dim, int32_t n_rot, bool neox, int32_t pos,
-              const float* inv_freq) {
+void rope_cos_sin(int32_t n_rot, int32_t pos, const float* inv_freq, float* cs) {
+    for (int32_t i = 0; i < n_rot / 2; ++i) {
+        const float theta = static_cast<float>(pos) * inv_freq[i];
+        cs[2 * i] = std::cos(theta);
+        cs[2 * i + 1] = std::sin(theta);
+    }
+}
+
+void rope_row_cs(float* x, int32_t n_heads, int32_t head_dim, int32_t n_rot, bool neox, const float* cs) {
     const int32_t half = n_rot / 2;
     for (int32_t i = 0; i < half; ++i) {
-        const float theta = static_cast<float>(pos) * inv_freq[i];
-        const float c = std::cos(theta), s = std::sin(theta);
+        const float c = cs[2 * i], s = cs[2 * i + 1];
         const int32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
         for (int32_t h = 0; h < n_heads; ++h) {
             float* v = x + h * head_dim;
@@ -472,4 +485,11 @@ void rope_row(float* x, int32_t n_heads, int32_t head_dim, int32_t n_rot, bool n
             v[b] = x0 * s + x1 * c;
         }
     }
+}
+
+void rope_row(float* x, int32_t n_heads, int32_t head_dim, int32_t n_rot, bool neox, int32_t pos,
+              const float* inv_freq) {
+    float cs[512];  // n_rot floats; n_rot <= head_dim <= 512 (model.cpp's MODEL_MAX_HEAD_DIM)
+    rope_cos_sin(n_rot, pos, inv_freq, cs);
+    rope_row_cs(x, n_heads, head_dim, n_rot, neox, cs);
 }

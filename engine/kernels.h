@@ -146,6 +146,11 @@ void rmsnorm_row(const float* x, const float* w, float* y, int32_t n, float eps)
 // pairs, (2i, 2i+1) ("normal", llama) or (i, i + n_rot/2) (NeoX, qwen2/qwen3), by pos * inv_freq[i].
 void rope_row(float* x, int32_t n_heads, int32_t head_dim, int32_t n_rot, bool neox, int32_t pos,
               const float* inv_freq);
+// The rotation rope_row applies at pos: cs[2i], cs[2i + 1] = cos, sin of pos * inv_freq[i], i < n_rot / 2.
+void rope_cos_sin(int32_t n_rot, int32_t pos, const float* inv_freq, float* cs);
+// rope_row with its rotation given by rope_cos_sin (the same values, so the same bits): the forward pass
+// takes the sines once per entry, not once per layer and head kind.
+void rope_row_cs(float* x, int32_t n_heads, int32_t head_dim, int32_t n_rot, bool neox, const float* cs);
 
 // g[0..n) = silu(g) * u (SwiGLU's gate times up). With the AVX-512 set: exp by its polynomial (within 1e-6
 // relative of the true silu; decode calls this once per layer on the model thread, and the scalar loop cost

@@ -477,9 +477,9 @@ void qk_range(void* ctx, int64_t i0, int64_t i1, int) {
             }
         }
         const int32_t pos = f.b->pos[i];
-        const float* inv_freq = l.swa ? m->rope_inv_freq_swa.data() : m->rope_inv_freq.data();
-        rope_row(q, hp.n_head, hp.head_dim, hp.n_rot, hp.rope_neox, pos, inv_freq);
-        rope_row(k, hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_neox, pos, inv_freq);
+        const float* cs = m->s.rope_cs.data() + (size_t(i) * 2 + (l.swa ? 1 : 0)) * size_t(hp.n_rot);
+        rope_row_cs(q, hp.n_head, hp.head_dim, hp.n_rot, hp.rope_neox, cs);
+        rope_row_cs(k, hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_neox, cs);
         kv_cache* kv = f.b->kvs[f.b->seq[i]];
         const int32_t hd = hp.head_dim;
         for (int32_t h = 0; h < hp.n_head_kv; ++h) {
@@ -503,6 +503,18 @@ void qk_range(void* ctx, int64_t i0, int64_t i1, int) {
                 if (uint8_t* mirror = kv_head_mirror(kv, is_v != 0, f.layer, h, pos)) std::memcpy(mirror, dst, kv->head_bytes);
             }
         }
+    }
+}
+
+// each entry's RoPE rotation (rope_cos_sin) for the full-attention and the window layers' frequencies
+void rope_table_range(void* ctx, int64_t i0, int64_t i1, int) {
+    const fwd& f = *static_cast<fwd*>(ctx);
+    strata_model* m = f.m;
+    const int32_t n_rot = m->hp.n_rot;
+    for (int64_t i = i0; i < i1; ++i) {
+        float* cs = m->s.rope_cs.data() + size_t(i) * 2 * size_t(n_rot);
+        rope_cos_sin(n_rot, f.b->pos[i], m->rope_inv_freq.data(), cs);
+        if (m->hp.n_swa > 0) rope_cos_sin(n_rot, f.b->pos[i], m->rope_inv_freq_swa.data(), cs + n_rot);
     }
 }
 
@@ -720,6 +732,8 @@ int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string*
     while (n_tiles * hp.n_head_kv * att_split < m->info.n_threads && (hp.n_head / hp.n_head_kv) % (2 * att_split) == 0) {
         att_split *= 2;
     }
+    if (s.rope_cs.size() < size_t(n) * 2 * size_t(hp.n_rot)) s.rope_cs.resize(size_t(m->n_batch) * 2 * size_t(hp.n_rot));
+    run_entries(m, n, rope_table_range, &f);
     for (int32_t il = 0; il < hp.n_layer; ++il) {
         const layer_weights& l = m->layers[size_t(il)];
         f.layer = il;

@@ -57,6 +57,8 @@ struct model_scratch {
     std::vector<int32_t> att_tiles;           // first entry of each attention tile, then n
     std::vector<float> kv_rows;               // (n_threads, 2, head_dim) dequantised q8_0 KV rows
     std::vector<uint16_t> kv_f16;             // (n_embd_kv) one K or V row in half
+    std::vector<float> rope_cs;               // (n_batch, 2, n_rot) rope_cos_sin of each entry's position:
+                                              // full-attention frequencies, then the window layers'
     mm_scratch mm;
     std::vector<int32_t> seq_pos, seq_idx;   // model_eval_seq's batch (reused: no allocation per call)
     std::vector<uint8_t> seq_want;
