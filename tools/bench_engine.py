@@ -302,13 +302,16 @@ def prefill_phases_report(args):
 # ---- model traffic and CPU time (--where, --cpu) -------------------------------------------------------
 
 # ggml type number -> (name, bytes per element) as the engine holds the weight: Q5_0 and IQ4_NL are widened
-# to Q8_0 at load (34 bytes per 32), except Q5_0 with the AVX-512 kernels (KEPT_5BIT), every other type is
-# read as stored
+# to Q8_0 at load (34 bytes per 32), except Q5_0 with the AVX-512 kernels (KEPT_5BIT); Q4_K and Q6_K on the
+# AVX2 / AVX-512 sets are read from their row-group copies (PACKED_KQ, engine/kernels_group_kq.h: 384 and 640
+# bytes per 16 x 32; rows a multiple of 16); every other type is read as stored
 ENGINE_TYPE_BYTES = {0: ("F32", 4.0), 1: ("F16", 2.0), 30: ("BF16", 2.0), 2: ("Q4_0", 18 / 32), 3: ("Q4_1", 20 / 32),
                      6: ("Q5_0->Q8_0", 34 / 32), 7: ("Q5_1", 24 / 32), 8: ("Q8_0", 34 / 32), 10: ("Q2_K", 84 / 256),
                      11: ("Q3_K", 110 / 256), 12: ("Q4_K", 144 / 256), 13: ("Q5_K", 176 / 256),
                      14: ("Q6_K", 210 / 256), 20: ("IQ4_NL->Q8_0", 34 / 32), 23: ("IQ4_XS", 136 / 256)}
-KEPT_5BIT = {"avx512_vnni": {6: ("Q5_0", 22 / 32)}}  # kernel set -> its entries over ENGINE_TYPE_BYTES
+PACKED_KQ = {12: ("Q4_K->group", 384 / 512), 14: ("Q6_K->group", 640 / 512)}
+# kernel set -> its entries over ENGINE_TYPE_BYTES
+KEPT_5BIT = {"avx512_vnni": {6: ("Q5_0", 22 / 32), **PACKED_KQ}, "avx2": PACKED_KQ}
 CPU_PREFILL_TOKENS = 512
 CPU_DECODE_TOKENS = 64
 
