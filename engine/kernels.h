@@ -105,8 +105,9 @@ const kernel_set& kernels_scalar();
 const kernel_set* kernels_avx2();    // nullptr when not compiled in
 const kernel_set* kernels_avx512();  // nullptr when not compiled in
 
-// Bytes of w in the row-group layout, 0 when it has none (type other than Q4_0/Q4_1/Q8_0/Q5_0, rows not a
-// multiple of MM_GROUP_ROWS). Bytes of one group: weight_group_bytes.
+// Bytes of w in the row-group layout, 0 when it has none (type other than Q4_0/Q4_1/Q8_0/Q5_0 and Q4_K/Q6_K,
+// whose layout is engine/kernels_group_kq.h's; rows not a multiple of MM_GROUP_ROWS). Bytes of one group:
+// weight_group_bytes.
 size_t weight_packed_bytes(ggml_type type, int64_t n_cols, int64_t n_rows);
 size_t weight_group_bytes(ggml_type type, int64_t n_cols);
 // Writes w in the row-group layout to out (weight_packed_bytes bytes, 64-byte aligned).
