@@ -303,15 +303,25 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
             const int np = n_pos - p0 < 16 ? n_pos - p0 : 16;
             for (int h = 0; h < n_q; ++h) {
                 const float* qh = q + size_t(t) * q_stride + size_t(h) * HD;
-                __m512 qv[NV], part[16];
-                for (int j = 0; j < NV; ++j) qv[j] = _mm512_loadu_ps(qh + j * 16);
-                for (int p = 0; p < 16; ++p) {
-                    if (p < np) {
-                        __m512 a = _mm512_mul_ps(qv[0], _mm512_load_ps(kf + p * HD));
-                        for (int j = 1; j < NV; ++j) a = _mm512_fmadd_ps(qv[j], _mm512_load_ps(kf + p * HD + j * 16), a);
-                        part[p] = a;
-                    } else {
-                        part[p] = _mm512_setzero_ps();
+                __m512 part[16];
+                if (NV >= 16 && np == 16) {  // hd 256: 16 independent chains, one q vector live (no spills)
+                    const __m512 q0 = _mm512_loadu_ps(qh);
+                    for (int p = 0; p < 16; ++p) part[p] = _mm512_mul_ps(q0, _mm512_load_ps(kf + p * HD));
+                    for (int j = 1; j < NV; ++j) {
+                        const __m512 qj = _mm512_loadu_ps(qh + j * 16);
+                        for (int p = 0; p < 16; ++p) part[p] = _mm512_fmadd_ps(qj, _mm512_load_ps(kf + p * HD + j * 16), part[p]);
+                    }
+                } else {  // the same steps per position (the same bits)
+                    __m512 qv[NV];
+                    for (int j = 0; j < NV; ++j) qv[j] = _mm512_loadu_ps(qh + j * 16);
+                    for (int p = 0; p < 16; ++p) {
+                        if (p < np) {
+                            __m512 a = _mm512_mul_ps(qv[0], _mm512_load_ps(kf + p * HD));
+                            for (int j = 1; j < NV; ++j) a = _mm512_fmadd_ps(qv[j], _mm512_load_ps(kf + p * HD + j * 16), a);
+                            part[p] = a;
+                        } else {
+                            part[p] = _mm512_setzero_ps();
+                        }
                     }
                 }
                 const __m512 sc = _mm512_mul_ps(hsum16x16(part), _mm512_set1_ps(scale));
