@@ -356,7 +356,30 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
     // out = weights . V: V converted to float 16 positions at a time, once for the whole tile (as K), then
     // every query and head of the tile reads those rows; each output lane still sums its products in
     // position order from zero (kept in `out` between blocks of 16 positions), so the tile size does not
-    // change a bit
+    // change a bit. A lone query (decode) of head size <= 128 whose heads fit one pass (HC) converts V as it
+    // reads it instead: the same steps, without the buffer's store and reload (a long context's decode is
+    // mostly this loop); at head size 256 HC heads' accumulators fill the registers and the buffer wins.
+    constexpr int HC = NV <= 4 ? 4 : 2;
+    if (NV <= 8 && n_tok == 1 && n_q <= HC) {
+        const int n_pos = n_pos0;
+        __m512 acc[HC][NV];
+        for (int h = 0; h < HC; ++h) {
+            for (int j = 0; j < NV; ++j) acc[h][j] = _mm512_setzero_ps();
+        }
+        for (int p = 0; p < n_pos; ++p) {
+            const uint8_t* vr = v + size_t(p) * row_bytes;
+            for (int j = 0; j < NV; ++j) {
+                const __m512 vv = load_kv16<Q8>(vr, j);
+                for (int h = 0; h < HC; ++h) {
+                    if (h < n_q) acc[h][j] = _mm512_fmadd_ps(_mm512_set1_ps(srow(0, h)[p]), vv, acc[h][j]);
+                }
+            }
+        }
+        for (int h = 0; h < n_q; ++h) {
+            for (int j = 0; j < NV; ++j) _mm512_storeu_ps(out + h * HD + j * 16, acc[h][j]);
+        }
+        return;
+    }
     for (int t = 0; t < n_tok; ++t) {
         for (int i = 0; i < n_q * HD; ++i) out[size_t(t) * out_stride + size_t(i)] = 0.0f;
     }
