@@ -15,6 +15,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kernels_group_avx2.h"  // tile_walk
 #include "kernels_kquant.h"
 
 namespace {
@@ -341,25 +342,14 @@ void group_half(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int 
     for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + size_t(t) * y_stride + 8 * half, acc[t]);
 }
 
-template <int KIND, int T>
-void group_tile(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, float* y, size_t y_stride) {
-    group_half<KIND, T>(g, nb, a, t0, 0, y, y_stride);
-    group_half<KIND, T>(g, nb, a, t0, 1, y, y_stride);
-}
-
 template <int KIND>
 void group_dispatch(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
-    for (int done = 0; done < n_tok;) {  // tiles of 4: each token's result does not depend on the split
-        const int n = n_tok - done < 4 ? n_tok - done : 4;
+    group_avx2::tile_walk(n_tok, [&](auto tile, int done) {
+        constexpr int T = decltype(tile)::value;
         float* yt = y + size_t(done) * y_stride;
-        switch (n) {
-        case 1: group_tile<KIND, 1>(g, nb, a, t0 + done, yt, y_stride); break;
-        case 2: group_tile<KIND, 2>(g, nb, a, t0 + done, yt, y_stride); break;
-        case 3: group_tile<KIND, 3>(g, nb, a, t0 + done, yt, y_stride); break;
-        default: group_tile<KIND, 4>(g, nb, a, t0 + done, yt, y_stride); break;
-        }
-        done += n;
-    }
+        group_half<KIND, T>(g, nb, a, t0 + done, 0, yt, y_stride);
+        group_half<KIND, T>(g, nb, a, t0 + done, 1, yt, y_stride);
+    });
 }
 
 const kernel_set AVX2_SET = {

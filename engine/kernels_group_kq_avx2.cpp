@@ -11,6 +11,8 @@
 
 #include <immintrin.h>
 
+#include "kernels_group_avx2.h"  // tile_walk
+
 namespace {
 
 using pair16 = int32_t __attribute__((may_alias, aligned(4)));
@@ -71,25 +73,14 @@ void kq_group_half(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, i
     for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + size_t(t) * y_stride + 8 * half, acc[t]);
 }
 
-template <int KIND, int T>
-void kq_group_tile(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, float* y, size_t y_stride) {
-    kq_group_half<KIND, T>(g, nb, a, t0, 0, y, y_stride);
-    kq_group_half<KIND, T>(g, nb, a, t0, 1, y, y_stride);
-}
-
 template <int KIND>
 void kq_group_dispatch(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
-    for (int done = 0; done < n_tok;) {  // tiles of 4: each token's result does not depend on the split
-        const int n = n_tok - done < 4 ? n_tok - done : 4;
+    group_avx2::tile_walk(n_tok, [&](auto tile, int done) {
+        constexpr int T = decltype(tile)::value;
         float* yt = y + size_t(done) * y_stride;
-        switch (n) {
-        case 1: kq_group_tile<KIND, 1>(g, nb, a, t0 + done, yt, y_stride); break;
-        case 2: kq_group_tile<KIND, 2>(g, nb, a, t0 + done, yt, y_stride); break;
-        case 3: kq_group_tile<KIND, 3>(g, nb, a, t0 + done, yt, y_stride); break;
-        default: kq_group_tile<KIND, 4>(g, nb, a, t0 + done, yt, y_stride); break;
-        }
-        done += n;
-    }
+        kq_group_half<KIND, T>(g, nb, a, t0 + done, 0, yt, y_stride);
+        kq_group_half<KIND, T>(g, nb, a, t0 + done, 1, yt, y_stride);
+    });
 }
 
 const kq_group_set KQ_GROUP_AVX2 = {kq_group_dispatch<0>, kq_group_dispatch<1>};
