@@ -486,10 +486,3 @@ void rope_row_cs(float* x, int32_t n_heads, int32_t head_dim, int32_t n_rot, boo
         }
     }
 }
-
-void rope_row(float* x, int32_t n_heads, int32_t head_dim, int32_t n_rot, bool neox, int32_t pos,
-              const float* inv_freq) {
-    float cs[512];  // n_rot floats; n_rot <= head_dim <= 512 (model.cpp's MODEL_MAX_HEAD_DIM)
-    rope_cos_sin(n_rot, pos, inv_freq, cs);
-    rope_row_cs(x, n_heads, head_dim, n_rot, neox, cs);
-}

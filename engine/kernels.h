@@ -143,14 +143,12 @@ void matmul(threadpool* pool, const kernel_set& ks, const weight_view& w, const 
 // Elementwise ops of the forward pass (plain C++; they are a small share of the time).
 // y[0..n) = x * w / sqrt(mean(x^2) + eps); the sum of squares is taken in double. y may alias x.
 void rmsnorm_row(const float* x, const float* w, float* y, int32_t n, float eps);
-// RoPE on n_heads heads of head_dim floats at position pos: the first n_rot dims of each head are rotated in
-// pairs, (2i, 2i+1) ("normal", llama) or (i, i + n_rot/2) (NeoX, qwen2/qwen3), by pos * inv_freq[i].
-void rope_row(float* x, int32_t n_heads, int32_t head_dim, int32_t n_rot, bool neox, int32_t pos,
-              const float* inv_freq);
-// The rotation rope_row applies at pos: cs[2i], cs[2i + 1] = cos, sin of pos * inv_freq[i], i < n_rot / 2.
+// RoPE at position pos, in two steps so that the forward pass takes the sines once per entry, not once per
+// layer and head kind. rope_cos_sin: cs[2i], cs[2i + 1] = cos, sin of pos * inv_freq[i], i < n_rot / 2.
+// rope_row_cs: on n_heads heads of head_dim floats, the first n_rot dims of each head are rotated in pairs,
+// (2i, 2i+1) ("normal", llama) or (i, i + n_rot/2) (NeoX, qwen2/qwen3), by the angle whose cos, sin are
+// cs[2i], cs[2i + 1].
 void rope_cos_sin(int32_t n_rot, int32_t pos, const float* inv_freq, float* cs);
-// rope_row with its rotation given by rope_cos_sin (the same values, so the same bits): the forward pass
-// takes the sines once per entry, not once per layer and head kind.
 void rope_row_cs(float* x, int32_t n_heads, int32_t head_dim, int32_t n_rot, bool neox, const float* cs);
 
 // g[0..n) = silu(g) * u (SwiGLU's gate times up). With the AVX-512 set: exp by its polynomial (within 1e-6

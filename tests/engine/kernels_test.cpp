@@ -380,7 +380,9 @@ void test_rope_and_norm() {
         for (float& v : x) v = frand(-1, 1);
         std::vector<float> y = x;
         const int pos = 37;
-        rope_row(y.data(), heads, hd, n_rot, neox != 0, pos, inv.data());
+        std::vector<float> cs(static_cast<size_t>(n_rot));
+        rope_cos_sin(n_rot, pos, inv.data(), cs.data());
+        rope_row_cs(y.data(), heads, hd, n_rot, neox != 0, cs.data());
         for (int h = 0; h < heads; ++h) {
             for (int i = 0; i < n_rot / 2; ++i) {
                 // NeoX rotates (i, i + n_rot/2); normal ordering rotates (2i, 2i+1)
