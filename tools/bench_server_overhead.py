@@ -44,19 +44,15 @@ def prompt_ids(i, n=48):
 
 
 def _rate(stamps):
-    return (len(stamps) - 1) / (stamps[-1] - stamps[0]) if len(stamps) > 1 and stamps[-1] > stamps[0] else 0.0
-
-
-def _rate_events(stamps):
-    """Tokens after the first event's over first-event-to-last; `stamps` has one entry a token, the tokens of
-    one event sharing its time."""
+    """Tokens after the first arrival over first-arrival-to-last; `stamps` has one entry a token (the tokens
+    of one server event share its time; the engine's token lines each have their own)."""
     if len(stamps) < 2 or stamps[-1] <= stamps[0]:
         return 0.0
     return (len(stamps) - stamps.count(stamps[0])) / (stamps[-1] - stamps[0])
 
 
 class Server:
-    """`strata serve` on a free port with --drafting off; streamed /completion, one event a token."""
+    """`strata serve` on a free port with --drafting off; streamed /completion."""
 
     def __init__(self, model, threads):
         self.p, self.port = start_server(["--model", model, "--threads", str(threads), "--drafting", "off"],
@@ -134,7 +130,7 @@ def server_over_raw(engine, model, threads, n_new=256, pairs=6):
             n = min(len(served), len(engine_stamps))
             cpu.append(spent / max(len(served), 1) * 1e6)
             a.append(_rate(engine_stamps[:n]))
-            b.append(_rate_events(served[:n]))
+            b.append(_rate(served[:n]))
             if a[-1] > 0:
                 ratios.append(b[-1] / a[-1])
         return {"raw_tok_s": round(statistics.median(a), 1), "server_tok_s": round(statistics.median(b), 1),
