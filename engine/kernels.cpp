@@ -307,9 +307,7 @@ void weight_pack(const weight_view& w, uint8_t* out) {
                 if (w.type == GGML_TYPE_Q8_0) {
                     const block_q8_0& blk = reinterpret_cast<const block_q8_0*>(row)[b];
                     std::memcpy(o + 2 * r, &blk.d, 2);
-                    for (int j = 0; j < 16; ++j) {
-                        for (int e = 0; e < 2; ++e) q[32 * j + 2 * r + e] = static_cast<uint8_t>(blk.qs[2 * j + e]);
-                    }
+                    group_put_bytes(q, r, blk.qs);
                     continue;
                 }
                 const uint8_t* qs;
@@ -323,15 +321,27 @@ void weight_pack(const weight_view& w, uint8_t* out) {
                     dw[r] = fp16_to_fp32(blk.d);
                     qs = blk.qs;
                 }
-                for (int c = 0; c < 4; ++c) {
-                    for (int e = 0; e < 2; ++e) {
-                        uint16_t word = 0;
-                        for (int n = 0; n < 4; ++n) word |= static_cast<uint16_t>(nibble(qs, 2 * (4 * c + n) + e) << (4 * n));
-                        std::memcpy(q + 64 * c + 2 * (2 * r + e), &word, 2);
-                    }
-                }
+                uint8_t v[QK32];
+                for (int i = 0; i < QK32; ++i) v[i] = static_cast<uint8_t>(nibble(qs, i));
+                group_put_nibbles(q, r, v);
             }
         }
+    }
+}
+
+void group_put_nibbles(uint8_t* q, int r, const uint8_t* v) {
+    for (int c = 0; c < 4; ++c) {
+        for (int e = 0; e < 2; ++e) {
+            uint16_t word = 0;
+            for (int n = 0; n < 4; ++n) word |= static_cast<uint16_t>(v[2 * (4 * c + n) + e] << (4 * n));
+            std::memcpy(q + 64 * c + 2 * (2 * r + e), &word, 2);
+        }
+    }
+}
+
+void group_put_bytes(uint8_t* q, int r, const int8_t* v) {
+    for (int j = 0; j < 16; ++j) {
+        for (int e = 0; e < 2; ++e) q[32 * j + 2 * r + e] = static_cast<uint8_t>(v[2 * j + e]);
     }
 }
 

@@ -112,6 +112,13 @@ size_t weight_packed_bytes(ggml_type type, int64_t n_cols, int64_t n_rows);
 size_t weight_group_bytes(ggml_type type, int64_t n_cols);
 // Writes w in the row-group layout to out (weight_packed_bytes bytes, 64-byte aligned).
 void weight_pack(const weight_view& w, uint8_t* out);
+// One row's block of 32 values into a row-group block's quant bytes q (every packer's layout, so that one
+// vector load yields element pair (2j, 2j+1) of all 16 rows): 4-bit values v (0..15) as 4 chunks of 32
+// uint16 words, word 2r + e of chunk c holding element 2 (4c + n) + e of row r in its nibble n; 8-bit values
+// as 16 chunks of 32 bytes, byte 2r + e of chunk j holding element 2j + e. Only row r's words / bytes are
+// written.
+void group_put_nibbles(uint8_t* q, int r, const uint8_t* v);
+void group_put_bytes(uint8_t* q, int r, const int8_t* v);
 // Memory for packed weights (or anything read like them): bytes rounded up to 2 MiB, 2 MiB aligned, advised as
 // transparent huge pages (Linux madvise mode; elsewhere, or refused, the pages stay 4 KiB). Decode streams
 // every weight byte once per token: in 4 KiB pages that is a TLB miss per 4 KiB (about 24,000 per token for

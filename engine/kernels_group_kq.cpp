@@ -110,20 +110,12 @@ void kq_group_pack(const weight_view& w, uint8_t* out) {
                 if (w.type == GGML_TYPE_Q6_K) {
                     int8_t v[32];
                     q6k_block(row, b, &f[r], &f[16 + r], v);
-                    for (int j = 0; j < 16; ++j) {
-                        for (int e = 0; e < 2; ++e) q[32 * j + 2 * r + e] = uint8_t(v[2 * j + e]);
-                    }
+                    group_put_bytes(q, r, v);
                     continue;
                 }
                 uint8_t v[32];
                 q4k_block(row, b, &f[r], &f[16 + r], v);
-                for (int c = 0; c < 4; ++c) {
-                    for (int e = 0; e < 2; ++e) {
-                        uint16_t word = 0;
-                        for (int n = 0; n < 4; ++n) word |= uint16_t(v[2 * (4 * c + n) + e] << (4 * n));
-                        std::memcpy(q + 64 * c + 2 * (2 * r + e), &word, 2);
-                    }
-                }
+                group_put_nibbles(q, r, v);
             }
         }
     }

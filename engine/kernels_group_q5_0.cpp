@@ -11,7 +11,6 @@ void weight_pack_q5_0(const weight_view& w, uint8_t* out) {
     for (int64_t g = 0; g < w.n_rows / MM_GROUP_ROWS; ++g) {
         for (int64_t b = 0; b < nb; ++b) {
             uint8_t* o = out + size_t(g * nb + b) * Q5_0_GROUP_BLOCK_BYTES;
-            uint16_t words[4][32] = {};
             uint32_t hi[16] = {};
             for (int r = 0; r < MM_GROUP_ROWS; ++r) {
                 const uint8_t* row = w.data + size_t(g * MM_GROUP_ROWS + r) * w.row_bytes;
@@ -19,14 +18,13 @@ void weight_pack_q5_0(const weight_view& w, uint8_t* out) {
                 std::memcpy(o + 2 * r, &blk.d, 2);
                 uint32_t qh;
                 std::memcpy(&qh, blk.qh, 4);
+                uint8_t lo[QK32];
                 for (int i = 0; i < QK32; ++i) {  // element i: low nibble i of qs (i < 16) or high nibble i - 16
-                    const int lo = i < 16 ? (blk.qs[i] & 0xF) : (blk.qs[i - 16] >> 4);
-                    const int j = i / 2, e = i % 2;  // pair j, its element e
-                    words[j / 4][2 * r + e] |= static_cast<uint16_t>(lo << (4 * (j % 4)));
-                    hi[j] |= ((qh >> i) & 1u) << (2 * r + e);
+                    lo[i] = static_cast<uint8_t>(i < 16 ? (blk.qs[i] & 0xF) : (blk.qs[i - 16] >> 4));
+                    hi[i / 2] |= ((qh >> i) & 1u) << (2 * r + i % 2);  // pair i / 2, its element i % 2
                 }
+                group_put_nibbles(o + 32, r, lo);
             }
-            std::memcpy(o + 32, words, sizeof words);
             std::memcpy(o + 288, hi, sizeof hi);
         }
     }
