@@ -302,7 +302,7 @@ def prefill_phases_report(args):
 # ---- model traffic and CPU time (--where, --cpu) -------------------------------------------------------
 
 # ggml type number -> (name, bytes per element) as the engine holds the weight: Q5_0 and IQ4_NL are widened
-# to Q8_0 at load (34 bytes per 32), except Q5_0 with the AVX-512 kernels (KEPT_5BIT); Q4_K and Q6_K on the
+# to Q8_0 at load (34 bytes per 32), except Q5_0 with the AVX-512 kernels (KERNEL_SET_BYTES); Q4_K and Q6_K on the
 # AVX2 / AVX-512 sets are read from their row-group copies (PACKED_KQ, engine/kernels_group_kq.h: 384 and 640
 # bytes per 16 x 32; rows a multiple of 16); every other type is read as stored
 ENGINE_TYPE_BYTES = {0: ("F32", 4.0), 1: ("F16", 2.0), 30: ("BF16", 2.0), 2: ("Q4_0", 18 / 32), 3: ("Q4_1", 20 / 32),
@@ -310,8 +310,8 @@ ENGINE_TYPE_BYTES = {0: ("F32", 4.0), 1: ("F16", 2.0), 30: ("BF16", 2.0), 2: ("Q
                      11: ("Q3_K", 110 / 256), 12: ("Q4_K", 144 / 256), 13: ("Q5_K", 176 / 256),
                      14: ("Q6_K", 210 / 256), 20: ("IQ4_NL->Q8_0", 34 / 32), 23: ("IQ4_XS", 136 / 256)}
 PACKED_KQ = {12: ("Q4_K->group", 384 / 512), 14: ("Q6_K->group", 640 / 512)}
-# kernel set -> its entries over ENGINE_TYPE_BYTES
-KEPT_5BIT = {"avx512_vnni": {6: ("Q5_0", 22 / 32), **PACKED_KQ}, "avx2": PACKED_KQ}
+# kernel set (INFO kernels=) -> how it holds some types, over ENGINE_TYPE_BYTES
+KERNEL_SET_BYTES = {"avx512_vnni": {6: ("Q5_0", 22 / 32), **PACKED_KQ}, "avx2": PACKED_KQ}
 CPU_PREFILL_TOKENS = 512
 CPU_DECODE_TOKENS = 64
 
@@ -327,8 +327,8 @@ def resolve_model(name):
 def weight_traffic(model, kernels="?"):
     """[(group, type names, MB read per decoded token, share)]: the 2-D weights one decode step reads, the
     output head (output.weight, or the tied token_embd.weight) apart from the layer matrices by kind;
-    kernels: the engine's kernel set (INFO kernels=), which decides whether Q5_0 stays 5-bit."""
-    type_bytes = {**ENGINE_TYPE_BYTES, **KEPT_5BIT.get(kernels, {})}
+    kernels: the engine's kernel set (INFO kernels=), which decides how Q5_0, Q4_K and Q6_K are held."""
+    type_bytes = {**ENGINE_TYPE_BYTES, **KERNEL_SET_BYTES.get(kernels, {})}
     sys.path.insert(0, REPO_ROOT)
     from tools import gguf_meta
     infos = gguf_meta.read_tensor_infos(model)
