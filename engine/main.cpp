@@ -45,6 +45,8 @@ const char* const USAGE =
     "  --eos-ids A,B                tokens that end a reply (default: the model's end-of-turn and end-of-text)\n"
     "  --chunk N                    solo prompt tokens per evaluation (default 512)\n"
     "  --step-tokens N              tokens one slot step carries: decode entries, then prompt chunks (default 64)\n"
+    "  --token-flush-ms N           hold a slot's token lines (after its first) up to N ms, to write several at\n"
+    "                               once (0..1000, default 0: every line at once)\n"
     "  --kv f16|q8_0                KV cache type (default f16)\n"
     "  --seed N                     seed of requests that bring none (default: random)\n"
     "  --act-bits 16|8              matmul activations in 16-bit blocks (default) or 8-bit (faster prefill and\n"
@@ -97,6 +99,7 @@ struct flags {
     std::vector<int32_t> eos;
     int64_t chunk = 512;
     int64_t step_tokens = STEP_TOKENS_DEFAULT;
+    int64_t token_flush_ms = 0;
     kv_type kv = KV_TYPE_F16;
     bool has_seed = false;
     int64_t seed = 0;
@@ -159,6 +162,8 @@ int parse_flags(int argc, char** argv, flags* f) {
             if (!parse_int_flag(v, 1, 65536, &f->chunk)) return bad();
         } else if (a == "--step-tokens") {
             if (!parse_int_flag(v, SLOTS_MAX + 1, 65536, &f->step_tokens)) return bad();
+        } else if (a == "--token-flush-ms") {
+            if (!parse_int_flag(v, 0, 1000, &f->token_flush_ms)) return bad();
         } else if (a == "--kv") {
             if (v == "f16") f->kv = KV_TYPE_F16;
             else if (v == "q8_0") f->kv = KV_TYPE_Q8_0;
@@ -291,6 +296,7 @@ int main(int argc, char** argv) {
     }
     cfg.chunk = static_cast<int32_t>(f.chunk);
     cfg.step_tokens = static_cast<int32_t>(f.step_tokens);
+    protocol_set_token_flush_ms(f.token_flush_ms);
     cfg.turn_token = f.turn_token == -2 ? info.im_start_id : static_cast<int32_t>(f.turn_token);
     if (!f.eos.empty()) {
         cfg.eos_ids = f.eos;
@@ -339,7 +345,8 @@ int main(int argc, char** argv) {
                         " threads=" + std::to_string(info.n_threads > 0 ? info.n_threads : mp.n_threads) +
                         " backend=cpu kernels=" + model_kernel_name() + " kv=" + (cfg.kv == KV_TYPE_F16 ? "f16" : "q8_0") +
                         " chunk=" + std::to_string(cfg.chunk) +
-                        " step_tokens=" + std::to_string(cfg.step_tokens) + " logit_bias=1 grammar=" +
+                        " step_tokens=" + std::to_string(cfg.step_tokens) +
+                        " token_flush_ms=" + std::to_string(f.token_flush_ms) + " logit_bias=1 grammar=" +
                         (vocab ? "1" : "0") + " act_bits=" + std::to_string(info.act_bits) +
                         " drafting=" + drafting_mode_name(cfg.drafting) + " draft_model=" + (draft ? "1" : "0"));
     // KV of one sequence filled to the context (window layers kept as rings count their cells only): a

@@ -2,6 +2,7 @@
 #include "protocol.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -340,10 +341,45 @@ std::string protocol_message(const std::string& text) {
     return s;
 }
 
+namespace {
+// The token flush's state (the serve loop's thread only, as every writer of stdout).
+int64_t token_flush_ms = 0;
+bool tokens_held = false;
+std::chrono::steady_clock::time_point last_flush;
+
+void flush_now() {
+    std::fflush(stdout);
+    tokens_held = false;
+    last_flush = std::chrono::steady_clock::now();
+}
+}  // namespace
+
 void protocol_write_line(const std::string& line) {
     std::fwrite(line.data(), 1, line.size(), stdout);
     std::fputc('\n', stdout);
-    std::fflush(stdout);
+    flush_now();
+}
+
+void protocol_set_token_flush_ms(int64_t ms) { token_flush_ms = ms < 0 ? 0 : ms; }
+
+void protocol_write_token_line(const std::string& line) {
+    if (token_flush_ms == 0) {
+        protocol_write_line(line);
+        return;
+    }
+    std::fwrite(line.data(), 1, line.size(), stdout);
+    std::fputc('\n', stdout);
+    tokens_held = true;
+}
+
+void protocol_flush_tokens() {
+    if (tokens_held) flush_now();
+}
+
+void protocol_flush_tokens_due() {
+    if (tokens_held && std::chrono::steady_clock::now() - last_flush >= std::chrono::milliseconds(token_flush_ms)) {
+        flush_now();
+    }
 }
 
 std::string protocol_fixed1(double value) {

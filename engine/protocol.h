@@ -58,8 +58,18 @@ std::string protocol_message(const std::string& text);
 // Milliseconds (or any figure) with one decimal: "12.3".
 std::string protocol_fixed1(double value);
 
-// Writes `line` and '\n' to stdout and flushes. Only the serve loop's thread calls it.
+// Writes `line` and '\n' to stdout and flushes (with it, any token lines still held). Only the serve loop's
+// thread calls it, and the protocol_*_token* functions below.
 void protocol_write_line(const std::string& line);
+
+// Token lines (BT after a slot's first token) may be held in stdout's buffer so that the tokens of several
+// steps reach the server in one write (docs/PROTOCOL.md "Token flush"): a line written here goes out at the
+// next protocol_write_line, at protocol_flush_tokens(), or at protocol_flush_tokens_due() once `ms` have
+// passed since the last flush. `ms` 0 (the default) flushes every line at once.
+void protocol_set_token_flush_ms(int64_t ms);
+void protocol_write_token_line(const std::string& line);
+void protocol_flush_tokens();      // held token lines go out now (before a wait, or a long step)
+void protocol_flush_tokens_due();  // ... if the last flush is `ms` old (after each slot step)
 
 // Strict decimal parsers used by the command parser and by main()'s flags.
 bool protocol_parse_i64(const std::string& text, int64_t* out);

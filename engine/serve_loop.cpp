@@ -140,8 +140,10 @@ int serve_loop::run() {
                 if (!handle(line)) return 0;
             }
             slot_steps();
-        } else if (reader_.pop(&line, IDLE_WAIT_MS)) {
-            if (!handle(line)) return 0;
+            protocol_flush_tokens_due();
+        } else {
+            protocol_flush_tokens();  // nothing is held while the engine waits
+            if (reader_.pop(&line, IDLE_WAIT_MS) && !handle(line)) return 0;
         }
     }
 }

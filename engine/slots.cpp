@@ -207,6 +207,7 @@ bool slot_table::step(const stdin_reader& reader, const std::vector<int32_t>& eo
     for (int32_t i : rows_) n_decode += 1 + static_cast<int32_t>(at(i).drafts.size());
     plan_reads(std::max<int32_t>(1, step_tokens - n_decode));
     if (rows_.empty() && reads_.empty()) return true;
+    if (!reads_.empty()) protocol_flush_tokens();  // a step with prompt chunks is long: held tokens go first
     token_.clear();
     pos_.clear();
     seq_.clear();
@@ -352,8 +353,8 @@ void slot_table::verify_row(int32_t i, const float* logits, const std::vector<in
     auto emit = [&](int32_t tok) {
         // the kept token n_kept was sampled from row n_kept (the pending token's, then each draft's)
         const float* row = logits + static_cast<size_t>(n_kept) * static_cast<size_t>(n_vocab_);
-        protocol_write_line("BT " + std::to_string(i) + " " + std::to_string(tok) +
-                            logprobs_line(s.sampling, row, n_vocab_, tok, scratch_, &lp_work_));
+        protocol_write_token_line("BT " + std::to_string(i) + " " + std::to_string(tok) +
+                                  logprobs_line(s.sampling, row, n_vocab_, tok, scratch_, &lp_work_));
         s.generated += 1;
         s.pending = tok;
         const int32_t held = p + 1 + n_kept++;  // the tokens the slot holds before this one

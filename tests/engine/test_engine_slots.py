@@ -195,3 +195,52 @@ def test_bstop_stamps_are_per_request(start_engine, tok):
     threading.Thread(target=lambda: [e.send(x) for x in lines]).start()
     e.expect("BACC 1 ")
     assert collect_slots(e, {}, {1})[1]["finish"] == "cancel"
+
+
+def _flushed_reads(engine_path, model_path, ids, flush_ms, n_new=96):
+    """One BGEN on an engine started with --token-flush-ms `flush_ms`, stdout read raw: (BT token ids in order,
+    [(arrival time, BT lines in that read)] for every read that carried one)."""
+    import os
+    import subprocess
+    import time
+    p = subprocess.Popen([str(engine_path), "--serve", "--model", str(model_path), "--max-context", "1024",
+                          "--batch", "2", "--token-flush-ms", str(flush_ms)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+    buf, tokens, reads, sent, head = b"", [], [], False, []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            chunk = os.read(p.stdout.fileno(), 1 << 16)
+            assert chunk, "the engine ended early"
+            now, buf = time.monotonic(), buf + chunk
+            *lines, buf = buf.split(b"\n")
+            bt = [ln for ln in lines if ln.startswith(b"BT ")]
+            if bt:
+                reads.append((now, len(bt)))
+                tokens += [int(ln.split()[2]) for ln in bt]
+            head += [] if sent else lines
+            if not sent and any(ln.startswith(b"READY") for ln in lines):
+                assert f" token_flush_ms={flush_ms} ".encode() in b" ".join(head)
+                p.stdin.write(f"BGEN 0 {n_new} {NO_EOS} {','.join(map(str, ids))}\n".encode())
+                sent = True
+            if any(ln.startswith(b"BDONE ") for ln in lines):
+                return tokens, reads
+        raise AssertionError("no BDONE")
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_token_flush_holds_token_lines(engine_path, model_path, tok):
+    """--token-flush-ms N: a slot's first BT goes out at once, the later ones at most every N ms, several to a
+    write; the lines are those of an engine that writes each at once (same tokens, same order)."""
+    ids = chat(tok, "Tell a long story.")
+    each, each_reads = _flushed_reads(engine_path, model_path, ids, 0)
+    held, held_reads = _flushed_reads(engine_path, model_path, ids, 80)
+    assert held == each and len(held) == 96
+    assert held_reads[0][1] == 1  # the first token is not held
+    span = held_reads[-1][0] - held_reads[1][0]
+    # the later reads are at least ~80 ms apart, so they are few (some slack for the last, BDONE-flushed one)
+    assert len(held_reads) - 1 <= span / 0.08 + 2, (len(held_reads), span)
+    assert max(n for _, n in held_reads) > 1
+    assert len(each_reads) > len(held_reads)
