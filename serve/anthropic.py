@@ -374,7 +374,7 @@ def messages(service, body: dict, ctx):
     if req.stream:
         return StreamReply(_stream(service, prep, ctx, builder))
     done = None
-    with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
+    with contextlib.closing(service.run(prep, ctx.cancelled, ctx.on_wait)) as events:
         for ev in events:
             if isinstance(ev, Done):
                 done = ev
@@ -388,7 +388,7 @@ def _stream(service, prep, ctx, builder: MessageBuilder):
     yield from builder.start()
     done = None
     try:
-        with contextlib.closing(service.run(prep, ctx.cancelled)) as events:
+        with contextlib.closing(service.run(prep, ctx.cancelled, ctx.on_wait)) as events:
             for ev in events:
                 if isinstance(ev, Done):
                     done = ev

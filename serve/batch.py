@@ -86,12 +86,13 @@ class _Waiter:
 class _SlotRequest:
     """One request's state; only its own thread touches it (the slot claim goes through slot_cv)."""
 
-    def __init__(self, ids, max_new, keys, cancelled, embed=False):
+    def __init__(self, ids, max_new, keys, cancelled, embed=False, on_wait=None):
         self.ids = list(ids)
         self.embed = embed        # BEMB: an embedding (no tokens; BVEC before BDONE)
         self.max_new = int(max_new)
         self.keys = (" " + keys.strip()) if keys and keys.strip() else ""
         self.cancelled = cancelled or (lambda: False)
+        self.on_wait = on_wait or (lambda: None)   # before each wait with nothing to read (stream_pacing)
         self.arrival = time.monotonic()
         self.proc = None          # the process it was admitted on
         self.slot = None          # the slot it claims
@@ -146,11 +147,12 @@ class BatchPath:
                     "quarantines": self.quarantines}
 
     # ------------------------------------------------------------------ one request
-    def generate(self, ids, max_new, keys="", cancelled=None, result=None, embed=False):
+    def generate(self, ids, max_new, keys="", cancelled=None, result=None, embed=False, on_wait=None):
         """Yields token ids, and None as heartbeats; `result` gets the request's figures at the end (an
-        embedding's vector as `result["embedding"]`)."""
+        embedding's vector as `result["embedding"]`). `on_wait()` runs on this thread right before each wait
+        for a slot or a line (serve/stream_pacing.py)."""
         result = {} if result is None else result
-        req = _SlotRequest(ids, max_new, keys, cancelled, embed)
+        req = _SlotRequest(ids, max_new, keys, cancelled, embed, on_wait)
         req.figures = result  # filled as the lines come: progress, then BDONE's figures
         try:
             if not (yield from self._claim(req)):
@@ -190,6 +192,7 @@ class BatchPath:
             while True:
                 if req.cancel():
                     return False
+                req.on_wait()  # outside the lock: what the caller holds goes out before a wait may come
                 with self.cv:
                     # read under the lock, right before waiting: the pump marks the end and notifies under
                     # this lock, and a free slot is announced the same way, so neither is slept through
@@ -265,6 +268,8 @@ class BatchPath:
         while True:
             if req.cancel() and not req.stopped:
                 self._stop(req)
+            if q.empty():
+                req.on_wait()
             try:
                 line = q.get(timeout=POLL_S)
             except queue.Empty:

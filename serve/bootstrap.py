@@ -7,7 +7,7 @@ GGUF, or the byte tokenizer for the fake engine), the model name, and the securi
 the config, the config over defaults. Nothing here serves or spawns: `serve.server.run_server` does.
 
 Public surface: `build(ns, cfg=None) -> (Service, Options)`, `load_config(ns)`, `check_flags(ns)`,
-`build_lifecycle(ns, cfg)`, `model_limits(...)`, `options(ns, cfg)`, `bind(opts)`, `launch_plan(model, want)`, `default_model_path()`,
+`build_lifecycle(ns, cfg)`, `model_limits(...)`, `options(ns, cfg)`, `stream_interval_ms(ns, cfg)`, `bind(opts)`, `launch_plan(model, want)`, `default_model_path()`,
 `packaged_model_path(name)` (`--model gemma`: the optional Gemma 3 270M package's assembled GGUF),
 `default_log_path(port)`, `private_dir(path)`, `private_file(path)`, `default_parallel()`,
 `chat_template(tok, ns, cfg, fake)`, `ENGINE_EXE`, `SetupError`.
@@ -20,6 +20,7 @@ import os
 import shlex
 import sys
 
+from serve import http_guard
 from serve.engine import ENGINE_SILENCE_S, StrataEngine
 from serve.events import BadRequest
 from serve.server import Options
@@ -324,11 +325,26 @@ def options(ns, cfg: dict) -> Options:
     opts = Options(host=pick("host", "127.0.0.1"), port=int(pick("port", 8080)),
                    api_keys=_keys(ns, cfg), cors_origins=_names(cfg, "cors_origins") + _flag_names(ns, "cors"),
                    allowed_hosts=_names(cfg, "allowed_hosts"),
-                   parent_pid=getattr(ns, "parent_pid", None), quiet=bool(getattr(ns, "quiet", False)))
+                   parent_pid=getattr(ns, "parent_pid", None), quiet=bool(getattr(ns, "quiet", False)),
+                   stream_interval_ms=stream_interval_ms(ns, cfg))
     if "*" in opts.cors_origins and not opts.api_keys:
         print("strata: security: CORS is open to every origin and there is no API key: any web page this "
               "machine's browser opens can use the server (add --api-key, or name the origins)", file=sys.stderr)
     return opts
+
+
+def stream_interval_ms(ns, cfg: dict) -> float:
+    """--stream-interval-ms, else the run config's stream_interval_ms, else $STRATA_STREAM_INTERVAL_MS, else
+    the default; within 0 .. 1000 (serve/stream_pacing.py)."""
+    value = getattr(ns, "stream_interval_ms", None)
+    if value is None:
+        value = cfg.get("stream_interval_ms")
+    if value is None:
+        value = http_guard.env_float("STRATA_STREAM_INTERVAL_MS", http_guard.STREAM_INTERVAL_MS)
+    try:
+        return http_guard.stream_interval_s(value) * 1e3
+    except (TypeError, ValueError):
+        raise SetupError(f"stream_interval_ms {value!r}: a number of milliseconds, 0 to 1000") from None
 
 
 def bind(opts: Options):
@@ -378,6 +394,8 @@ def _engine_args(model, fake: bool, ns, cfg: dict, pick) -> tuple[list[str], int
         args += plan.engine_args()
         parallel, memory = plan.lanes, plan.memory
         args += drafting_plan_for(model, pick("drafting"), pick("draft_model")).engine_args()
+        # the engine holds token lines as long as the server would hold their frames (serve/stream_pacing.py)
+        args += ["--token-flush-ms", str(round(stream_interval_ms(ns, cfg)))]
     else:
         from strata_control.plan import clamp_lanes
         parallel, notice = clamp_lanes(parallel if parallel is not None else default_parallel())

@@ -14,7 +14,7 @@ Role: between a translator (serve/openai.py, serve/llama_routes.py) and Service.
 It knows no wire format: `run_choices` yields (index, Event | Done) pairs; `merge_done` sums the usage.
 
 Public surface: `CHOICES_MAX`, `check_n(body, name)`, `check_best_of(body, n)`, `prepare_choices(service,
-req, n)`, `run_choices(service, preps, cancelled)`, `collect_text(service, preps, cancelled)`,
+req, n)`, `run_choices(service, preps, cancelled, on_wait)`, `collect_text(service, preps, cancelled)`,
 `merge_done(dones)`.
 """
 from __future__ import annotations
@@ -85,23 +85,25 @@ def collect_text(service, preps: list, cancelled=None) -> tuple[list[str], list[
     return ["".join(t) for t in texts], entries, dones
 
 
-def run_choices(service, preps: list, cancelled=None):
+def run_choices(service, preps: list, cancelled=None, on_wait=None):
     """(index, Event | Done) for every choice, in the order they happen; each choice ends with its Done. A
-    failing choice ends them all (its error is raised); closing the generator stops every choice."""
+    failing choice ends them all (its error is raised); closing the generator stops every choice. `on_wait()`
+    is called on the caller's thread right before it waits (Service.run's)."""
     if len(preps) == 1 or not service.engine.batched():
         for i, prep in enumerate(preps):
-            with contextlib.closing(service.run(prep, cancelled)) as events:
+            with contextlib.closing(service.run(prep, cancelled, on_wait)) as events:
                 for item in events:
                     yield i, item
         return
-    yield from _Merge(service, preps, cancelled).run()
+    yield from _Merge(service, preps, cancelled, on_wait).run()
 
 
 class _Merge:
     """The choices of a slot engine, one thread each; the caller's thread reads their items from `q`."""
 
-    def __init__(self, service, preps, cancelled):
+    def __init__(self, service, preps, cancelled, on_wait=None):
         self.service, self.preps, self.cancelled = service, preps, cancelled
+        self.on_wait = on_wait or (lambda: None)   # the caller's thread only: the choices' threads get none
         self.q: queue.Queue = queue.Queue()   # (index, item | exception | _END) from the choices' threads
         self.stop = threading.Event()         # the merge is over: every choice stops
         self.threads: list[threading.Thread] = []
@@ -129,6 +131,8 @@ class _Merge:
         ended = 0
         try:
             while ended < len(self.preps):
+                if self.q.empty():
+                    self.on_wait()
                 try:
                     i, item = self.q.get(timeout=POLL_S)
                 except queue.Empty:

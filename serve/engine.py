@@ -315,15 +315,19 @@ class StrataEngine:
 
     # ---------------------------------------------------------------- the solo path
     def generate(self, ids: list[int], max_new: int, keys: str = "", cancelled=None,
-                 result: dict | None = None, embed: bool = False):
+                 result: dict | None = None, embed: bool = False, on_wait=None):
         """Yields token ids, and None as heartbeats; `result` gets the figures. `embed`: an embedding
-        (EMB / BEMB: no tokens; `result["embedding"]` gets the vector's `<n_embd> <base64>`)."""
+        (EMB / BEMB: no tokens; `result["embedding"]` gets the vector's `<n_embd> <base64>`). `on_wait()` is
+        called on this thread right before each wait for the engine with nothing to read
+        (serve/stream_pacing.py)."""
         result = {} if result is None else result
         if not self.alive():
             raise EngineDied("the engine is unavailable; this request was not sent")
         if self.batched():
-            yield from self.batch.generate(ids, max_new, keys, cancelled, result, embed)
+            yield from self.batch.generate(ids, max_new, keys, cancelled, result, embed, on_wait)
             return
+        if on_wait is not None:
+            on_wait()   # the control lines may be busy for a while
         if not (yield from self._take_ctl(cancelled)):
             result["finish"] = "cancel"
             return
@@ -331,7 +335,7 @@ class StrataEngine:
             proc = self._cur
             if proc is None or proc.ended:
                 raise EngineDied("the engine is unavailable; this request was not sent")
-            yield from _SoloRequest(self, proc, ids, keys, cancelled, result, embed).run(max_new)
+            yield from _SoloRequest(self, proc, ids, keys, cancelled, result, embed, on_wait).run(max_new)
         finally:
             self.ctl.release()
 
@@ -422,8 +426,10 @@ class StrataEngine:
 class _SoloRequest:
     """One GEN on a solo engine, read from the control lines while `ctl` is held."""
 
-    def __init__(self, engine: StrataEngine, proc: EngineProcess, ids, keys, cancelled, result, embed=False):
+    def __init__(self, engine: StrataEngine, proc: EngineProcess, ids, keys, cancelled, result, embed=False,
+                 on_wait=None):
         self.e, self.proc, self.ids, self.result = engine, proc, list(ids), result
+        self.on_wait = on_wait
         self.embed = embed
         self.keys = (" " + keys.strip()) if keys and keys.strip() else ""
         self.cancelled = cancelled or (lambda: False)
@@ -484,6 +490,8 @@ class _SoloRequest:
 
     def _line(self) -> str:
         """The next control line, or "" after POLL_S of quiet; raises on EOF and past the allowance."""
+        if self.on_wait is not None and self.proc.lines.empty():
+            self.on_wait()
         try:
             line = self.proc.lines.get(timeout=POLL_S)
         except queue.Empty:

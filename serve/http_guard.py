@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass
 from http import HTTPStatus
 
+from serve.stream_pacing import INTERVAL_MS as STREAM_INTERVAL_MS, MAX_INTERVAL_MS
+
 # Each limit: default, why that number, and the environment variable that overrides it (0 = off where said).
 IDLE_TIMEOUT_S = 30.0         # a connection that sends nothing this long is closed (STRATA_IDLE_TIMEOUT_S): a
                               # client connects when it has a request; idle sockets must not hold threads
@@ -65,6 +67,12 @@ ERROR_TYPES = {400: "invalid_request_error", 408: "timeout_error", 413: "invalid
                501: "not_implemented_error", 503: "unavailable_error", 505: "invalid_request_error"}
 
 
+def stream_interval_s(ms: float) -> float:
+    """A stream's rest after each write (serve/stream_pacing.py), in seconds: `ms` within 0 .. MAX_INTERVAL_MS."""
+    ms = float(ms)
+    return min(max(ms, 0.0), MAX_INTERVAL_MS) / 1e3 if math.isfinite(ms) else STREAM_INTERVAL_MS / 1e3
+
+
 def env_float(name: str, default: float) -> float:
     try:
         return float(os.environ.get(name, default))
@@ -79,6 +87,7 @@ class Limits:
     body_s: float = BODY_TIMEOUT_S
     body_min_bytes_s: float = BODY_MIN_BYTES_S
     write_s: float = STREAM_WRITE_TIMEOUT_S
+    stream_interval_s: float = STREAM_INTERVAL_MS / 1e3
     stream_sndbuf_bytes: int = STREAM_SNDBUF_BYTES
     max_body_bytes: int = MAX_BODY_MIB << 20
     max_connections: int = MAX_CONNECTIONS
@@ -89,6 +98,7 @@ class Limits:
                    header_s=env_float("STRATA_HEADER_TIMEOUT_S", HEADER_TIMEOUT_S),
                    body_s=env_float("STRATA_BODY_TIMEOUT_S", BODY_TIMEOUT_S),
                    write_s=env_float("STRATA_STREAM_WRITE_TIMEOUT_S", STREAM_WRITE_TIMEOUT_S),
+                   stream_interval_s=stream_interval_s(env_float("STRATA_STREAM_INTERVAL_MS", STREAM_INTERVAL_MS)),
                    stream_sndbuf_bytes=int(env_float("STRATA_STREAM_SNDBUF_KIB", STREAM_SNDBUF_BYTES >> 10)) << 10,
                    max_body_bytes=int(env_float("STRATA_MAX_BODY_MIB", MAX_BODY_MIB) * (1 << 20)),
                    max_connections=max(1, int(env_float("STRATA_MAX_CONNECTIONS", MAX_CONNECTIONS))))

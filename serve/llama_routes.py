@@ -336,7 +336,7 @@ def _stream(service, preps, ctx, meta, return_progress: bool, live=None):
         return {"index": i, "tokens": [], "stop": False, "id_slot": 0, "tokens_evaluated": meta["n_prompt"]}
 
     try:
-        with contextlib.closing(run_choices(service, preps, ctx.cancelled)) as items:
+        with contextlib.closing(run_choices(service, preps, ctx.cancelled, ctx.on_wait)) as items:
             for i, ev in items:
                 if isinstance(ev, Done):
                     dones[i] = ev

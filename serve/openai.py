@@ -305,7 +305,7 @@ def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
                 else None)  # one per choice
         return StreamReply(_chat_stream(service, preps, ctx, meta, include_usage, progress, live))
     choices = [_ChatChoice() for _ in preps]
-    with contextlib.closing(run_choices(service, preps, ctx.cancelled)) as items:
+    with contextlib.closing(run_choices(service, preps, ctx.cancelled, ctx.on_wait)) as items:
         for i, ev in items:
             choices[i].feed(ev)
     done = merge_done([c.done for c in choices])
@@ -333,7 +333,7 @@ def _chat_stream(service, preps, ctx, meta, include_usage, progress=None, live=N
         yield chunk(i, {"role": "assistant", "content": None})  # null, as llama-server's first chunk
     started, calls, dones = set(), [0] * len(preps), [None] * len(preps)
     try:
-        with contextlib.closing(run_choices(service, preps, ctx.cancelled)) as items:
+        with contextlib.closing(run_choices(service, preps, ctx.cancelled, ctx.on_wait)) as items:
             for i, ev in items:
                 if isinstance(ev, Done):
                     dones[i] = ev
@@ -440,7 +440,7 @@ def _completion_stream(service, preps, ctx, meta, include_usage, req):
         if req.echo:
             for i in range(len(preps)):
                 yield chunk(i, req.prompt)
-        with contextlib.closing(run_choices(service, preps, ctx.cancelled)) as items:
+        with contextlib.closing(run_choices(service, preps, ctx.cancelled, ctx.on_wait)) as items:
             for i, ev in items:
                 if isinstance(ev, Done):
                     dones[i] = ev

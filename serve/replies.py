@@ -1,12 +1,15 @@
 """What an API handler gets from the HTTP layer and what it gives back (see serve/openai.py's docstring).
 
 `RequestContext`: `cancelled()` (the client closed its connection, or the server is shutting down),
-`shutting_down()`, `headers` (the request's headers, case-insensitive), `path`, `query` (dict of str),
+`on_wait()` (hand it to `service.run` / `run_choices`: the engine client calls it on this thread right before
+it waits for the engine, and a stream's held frames go out then: serve/stream_pacing.py), `shutting_down()`, `headers` (the request's headers, case-insensitive), `path`, `query` (dict of str),
 `trusted` (may see local detail such as engine log lines: serve/access.py), `sessions` (the server's
 `stream_sessions.SessionStore`).
 `JsonReply(status, body, headers)`: one JSON answer. `StreamReply(frames, content_type)`: `frames` is an
-iterator of already-framed text (SSE events, keep-alive comments; bytes are written as they are); the server writes each as it comes, with
-the stream write timeout, and closes the iterator when the client is gone (which stops the engine).
+iterator of already-framed text (SSE events, keep-alive comments; bytes are written as they are); the server
+writes them a burst at a time (at each `on_wait()`, and at the end), with the stream write timeout, and closes
+the iterator when the client is gone (which stops the engine). `before_last` (set by the server) runs once the
+frames are over, before the last of them are written.
 `EventRun(service, prep, ctx)`: a run's events to iterate, then its `done`; `collect(...)`: (events, Done).
 No HTTP or socket code lives here, so handlers can be tested without a server.
 """
@@ -22,6 +25,7 @@ from serve.events import Done
 @dataclass
 class RequestContext:
     cancelled: Callable[[], bool] = lambda: False
+    on_wait: Callable[[], None] = lambda: None
     shutting_down: Callable[[], bool] = lambda: False
     headers: Any = field(default_factory=dict)
     path: str = ""
@@ -43,6 +47,7 @@ class StreamReply:
     frames: Iterator[str]
     content_type: str = "text/event-stream"
     status: int = 200
+    before_last: Callable[[], object] | None = None
 
 
 class EventRun:
@@ -54,7 +59,7 @@ class EventRun:
         self.done: Done | None = None
 
     def __iter__(self):
-        with contextlib.closing(self.service.run(self.prep, self.ctx.cancelled)) as events:
+        with contextlib.closing(self.service.run(self.prep, self.ctx.cancelled, self.ctx.on_wait)) as events:
             for ev in events:
                 if isinstance(ev, Done):
                     self.done = ev

@@ -19,6 +19,7 @@ Public surface: `run_server(opts)`, `StrataHTTPServer`, `make_server(service, op
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.client
 import hmac
 import io
@@ -43,6 +44,7 @@ from serve.events import BadRequest
 from serve.http_guard import HttpError
 from serve.lifecycle import Lifecycle, LifecycleError
 from serve.replies import JsonReply, RequestContext, StreamReply
+from serve.stream_pacing import StreamPacer
 
 try:
     from serve import anthropic as anthropic_api
@@ -69,6 +71,7 @@ class Options:
     allowed_hosts: list = field(default_factory=list)
     parent_pid: int | None = None
     quiet: bool = False
+    stream_interval_ms: float | None = None   # None: $STRATA_STREAM_INTERVAL_MS or the default (http_guard)
 
 
 class StrataHTTPServer(http_guard.GuardedServer, ThreadingHTTPServer):
@@ -84,7 +87,10 @@ class StrataHTTPServer(http_guard.GuardedServer, ThreadingHTTPServer):
         self.streams_lock = threading.Lock()
         self.stopping = threading.Event()
         self.stream_sessions = stream_sessions.SessionStore()   # X-Conversation-Id replies (its own lock)
-        self.guard_init(http_guard.Limits.from_env())  # timeouts, body limit, connection cap (serve/http_guard.py)
+        limits = http_guard.Limits.from_env()  # timeouts, body limit, connection cap (serve/http_guard.py)
+        if opts.stream_interval_ms is not None:
+            limits = dataclasses.replace(limits, stream_interval_s=http_guard.stream_interval_s(opts.stream_interval_ms))
+        self.guard_init(limits)
         super().__init__(addr, Handler)
 
 
@@ -187,12 +193,21 @@ class Handler(BaseHTTPRequestHandler):
         session = getattr(self, "_session", None)
         if session is not None:   # a resumable reply outlives its client: only a stop ends it
             return session.cancelled()
+        pacer = getattr(self, "_pacer", None)
+        if pacer is not None and pacer.gone:   # a held burst's write failed
+            return True
         now = time.monotonic()
         if now - getattr(self, "_probe_at", 0.0) < CANCEL_CHECK_S:
             return getattr(self, "_gone", False)
         self._probe_at = now
         self._gone = getattr(self, "_gone", False) or http_guard.peer_gone(self.connection)
         return self._gone
+
+    def _on_wait(self):
+        """The engine client is about to wait (on this thread): a stream's held frames go out (StreamPacer)."""
+        pacer = getattr(self, "_pacer", None)
+        if pacer is not None:
+            pacer.on_wait()
 
     def _json_body(self):
         raw = http_guard.read_body(self.rfile, self.headers, self._reader, self.server.limits.max_body_bytes)
@@ -289,7 +304,7 @@ class Handler(BaseHTTPRequestHandler):
             # the model is free once the engine's work is done, before the client has the last bytes (so a
             # client's next call, an unload say, never finds its own finished request still running)
             if isinstance(reply, StreamReply):
-                reply.frames = _release_before_last(reply.frames, self._leave_model)
+                reply.before_last = self._leave_model
             else:
                 self._leave_model()
             return reply
@@ -328,7 +343,8 @@ class Handler(BaseHTTPRequestHandler):
             if method == "DELETE":
                 http_guard.read_body(self.rfile, self.headers, self._reader,  # read, so the answer is not
                                      self.server.limits.max_body_bytes)    # cut off by a reset
-            ctx = RequestContext(cancelled=self._cancelled, shutting_down=self.server.stopping.is_set,
+            ctx = RequestContext(cancelled=self._cancelled, on_wait=self._on_wait,
+                                 shutting_down=self.server.stopping.is_set,
                                  headers=self.headers, path=path, query=query, trusted=access.trusted(
                                      self.server.opts.api_keys, key_checked, self.client_address[0]),
                                  sessions=self.server.stream_sessions)
@@ -391,13 +407,20 @@ class Handler(BaseHTTPRequestHandler):
             timeout = srv.limits.write_s
             self.connection.settimeout(timeout if timeout > 0 else None)
             session = getattr(self, "_session", None)
-            if session is not None:
-                return self._tee(frames, session)
+            if session is not None:   # written frame by frame (the session keeps each): released before the last
+                return self._tee(_release_before_last(frames, reply.before_last) if reply.before_last else frames,
+                                 session)
+            # frames are held and written a burst at a time: at the engine client's next wait (ctx.on_wait)
+            self._pacer = pacer = StreamPacer(self.wfile.write, srv.limits.stream_interval_s)
             for frame in frames:
-                self.wfile.write(frame if isinstance(frame, bytes) else frame.encode("utf-8"))
+                pacer.hold(frame if isinstance(frame, bytes) else frame.encode("utf-8"))
+                if pacer.gone:
+                    break
+            pacer.finish(reply.before_last)
         except (OSError, ValueError):  # the client hung up or stopped reading past the limit
             self._gone = True
         finally:
+            self._pacer = None
             frames.close()  # stops the engine (STOP + drain) if the stream did not finish
             with srv.streams_lock:
                 srv.streams -= 1

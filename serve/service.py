@@ -15,9 +15,11 @@ Public surface (the calling convention of `serve/openai.py` and `serve/anthropic
 - `prep = service.prepare(req)` with a `ChatRequest` or `CompletionRequest`: validates, renders, encodes and
   checks the context *before* anything is sent, so errors are plain 4xx/503 answers. Raises `BadRequest`,
   `ServiceError` (serve/errors.py). `prep.prompt_tokens` is known from here on.
-- `for item in service.run(prep, cancelled)`: yields `Event`s (kind `ping` = nothing to say, send a
+- `for item in service.run(prep, cancelled, on_wait)`: yields `Event`s (kind `ping` = nothing to say, send a
   keep-alive; `content`, `reasoning`, tool events) and last a `Done`. `cancelled()` is polled about every
-  0.5 s and after each token; closing the generator early also stops the engine (STOP + drain).
+  0.5 s and after each token; `on_wait()` (optional) is called on this thread right before each wait for the
+  engine (a stream writes its held frames then: serve/stream_pacing.py); closing the generator early also
+  stops the engine (STOP + drain).
 - `count_tokens(req)`, `health()`, `status_view()`, `metrics_view()`, `totals`, `close()`.
 - `start_engine()` (first start, then the Supervisor restarts an engine that dies while idle),
   `stop_engine()` (shutdown), `kill_engine()`, `death_note()`.
@@ -182,6 +184,7 @@ class _Run:
     decoder: object
     guard: _LoopGuard
     is_cancelled: object
+    on_wait: object = None  # the caller's hook before each wait for the engine (RequestContext.on_wait)
     first_at: float | None = None
     pass_out: int = 0   # tokens of the current pass
     tracker: object = None  # LiveFigures.Tracker: per-token latency and decode-share figures
@@ -472,16 +475,16 @@ class Service:
         return result["embedding"]
 
     # ---------------------------------------------------------------- running
-    def run(self, prep: Prepared, cancelled=None):
+    def run(self, prep: Prepared, cancelled=None, on_wait=None):
         """The events of one reply; engine failures come out as service errors (see service_error)."""
         try:
-            yield from self._run(prep, cancelled)
+            yield from self._run(prep, cancelled, on_wait)
         except GeneratorExit:
             raise
         except Exception as e:
             raise self.service_error(e) from None
 
-    def _run(self, prep: Prepared, cancelled=None):
+    def _run(self, prep: Prepared, cancelled=None, on_wait=None):
         t0 = time.monotonic()
         record = {"time": time.time(), "prompt_tokens": prep.prompt_tokens, "api": getattr(prep.req, "api", "")}
         tracker = self.live.begin(t0)
@@ -493,7 +496,7 @@ class Service:
                 self.status = {"busy": True, "phase": "reading the prompt", "prompt_tokens": prep.prompt_tokens,
                                "generated": 0, "started": time.time(), "first_token": None, "tail": "",
                                "max_tokens": prep.max_new}
-            done = yield from self._generate(prep, cancelled, record, t0, tracker)
+            done = yield from self._generate(prep, cancelled, record, t0, tracker, on_wait)
         except GeneratorExit:
             record.setdefault("finish", "cancel")  # the consumer left (the engine was stopped and drained)
             raise
@@ -506,7 +509,7 @@ class Service:
             tracker.end(record)
         yield done
 
-    def _generate(self, prep: Prepared, cancelled, record, t0, tracker=None):
+    def _generate(self, prep: Prepared, cancelled, record, t0, tracker=None, on_wait=None):
         parser = None
         if prep.chat:
             parser = OutputParser(prep.req.tools, prep.thinking, prep.forced_opening,
@@ -514,7 +517,7 @@ class Service:
         # budget, answer room, forced call after thinking, close retry: when a pass ends (serve/thinking_pass.py)
         run = _Run(_StopMatcher(list(prep.req.stop or [])), parser, ReplyPasses(
             prep, self.tok, parser, self._budget_default()), self.tok.stream_decoder(), _LoopGuard(self.repeat_stop),
-            lambda: self.shutting_down.is_set() or (cancelled is not None and cancelled()), tracker=tracker,
+            lambda: self.shutting_down.is_set() or (cancelled is not None and cancelled()), on_wait, tracker=tracker,
             trail=Trail.of(self.tok, prep.req))
         passes, stop = run.passes, run.stop
         figures: dict = {}
@@ -569,7 +572,7 @@ class Service:
         passes, parser, stop = run.passes, run.parser, run.stop
         run.pass_out = 0
         prompt = passes.prompt()
-        gen = self.engine.generate(prompt, passes.room(), keys, run.is_cancelled, result)
+        gen = self.engine.generate(prompt, passes.room(), keys, run.is_cancelled, result, on_wait=run.on_wait)
         t_read = time.monotonic()
         try:
             for tid in gen:

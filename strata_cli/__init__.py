@@ -96,6 +96,9 @@ def _serve_args(s) -> None:
                    "`strata drafting plan` says why")
     s.add_argument("--draft-model", metavar="FILE.gguf", help="a smaller model with the same vocabulary that "
                    "proposes drafts (verified by the model: replies are unchanged)")
+    s.add_argument("--stream-interval-ms", type=float, metavar="MS", help="a streamed reply is written at most "
+                   "every MS milliseconds; tokens that come sooner go out together in the next write (default "
+                   "20; 0 = each at once). Fewer writes leave the cores to the engine (README: Streaming)")
     s.add_argument("--parent-pid", type=int, metavar="PID", help="shut down when this process is gone")
     s.add_argument("--engine", metavar="CMD", help="engine command (default build/strata-engine)")
     s.add_argument("--tokenizer", choices=["gguf", "bytes"], default="gguf",

@@ -59,6 +59,8 @@ KEYS: dict[str, Key] = {
                                 0.01, 1 << 20),
     "lease_wait": Key("bool", "while a resource lease holds the memory, requests wait for its end instead of "
                       "a 503", editable=True),
+    "stream_interval_ms": Key("number", "a streamed reply is written at most this often; sooner tokens go out "
+                              "together (--stream-interval-ms; default 20, 0 = each token at once)", 0, 1000),
     "host": Key("str", "address to listen on (--host)"),
     "port": Key("int", "port (--port; 0 = a free one)", 0, 65535),
     "api_key": Key("str|list", "required API key(s) (--api-key)"),

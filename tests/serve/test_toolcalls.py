@@ -217,7 +217,7 @@ class StubService:
     def count_tokens(self, req):
         return self.n
 
-    def run(self, prep, cancelled=None):
+    def run(self, prep, cancelled=None, on_wait=None):
         parser = OutputParser(prep.req.tools, self.thinking, parallel=prep.req.parallel_tool_calls,
                               new_id=counter_ids())
         yield Event(KIND_PING)
