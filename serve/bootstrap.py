@@ -7,7 +7,8 @@ GGUF, or the byte tokenizer for the fake engine), the model name, and the securi
 the config, the config over defaults. Nothing here serves or spawns: `serve.server.run_server` does.
 
 Public surface: `build(ns, cfg=None) -> (Service, Options)`, `load_config(ns)`, `check_flags(ns)`,
-`build_lifecycle(ns, cfg)`, `model_limits(...)`, `options(ns, cfg)`, `stream_interval_ms(ns, cfg)`, `bind(opts)`, `launch_plan(model, want)`, `default_model_path()`,
+`build_lifecycle(ns, cfg)`, `model_limits(...)`, `options(ns, cfg)`, `stream_interval_ms(ns, cfg)`, `bind(opts)`,
+`launch_plan(model, want)`, `default_model_path()`,
 `packaged_model_path(name)` (`--model gemma`: the optional Gemma 3 270M package's assembled GGUF),
 `default_log_path(port)`, `private_dir(path)`, `private_file(path)`, `default_parallel()`,
 `chat_template(tok, ns, cfg, fake)`, `ENGINE_EXE`, `SetupError`.

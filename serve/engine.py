@@ -326,9 +326,7 @@ class StrataEngine:
         if self.batched():
             yield from self.batch.generate(ids, max_new, keys, cancelled, result, embed, on_wait)
             return
-        if on_wait is not None:
-            on_wait()   # the control lines may be busy for a while
-        if not (yield from self._take_ctl(cancelled)):
+        if not (yield from self._take_ctl(cancelled, on_wait)):
             result["finish"] = "cancel"
             return
         try:
@@ -339,19 +337,23 @@ class StrataEngine:
         finally:
             self.ctl.release()
 
-    def _take_ctl(self, cancelled):
-        """Wait for the control lines, yielding heartbeats; False when the caller left meanwhile."""
+    def _take_ctl(self, cancelled, on_wait=None):
+        """Wait for the control lines, yielding heartbeats; False when the caller left meanwhile. `on_wait()`
+        before each wait: what the caller holds (a heartbeat's keep-alive) goes out."""
         with self._state:
             self.queued += 1
         try:
             beat = time.monotonic()
-            while not self.ctl.acquire(timeout=POLL_S):
+            while True:
+                if on_wait is not None:
+                    on_wait()
+                if self.ctl.acquire(timeout=POLL_S):
+                    return True
                 if cancelled is not None and cancelled():
                     return False
                 if time.monotonic() - beat >= HEARTBEAT_S:
                     beat = time.monotonic()
                     yield None
-            return True
         finally:
             with self._state:
                 self.queued -= 1

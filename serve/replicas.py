@@ -304,7 +304,8 @@ class ReplicaEngine:
             while len(r.blocks) > BLOCKS_MAX:
                 r.blocks.popitem(last=False)
 
-    def generate(self, ids, max_new, keys="", cancelled=None, result=None, replica=None, embed=False, on_wait=None):
+    def generate(self, ids, max_new, keys="", cancelled=None, result=None, replica=None, embed=False,
+                 on_wait=None):
         """Yields token ids (None = heartbeat); `result` (the caller's own dict) gets that request's figures."""
         self.heal()
         r = self.replicas[replica] if replica is not None else self.pick(ids)

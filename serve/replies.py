@@ -2,9 +2,9 @@
 
 `RequestContext`: `cancelled()` (the client closed its connection, or the server is shutting down),
 `on_wait()` (hand it to `service.run` / `run_choices`: the engine client calls it on this thread right before
-it waits for the engine, and a stream's held frames go out then: serve/stream_pacing.py), `shutting_down()`, `headers` (the request's headers, case-insensitive), `path`, `query` (dict of str),
-`trusted` (may see local detail such as engine log lines: serve/access.py), `sessions` (the server's
-`stream_sessions.SessionStore`).
+it waits for the engine, and a stream's held frames go out then: serve/stream_pacing.py), `shutting_down()`,
+`headers` (the request's headers, case-insensitive), `path`, `query` (dict of str), `trusted` (may see local
+detail such as engine log lines: serve/access.py), `sessions` (the server's `stream_sessions.SessionStore`).
 `JsonReply(status, body, headers)`: one JSON answer. `StreamReply(frames, content_type)`: `frames` is an
 iterator of already-framed text (SSE events, keep-alive comments; bytes are written as they are); the server
 writes them a burst at a time (at each `on_wait()`, and at the end), with the stream write timeout, and closes

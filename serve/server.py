@@ -89,7 +89,8 @@ class StrataHTTPServer(http_guard.GuardedServer, ThreadingHTTPServer):
         self.stream_sessions = stream_sessions.SessionStore()   # X-Conversation-Id replies (its own lock)
         limits = http_guard.Limits.from_env()  # timeouts, body limit, connection cap (serve/http_guard.py)
         if opts.stream_interval_ms is not None:
-            limits = dataclasses.replace(limits, stream_interval_s=http_guard.stream_interval_s(opts.stream_interval_ms))
+            limits = dataclasses.replace(limits,
+                                         stream_interval_s=http_guard.stream_interval_s(opts.stream_interval_ms))
         self.guard_init(limits)
         super().__init__(addr, Handler)
 

@@ -157,6 +157,15 @@ def test_a_paced_stream_is_still_a_stream_written_in_bursts(slot_server):
     assert len(events) > 3 * len(reads)            # several frames to a write
 
 
+def test_the_solo_engine_is_paced_too(server):
+    # --parallel 1: the solo path's reads call on_wait as the slot path's do
+    s = server({"turns": [{"text": "<w>", "repeat": 40, "token_delay_s": 0.005}]}, stream_interval_ms=60)
+    reads = _reads(s.port, chat("w"))
+    content = [t for t, c in reads if b'"content"' in c]
+    assert content[-1] - content[0] > 0.3
+    assert len(reads) <= (reads[-1][0] - reads[0][0]) / 0.06 + 3
+
+
 def test_interval_zero_writes_each_burst_at_once(slot_server):
     s = slot_server({"repeat": 10, "step_delay_s": 0.01}, stream_interval_ms=0)
     reads = _reads(s.port, chat("w"))
