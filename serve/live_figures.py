@@ -6,12 +6,17 @@ share of an engine decode step, and the requests refused before they ran (400 co
 503 ...). `Service.run` feeds it (`begin` → `token` per token → `end`); the HTTP boundary feeds `reject`.
 It knows nothing of HTTP, pipes or text.
 
+Inter-token latency is taken per burst: tokens that reach the server together (the engine writes a slot's
+tokens a stream interval at a time, serve/stream_pacing.py) were still made one step apart, so a burst of k
+tokens whose last came Δ after the token before the burst counts k latencies of Δ/k (the sum is exact, and the
+buckets show the decode pace, not the write pace). Tokens less than BURST_GAP_S apart are one burst.
+
 Decode calls are estimated on the server's side (the engine reports no step count): a token produced while k
 requests were decoding counts 1/k of a step, so a step of k busy slots adds one decode and k busy slots, and
 `busy_slots_per_decode` = tokens / decodes, as llama.cpp's `n_busy_slots_per_decode` means it.
 
 Public surface: `LiveFigures` (`.begin(t0) -> Tracker`, `.reject(...)`, `.snapshot()`), `Histogram`,
-`TTFT_BOUNDS_S`, `ITL_BOUNDS_S`, `E2E_BOUNDS_S` (vLLM's bucket bounds, vllm/v1/metrics).
+`TTFT_BOUNDS_S`, `ITL_BOUNDS_S`, `E2E_BOUNDS_S` (vLLM's bucket bounds, vllm/v1/metrics), `BURST_GAP_S`.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ ITL_BOUNDS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1
 E2E_BOUNDS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
                 480.0, 960.0, 1920.0, 7680.0)
 REJECTED_KEEP = 100   # refused requests kept for the Monitor's table (the newest; older ones only count)
+BURST_GAP_S = 0.001   # tokens closer than this reached the server in one engine write (one burst)
 
 
 class Histogram:
@@ -67,6 +73,8 @@ class Tracker:
         self.owner, self.t0 = owner, t0
         self.first_at: float | None = None
         self.last_at: float | None = None
+        self.burst_from = 0.0     # the time of the token before the current burst ...
+        self.burst_n = 0          # ... and the burst's tokens so far (observed when it is over)
         self.ended = False
 
     def token(self, now: float | None = None) -> None:
@@ -105,15 +113,26 @@ class LiveFigures:
                 tr.first_at = now
                 self.decoding += 1
                 self.ttft.observe(max(0.0, now - tr.t0))
+            elif now - tr.last_at < BURST_GAP_S and tr.burst_n:
+                tr.burst_n += 1
             else:
-                self.itl.observe(max(0.0, now - tr.last_at))
+                self._burst_over(tr)
+                tr.burst_from, tr.burst_n = tr.last_at, 1
             tr.last_at = now
             self.tokens += 1
             self.decodes += 1.0 / max(1, self.decoding)
 
+    def _burst_over(self, tr: Tracker) -> None:
+        """Caller holds the lock: the burst's k tokens count k latencies of (its last token's time - the time of
+        the token before it) / k."""
+        if tr.burst_n:
+            self.itl.observe(max(0.0, tr.last_at - tr.burst_from) / tr.burst_n, tr.burst_n)
+            tr.burst_n = 0
+
     def _end(self, tr: Tracker, record: dict, now: float) -> None:
         finish = str(record.get("finish") or "error")
         with self._lock:
+            self._burst_over(tr)
             self.running -= 1
             if tr.first_at is not None:
                 self.decoding -= 1

@@ -11,6 +11,7 @@ import pytest
 
 from serve import http_guard
 from serve.engine import StrataEngine
+from serve.live_figures import LiveFigures
 from serve.service import Service
 from serve.stream_pacing import HOLD_MAX_BYTES, StreamPacer
 from tests.serve.conftest import chat, start_http, stop_http
@@ -172,3 +173,17 @@ def test_interval_zero_writes_each_burst_at_once(slot_server):
     # 30 tokens, one every 10 ms, no interval: one write a token (a few may share one on a busy host); the
     # default interval (20 ms) would give about half as many
     assert len([1 for _, c in reads if b'"content"' in c]) >= 20
+
+
+def test_inter_token_latency_spreads_a_burst_over_its_tokens():
+    # the engine writes a slot's tokens an interval at a time: 4 tokens that arrive together 20 ms after the
+    # one before were made ~5 ms apart; vllm:inter_token_latency_seconds shows that pace, not 20, 0, 0, 0 ms
+    lf = LiveFigures()
+    tr = lf.begin(0.0)
+    for t in (1.0, 1.0200, 1.0201, 1.0202, 1.0203, 1.05):
+        tr.token(t)
+    tr.end({"finish": "stop"}, 1.06)
+    itl = lf.snapshot()["itl"]
+    assert itl.count == 5 and itl.sum == pytest.approx(0.05)
+    below = dict(itl.cumulative())
+    assert below[0.01] == 4 and below[0.025] == 4 and below[0.05] == 5   # 4 x ~5 ms, then 29.7 ms alone
