@@ -14,11 +14,12 @@ Role: everything about one TCP connection that is not routing, so `serve/server.
   over-long chunk size is a 400); `parse_json`: any JSON failure, 100,000 levels of nesting included, a 400.
 - `error_json` / `raw_error`: the OpenAI error shape for answers the routes never see.
 - `limit_send_buffer`: the moderate send buffer of an SSE socket, so the stream write timeout measures the
-  client and not the kernel's buffering; `peer_gone`: whether the client hung up.
+  client and not the kernel's buffering; `peer_gone`: whether the client hung up; `stream_interval_s`: the
+  stream interval (`Limits.stream_interval_s`, serve/stream_pacing.py) within its bounds.
 It knows nothing of routes, keys or the engine.
 
 Public surface: `Limits.from_env()`, `HttpError`, `ReadDeadline`, `DeadlineReader`, `GuardedServer`,
-`read_body`, `parse_json`, `error_json`, `raw_error`, `limit_send_buffer`, `peer_gone`.
+`read_body`, `parse_json`, `error_json`, `raw_error`, `limit_send_buffer`, `peer_gone`, `stream_interval_s`.
 """
 from __future__ import annotations
 

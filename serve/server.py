@@ -3,8 +3,9 @@
 Role: accept connections (one thread each, at most `max_connections`; read deadlines, bodies and the raw
 socket rules are `serve/http_guard.py`'s), check Host / API key / Origin (`serve/access.py`), route to the
 API translators (`serve/openai.py`, `serve/anthropic.py`) and to the plain views (health, models, status,
-metrics, tokenize, web app), write JSON answers and SSE streams, and turn exceptions into error answers at
-this one boundary. It knows nothing of pipes: `Service` and `StrataEngine` own those.
+metrics, tokenize, web app), write JSON answers and SSE streams (a burst of frames a write, at most one every
+`--stream-interval-ms`: `serve/stream_pacing.py`), and turn exceptions into error answers at this one
+boundary. It knows nothing of pipes: `Service` and `StrataEngine` own those.
 
 Life cycle (`run_server(opts)`): bind (the port is known before the model loads; `--port 0` picks a free
 one), serve, start the engine in the background (`/health` is 503 until READY), print
