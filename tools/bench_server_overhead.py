@@ -11,7 +11,8 @@ prompt read is not in them), counted from each event's `tokens` (a token that en
 text of its own and rides in the next event). The server's CPU time per token (its Python process: pump,
 request thread, HTTP) is printed beside them. The server's repeat guard stays on (it is part of its work a
 token), so a reply that loops ends early there; the engine's rate of that pair is then taken over the same
-positions.
+positions. The server's defaults include its stream pacing (`--stream-interval-ms 20`: a burst of tokens a write,
+README "Streaming"); `STRATA_STREAM_INTERVAL_MS=0` in the environment measures one write a token.
 
 Usage: python3 tools/bench_server_overhead.py [--pairs 10] [--tokens 256] [--threads N] [--model PATH]
 It is also called by tools/bench_serving.py (the `server_over_raw` row).
