@@ -31,7 +31,7 @@ import urllib.parse
 
 from serve.events import BadRequest
 from serve.json_schema import ANY_OBJECT_GRAMMAR, FORMATS, SchemaError, gbnf_literal, schema_grammar
-from serve.toolcalls import (CALL_CLOSE, CALL_OPEN, FUNCTION_CLOSE, FUNCTION_OPEN, PARAM_CLOSE, PARAM_OPEN,
+from serve.toolcalls import (CALL_CLOSE, CALL_OPEN, FUNCTION_CLOSE, PARAM_CLOSE, PARAM_OPEN,
                              forced_opening, value_is_text)
 
 GRAMMAR_INFO_KEY = "grammar"  # INFO grammar=1: the engine applies grammar= (docs/PROTOCOL.md)
