@@ -20,7 +20,7 @@ from tools.strata_tokenizer import ByteTokenizer
 def slot_server(tmp_path):
     started = []
 
-    def start(script, replicas=1):
+    def start(script, replicas=1, **opts):
         engines = []
         for i in range(replicas):
             path = tmp_path / f"s{i}.json"
@@ -30,7 +30,7 @@ def slot_server(tmp_path):
         engine = engines[0] if replicas == 1 else ReplicaEngine(engines)
         engine.start()
         svc = Service(engine, ByteTokenizer(), "fake-model")
-        httpd = make_server(svc, Options(host="127.0.0.1", port=0, quiet=True))
+        httpd = make_server(svc, Options(host="127.0.0.1", port=0, quiet=True, **opts))
         threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         run = Running(httpd, svc)
         started.append(run)

@@ -3,20 +3,16 @@ interval, written only by the request's own thread; and end to end over the slot
 still a stream (its first token long before its end) but written in bursts no closer than the interval."""
 import json
 import socket
-import sys
 import threading
 import time
 
 import pytest
 
 from serve import http_guard
-from serve.engine import StrataEngine
 from serve.live_figures import LiveFigures
-from serve.service import Service
 from serve.stream_pacing import HOLD_MAX_BYTES, StreamPacer
-from tests.serve.conftest import chat, start_http, stop_http
-from tests.serve.test_batch import FAKE_SLOTS
-from tools.strata_tokenizer import ByteTokenizer
+from tests.serve.conftest import chat
+from tests.serve.test_batch_http import slot_server  # noqa: F401 (a fixture)
 
 
 class Sink:
@@ -107,23 +103,6 @@ def test_interval_bounds():
     assert http_guard.stream_interval_s(25) == 0.025
 
 
-@pytest.fixture
-def slot_server(tmp_path):
-    started = []
-
-    def start(script, **opts):
-        path = tmp_path / "s.json"
-        path.write_text(json.dumps(script))
-        engine = StrataEngine([sys.executable, FAKE_SLOTS, "--script", str(path)], ["--max-context", "4096"])
-        engine.start()
-        return start_http(Service(engine, ByteTokenizer(), "fake-model"), started, **opts)
-
-    yield start
-    for run in started:
-        stop_http(run)
-        run.svc.engine.close()
-
-
 def _reads(port, body):
     """A streamed chat read raw: [(arrival, bytes)] of every recv after the headers."""
     data = json.dumps({**body, "stream": True}).encode()
@@ -144,7 +123,7 @@ def _reads(port, body):
     return out
 
 
-def test_a_paced_stream_is_still_a_stream_written_in_bursts(slot_server):
+def test_a_paced_stream_is_still_a_stream_written_in_bursts(slot_server):  # noqa: F811
     # 120 one-byte tokens, a slot step (a token) every 5 ms: ~0.6 s of decode
     s = slot_server({"repeat": 40, "step_delay_s": 0.005}, stream_interval_ms=60)
     reads = _reads(s.port, chat("w"))
@@ -167,7 +146,7 @@ def test_the_solo_engine_is_paced_too(server):
     assert len(reads) <= (reads[-1][0] - reads[0][0]) / 0.06 + 3
 
 
-def test_interval_zero_writes_each_burst_at_once(slot_server):
+def test_interval_zero_writes_each_burst_at_once(slot_server):  # noqa: F811
     s = slot_server({"repeat": 10, "step_delay_s": 0.01}, stream_interval_ms=0)
     reads = _reads(s.port, chat("w"))
     # 30 tokens, one every 10 ms, no interval: one write a token (a few may share one on a busy host); the
