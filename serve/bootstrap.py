@@ -335,13 +335,13 @@ def options(ns, cfg: dict) -> Options:
 
 
 def stream_interval_ms(ns, cfg: dict) -> float:
-    """--stream-interval-ms, else the run config's stream_interval_ms, else $STRATA_STREAM_INTERVAL_MS, else
-    the default; within 0 .. 1000 (serve/stream_pacing.py)."""
+    """--stream-interval-ms, else the run config's stream_interval_ms, else the HTTP limits' own
+    ($STRATA_STREAM_INTERVAL_MS, else the default); within 0 .. 1000 (serve/stream_pacing.py)."""
     value = getattr(ns, "stream_interval_ms", None)
     if value is None:
         value = cfg.get("stream_interval_ms")
     if value is None:
-        value = http_guard.env_float("STRATA_STREAM_INTERVAL_MS", http_guard.STREAM_INTERVAL_MS)
+        return http_guard.Limits.from_env().stream_interval_s * 1e3
     try:
         return http_guard.stream_interval_s(value) * 1e3
     except (TypeError, ValueError):

@@ -431,7 +431,7 @@ class _SoloRequest:
     def __init__(self, engine: StrataEngine, proc: EngineProcess, ids, keys, cancelled, result, embed=False,
                  on_wait=None):
         self.e, self.proc, self.ids, self.result = engine, proc, list(ids), result
-        self.on_wait = on_wait
+        self.on_wait = on_wait or (lambda: None)   # before each wait with nothing to read (stream_pacing)
         self.embed = embed
         self.keys = (" " + keys.strip()) if keys and keys.strip() else ""
         self.cancelled = cancelled or (lambda: False)
@@ -492,7 +492,7 @@ class _SoloRequest:
 
     def _line(self) -> str:
         """The next control line, or "" after POLL_S of quiet; raises on EOF and past the allowance."""
-        if self.on_wait is not None and self.proc.lines.empty():
+        if self.proc.lines.empty():
             self.on_wait()
         try:
             line = self.proc.lines.get(timeout=POLL_S)

@@ -69,7 +69,8 @@ ERROR_TYPES = {400: "invalid_request_error", 408: "timeout_error", 413: "invalid
 
 
 def stream_interval_s(ms: float) -> float:
-    """A stream's rest after each write (serve/stream_pacing.py), in seconds: `ms` within 0 .. MAX_INTERVAL_MS."""
+    """The least time between two writes of a stream (serve/stream_pacing.py), in seconds: `ms` within
+    0 .. MAX_INTERVAL_MS (not a number: the default)."""
     ms = float(ms)
     return min(max(ms, 0.0), MAX_INTERVAL_MS) / 1e3 if math.isfinite(ms) else STREAM_INTERVAL_MS / 1e3
 
