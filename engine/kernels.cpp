@@ -122,16 +122,37 @@ bool cpu_has_avx2() {
 #endif
 }
 
+// The sets compiled in, best first (dispatch order); scalar last. Each with what the CPU must have to run it.
+struct set_entry {
+    const kernel_set* ks;
+    bool (*cpu_can_run)();
+    const char* needs;  // what a CPU that cannot run it lacks, for the tests' skip reasons
+};
+
+bool cpu_any() { return true; }
+
+std::vector<set_entry> compiled_sets() {
+    std::vector<set_entry> v;
+    if (const kernel_set* k = kernels_avx512()) v.push_back({k, cpu_has_avx512_vnni, "AVX-512 F/BW/VL/DQ and VNNI"});
+    if (const kernel_set* k = kernels_avx2()) v.push_back({k, cpu_has_avx2, "AVX2, FMA and F16C"});
+    v.push_back({&SCALAR_SET, cpu_any, ""});
+    return v;
+}
+
 const kernel_set& pick() {
-    // STRATA_KERNELS=avx2|scalar steps down from the best set (tests, comparisons); never up past the CPU
+    // STRATA_KERNELS=NAME steps down from the best set (tests, comparisons): the named set when this CPU runs
+    // it, else the best runnable set below it in dispatch order; never up past the CPU. Unset or unknown: the best.
     const char* want = std::getenv("STRATA_KERNELS");
-    if (want && std::strcmp(want, "scalar") == 0) return SCALAR_SET;
-    if (want && std::strcmp(want, "avx2") == 0) {
-        if (const kernel_set* k = kernels_avx2(); k && cpu_has_avx2()) return *k;
-        return SCALAR_SET;
+    const std::vector<set_entry> sets = compiled_sets();
+    size_t from = 0;
+    if (want && *want) {
+        for (size_t i = 0; i < sets.size(); ++i) {
+            if (std::strcmp(sets[i].ks->name, want) == 0) from = i;
+        }
     }
-    if (const kernel_set* k = kernels_avx512(); k && cpu_has_avx512_vnni()) return *k;
-    if (const kernel_set* k = kernels_avx2(); k && cpu_has_avx2()) return *k;
+    for (size_t i = from; i < sets.size(); ++i) {
+        if (sets[i].cpu_can_run()) return *sets[i].ks;
+    }
     return SCALAR_SET;
 }
 
@@ -370,6 +391,19 @@ const kernel_set& kernels_scalar() { return SCALAR_SET; }
 const kernel_set& kernels_get() {
     static const kernel_set& chosen = pick();
     return chosen;
+}
+
+std::vector<const kernel_set*> kernels_compiled() {
+    std::vector<const kernel_set*> v;
+    for (const set_entry& e : compiled_sets()) v.push_back(e.ks);
+    return v;
+}
+
+const char* kernels_cpu_lacks(const kernel_set& ks) {
+    for (const set_entry& e : compiled_sets()) {
+        if (e.ks == &ks) return e.cpu_can_run() ? nullptr : e.needs;
+    }
+    return "a kernel set that is not compiled in";
 }
 
 bool kernels_uses_q16(ggml_type type) {

@@ -2,7 +2,8 @@
 //
 // Contract:
 //  - kernels_get() picks, once, the fastest kernel set the CPU supports (CPUID + XGETBV: AVX-512 needs the OS
-//    to save zmm state); env STRATA_KERNELS=avx2|scalar steps down for tests. AMX is never used.
+//    to save zmm state); env STRATA_KERNELS=NAME steps down for tests (the named set, or the best runnable one
+//    below it; never up past the CPU). AMX is never used.
 //  - Quantised matmuls (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K weights) quantise the activations to 16-bit blocks of 32 (one float
 //    scale per block, round to nearest even, the block's scaled sum kept for offset terms) and use integer
 //    dot products (vpdpwssd / pmaddwd); the product of the two blocks' float scales is applied once per
@@ -104,6 +105,11 @@ const kernel_set& kernels_get();
 const kernel_set& kernels_scalar();
 const kernel_set* kernels_avx2();    // nullptr when not compiled in
 const kernel_set* kernels_avx512();  // nullptr when not compiled in
+// Every set compiled in, best first (the dispatch order), scalar last. A set compiled in need not run here:
+// kernels_cpu_lacks(ks) is nullptr when this CPU can run ks, else what the CPU lacks (for a skip reason).
+// Tests take each runnable set against the scalar reference this way, whatever kernels_get() picked.
+std::vector<const kernel_set*> kernels_compiled();
+const char* kernels_cpu_lacks(const kernel_set& ks);
 
 // Bytes of w in the row-group layout, 0 when it has none (type other than Q4_0/Q4_1/Q8_0/Q5_0 and Q4_K/Q6_K,
 // whose layout is engine/kernels_group_kq.h's; rows not a multiple of MM_GROUP_ROWS). Bytes of one group:

@@ -17,6 +17,7 @@
 #include "kernels_act8.h"
 #include "quants.h"
 #include "test_check.h"
+#include "test_sets.h"
 #include "threadpool.h"
 
 namespace {
@@ -55,12 +56,16 @@ void test_quantize() {
     CHECK(std::fabs(d[0] - 50.0f / 127.0f) < 1e-6f, "block scale");
 }
 
-// the AVX-512 quantiser (where compiled in; quantize_act8 takes it with the AVX-512 kernel set) gives the scalar
+// the AVX-512 quantiser (where compiled in and the run's set is AVX-512; quantize_act8 takes it with that set) gives the scalar
 // one's bits: values, scales and sums, over ordinary rows, an outlier, ties at half steps and an all-zero block
 void test_quantize_avx512_equals_scalar() {
     const act8_quantize_fn fast = kernels_act8_quantize_avx512();
     if (!fast) {
         std::printf("no AVX-512 act8 quantiser compiled in\n");
+        return;
+    }
+    if (&kernels_get() != kernels_avx512()) {  // compiled in is not runnable: only the AVX-512 set's run takes it
+        std::printf("AVX-512 act8 quantiser: not this run's set (%s)\n", kernels_get().name);
         return;
     }
     const int64_t k = 576;
@@ -172,7 +177,8 @@ void test_kernels() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+    test_sets_from_args(argc, argv);  // --set NAME: kernels_get() is NAME, or the run is skipped
     test_quantize();
     test_quantize_avx512_equals_scalar();
     test_kernels();

@@ -17,6 +17,7 @@
 #include "quants.h"
 #include "threadpool.h"
 #include "test_check.h"
+#include "test_sets.h"
 
 namespace {
 
@@ -133,7 +134,8 @@ void test_against_widened(const kernel_set& ks) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+    test_sets_from_args(argc, argv);  // --set NAME: kernels_get() is NAME, or the run is skipped
     test_layout_size();
     const kernel_set& ks = kernels_get();
     if (group_fn(ks, GGML_TYPE_Q5_0)) {

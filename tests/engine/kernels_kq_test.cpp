@@ -25,6 +25,7 @@
 #include "quants.h"
 #include "threadpool.h"
 #include "test_check.h"
+#include "test_sets.h"
 
 namespace {
 
@@ -60,14 +61,10 @@ struct named_set {
     const kernel_set* ks;
 };
 
-std::vector<named_set> sets() {
-    std::vector<named_set> v = {{"scalar", &kernels_scalar()}};
-    const char* best = kernels_get().name;
-    const bool avx512 = std::strcmp(best, "avx512_vnni") == 0, avx2 = avx512 || std::strcmp(best, "avx2") == 0;
-    if (kernels_avx2() && avx2) v.push_back({"avx2", kernels_avx2()});
-    if (kernels_avx512() && avx512) v.push_back({"avx512", kernels_avx512()});
-    return v;
-}
+// the sets this run covers (tests/engine/test_sets.h): scalar first, then each the CPU can run, or the one --set names
+std::vector<named_set> g_sets;
+
+const std::vector<named_set>& sets() { return g_sets; }
 
 const ggml_type TYPES[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q5_1,
                            GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_XS};
@@ -173,8 +170,8 @@ acts quantize_acts(const std::vector<float>& x, int64_t k, int n_tok) {
 std::vector<std::pair<const char*, const kq_group_set*>> group_sets() {
     std::vector<std::pair<const char*, const kq_group_set*>> v = {{"scalar", &kq_groups_scalar()}};
     for (const named_set& s : sets()) {
-        if (std::strcmp(s.name, "avx2") == 0 && kq_groups_avx2()) v.push_back({"avx2", kq_groups_avx2()});
-        if (std::strcmp(s.name, "avx512") == 0 && kq_groups_avx512()) v.push_back({"avx512", kq_groups_avx512()});
+        if (s.ks == kernels_avx2() && kq_groups_avx2()) v.push_back({"avx2", kq_groups_avx2()});
+        if (s.ks == kernels_avx512() && kq_groups_avx512()) v.push_back({"avx512", kq_groups_avx512()});
     }
     return v;
 }
@@ -282,7 +279,8 @@ void test_gelu() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+    for (const kernel_set* ks : test_sets_from_args(argc, argv)) g_sets.push_back({ks->name, ks});
     test_gelu();
     test_rows_against_reference();
     test_matmul_routes_here();

@@ -1,5 +1,5 @@
-// tests/engine/kernels_test.cpp — every compiled-in kernel set (scalar, AVX2, AVX-512 VNNI, where the CPU has
-// them) against a float64 computation from the scalar dequantisation, and the matmul driver's guarantees.
+// tests/engine/kernels_test.cpp — every compiled-in kernel set the CPU can run (scalar, AVX2, AVX-512 VNNI; one
+// CTest entry per set, tests/engine/test_sets.h) against a float64 computation from the scalar dequantisation, and the matmul driver's guarantees.
 //
 // Checked: 16-bit activation quantisation is identical across sets; row kernels for Q4_0/Q4_1/Q8_0 at 1..4
 // tokens (odd and even block counts) and Q4_K/Q5_K/Q6_K agree with double dot products of the dequantised weights and the
@@ -19,6 +19,7 @@
 #include "quants.h"
 #include "threadpool.h"
 #include "test_check.h"
+#include "test_sets.h"
 
 namespace {
 
@@ -60,16 +61,10 @@ std::vector<uint8_t> random_rows(ggml_type type, int64_t k, int64_t n) {
     return buf;
 }
 
-std::vector<const kernel_set*> kernel_sets() {
-    std::vector<const kernel_set*> v = {&kernels_scalar()};
-    const kernel_set& best = kernels_get();
-    // a set is usable when the dispatcher would pick it or something above it
-    if (kernels_avx2() && (std::strcmp(best.name, "avx2") == 0 || std::strcmp(best.name, "avx512_vnni") == 0)) {
-        v.push_back(kernels_avx2());
-    }
-    if (kernels_avx512() && std::strcmp(best.name, "avx512_vnni") == 0) v.push_back(kernels_avx512());
-    return v;
-}
+// the sets this run covers (tests/engine/test_sets.h): scalar first, then each the CPU can run, or the one --set names
+std::vector<const kernel_set*> g_sets;
+
+const std::vector<const kernel_set*>& kernel_sets() { return g_sets; }
 
 void test_quantize_and_rows() {
     const ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
@@ -263,11 +258,12 @@ void test_packed_matmul() {
         }
     }
     // the AVX2 and AVX-512 row-group kernels take the same float steps per row: the same bits
+    // (in the AVX-512 set's run, when this CPU runs both)
     const kernel_set* a2 = kernels_avx2();
     const kernel_set* a5 = kernels_avx512();
-    const std::vector<const kernel_set*> usable = kernel_sets();
-    const auto has = [&](const kernel_set* k) { return k && std::find(usable.begin(), usable.end(), k) != usable.end(); };
-    if (has(a2) && has(a5)) {
+    const std::vector<const kernel_set*>& usable = kernel_sets();
+    const bool covers_a5 = a5 && std::find(usable.begin(), usable.end(), a5) != usable.end();
+    if (covers_a5 && a2 && !kernels_cpu_lacks(*a2)) {
         for (ggml_type type : types) {
             const int64_t k = widths(type)[2];
             std::vector<float> x(static_cast<size_t>(11 * k));
@@ -427,7 +423,8 @@ void test_silu_mul() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+    g_sets = test_sets_from_args(argc, argv);
     std::printf("dispatch picks %s; testing", kernels_get().name);
     for (const kernel_set* ks : kernel_sets()) std::printf(" %s", ks->name);
     std::printf("\n");
