@@ -87,6 +87,52 @@ class _Pty:
         os.write(self.fd, text.encode())
 
 
+def _chat_in_pty(port, env):
+    t = _Pty(["-m", "strata_cli", "chat", "--port", str(port)], env)
+    t.read_until("/help for commands")
+    t.read_until("> ")
+    return t
+
+
+def _end_pty(t):
+    try:
+        os.kill(t.pid, 9)
+    except ProcessLookupError:
+        pass
+    os.close(t.fd)
+
+
+def test_ctrl_c_in_a_pseudo_terminal_stops_the_reply_not_the_chat(server, tmp_path):
+    # a reply that is still streaming when Ctrl+C comes, whatever a model would choose to say: the fake
+    # engine sends 400 tokens 20 ms apart (8 s), so the stop is the only way the turn ends within the test
+    run = server({"turns": [{"text": "1\n", "repeat": 400, "token_delay_s": 0.02}, {"text": "Ahoy."}]})
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path), "HOME": os.environ.get("HOME", str(tmp_path))}
+    t = _chat_in_pty(run.port, env)
+    try:
+        t.send("Count from 1 to 300, one number per line, \\\nwith no other text.\n")
+        t.read_until("with no other text.")   # the terminal's echo of the two lines
+        t.read_until("1")                     # the reply is streaming
+        started = time.monotonic()
+        t.send("\x03")                        # Ctrl+C: the reply stops, the chat goes on
+        t.read_until("(stopped)")
+        assert time.monotonic() - started < 5.0, "the reply ran on after Ctrl+C"
+        t.read_until("> ")
+        t.send("And now?\n")                  # the next turn is answered on the same chat
+        assert "Ahoy." in t.read_until("\n> ")
+        t.send(f"/save {tmp_path / 'chat.json'}\n")
+        t.read_until("(saved 4 messages")
+        saved = json.loads((tmp_path / "chat.json").read_text())["messages"]
+        assert [m["role"] for m in saved] == ["user", "assistant", "user", "assistant"]
+        assert saved[0]["content"] == "Count from 1 to 300, one number per line, \nwith no other text."
+        kept = saved[1]["content"]             # what came before the stop, and no more
+        assert set(kept.split()) == {"1"} and len(kept.split()) < 400
+        t.send("/exit\n")
+        _, status = os.waitpid(t.pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        _end_pty(t)
+
+
 @pytest.mark.skipif(model_path() is None or not os.access(ENGINE_EXE, os.X_OK),
                     reason="needs the default model and the built engine")
 def test_strata_chat_in_a_pseudo_terminal_with_the_real_model(tmp_path):
@@ -102,19 +148,15 @@ def test_strata_chat_in_a_pseudo_terminal_with_the_real_model(tmp_path):
     while port is None and time.monotonic() < end:
         m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", lines.get(timeout=max(0.1, end - time.monotonic())))
         port = m and m.group(1)
-    t = _Pty(["-m", "strata_cli", "chat", "--port", str(port)], env)
+    t = _chat_in_pty(port, env)
     try:
-        t.read_until("/help for commands")
-        t.read_until("> ")
         t.send("What is the capital of France?\n")
         reply = t.read_until("\n> ")
         assert "Paris" in reply
-        t.send("Count from 1 to 300, one number per line, \\\nwith no other text.\n")
-        t.read_until("with no other text.")   # the terminal's echo of the two lines
-        t.read_until("1")                 # the reply is streaming
-        t.send("\x03")                    # Ctrl+C: the reply stops, the chat goes on
-        t.read_until("(stopped)")
-        t.read_until("> ")
+        # a question over two lines (a line ending in \ goes on); whatever the model says, the turn ends
+        t.send("Name three colours, \\\nseparated by commas.\n")
+        t.read_until("separated by commas.")  # the terminal's echo of the two lines
+        t.read_until("\n> ")
         t.send("/system You are a pirate.\n")
         t.read_until("(system prompt set)")
         t.read_until("> ")
@@ -122,7 +164,7 @@ def test_strata_chat_in_a_pseudo_terminal_with_the_real_model(tmp_path):
         t.read_until("(saved 5 messages")
         saved = json.loads((tmp_path / "chat.json").read_text())["messages"]
         assert [m["role"] for m in saved] == ["system", "user", "assistant", "user", "assistant"]
-        assert saved[3]["content"] == "Count from 1 to 300, one number per line, \nwith no other text."
+        assert saved[3]["content"] == "Name three colours, \nseparated by commas."
         t.send("/clear\n")
         t.read_until("(conversation cleared)")
         t.send("/exit\n")
@@ -136,8 +178,4 @@ def test_strata_chat_in_a_pseudo_terminal_with_the_real_model(tmp_path):
         assert [f for f in os.listdir(tmp_path / "strata") if f.endswith(".json")] == []
     finally:
         srv.kill()
-        try:
-            os.kill(t.pid, 9)
-            os.waitpid(t.pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
+        _end_pty(t)
