@@ -20,6 +20,9 @@
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
 
 namespace {
 
@@ -122,6 +125,16 @@ bool cpu_has_avx2() {
 #endif
 }
 
+// AArch64's dot-product extension (sdot / udot, FEAT_DotProd: Cortex-A55/A76 and later, Neoverse, Apple M):
+// the kernel's word (AT_HWCAP's ASIMDDP bit, 1 << 20), so a CPU or a VM that hides it is never asked to run it.
+bool cpu_has_dotprod() {
+#if defined(__aarch64__) && defined(__linux__)
+    return (getauxval(AT_HWCAP) >> 20) & 1;
+#else
+    return false;
+#endif
+}
+
 // The sets compiled in, best first (dispatch order); scalar last. Each with what the CPU must have to run it.
 struct set_entry {
     const kernel_set* ks;
@@ -135,6 +148,8 @@ std::vector<set_entry> compiled_sets() {
     std::vector<set_entry> v;
     if (const kernel_set* k = kernels_avx512()) v.push_back({k, cpu_has_avx512_vnni, "AVX-512 F/BW/VL/DQ and VNNI"});
     if (const kernel_set* k = kernels_avx2()) v.push_back({k, cpu_has_avx2, "AVX2, FMA and F16C"});
+    if (const kernel_set* k = kernels_dotprod()) v.push_back({k, cpu_has_dotprod, "the dot-product extension (asimddp)"});
+    if (const kernel_set* k = kernels_neon()) v.push_back({k, cpu_any, ""});  // ASIMD: every AArch64 CPU
     v.push_back({&SCALAR_SET, cpu_any, ""});
     return v;
 }

@@ -2,7 +2,7 @@
 //
 // Contract:
 //  - kernels_get() picks, once, the fastest kernel set the CPU supports (CPUID + XGETBV: AVX-512 needs the OS
-//    to save zmm state); env STRATA_KERNELS=NAME steps down for tests (the named set, or the best runnable one
+//    to save zmm state; on AArch64: NEON always, dotprod when getauxval says HWCAP_ASIMDDP); env STRATA_KERNELS=NAME steps down for tests (the named set, or the best runnable one
 //    below it; never up past the CPU). AMX is never used.
 //  - Quantised matmuls (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K weights) quantise the activations to 16-bit blocks of 32 (one float
 //    scale per block, round to nearest even, the block's scaled sum kept for offset terms) and use integer
@@ -105,6 +105,8 @@ const kernel_set& kernels_get();
 const kernel_set& kernels_scalar();
 const kernel_set* kernels_avx2();    // nullptr when not compiled in
 const kernel_set* kernels_avx512();  // nullptr when not compiled in
+const kernel_set* kernels_neon();     // AArch64 ASIMD (kernels_neon.cpp); nullptr when not compiled in
+const kernel_set* kernels_dotprod();  // NEON + FEAT_DotProd sdot (kernels_dotprod.cpp); nullptr when not compiled in
 // Every set compiled in, best first (the dispatch order), scalar last. A set compiled in need not run here:
 // kernels_cpu_lacks(ks) is nullptr when this CPU can run ks, else what the CPU lacks (for a skip reason).
 // Tests take each runnable set against the scalar reference this way, whatever kernels_get() picked.

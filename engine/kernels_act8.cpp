@@ -91,7 +91,9 @@ void weight_pack8(const weight_view& w, uint8_t* out) {
 
 mm_group_fn group8_fn(ggml_type type) {
     const mm_group_fn* k = kernels_act8_avx512();
-    if (!k || std::strcmp(kernels_get().name, "avx512_vnni") != 0) return nullptr;
+    if (std::strcmp(kernels_get().name, "dotprod") == 0) k = kernels_act8_dotprod();
+    else if (std::strcmp(kernels_get().name, "avx512_vnni") != 0) k = nullptr;
+    if (!k) return nullptr;
     switch (type) {
     case GGML_TYPE_Q4_0: return k[0];
     case GGML_TYPE_Q4_1: return k[1];

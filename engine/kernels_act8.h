@@ -16,7 +16,8 @@
 //    The integer sums start at -8 (Q4) or -128 (Q8_0) times the block's activation sum; the float steps are
 //    the 16-bit row-group kernels', so the 8-bit kernel and the 16-bit kernel over the same 8-bit activations
 //    give the same bits (tests/engine/kernels_test.cpp).
-//  - group8_fn is non-null only where the CPU has the 8-bit kernels (AVX-512 VNNI); elsewhere the model packs
+//  - group8_fn is non-null only where the CPU has the 8-bit kernels (AVX-512 VNNI; AArch64's dotprod set,
+//    sdot: kernels_dotprod.cpp); elsewhere the model packs
 //    the 16-bit layout and the mode still quantises to 8 bits (same results, no speed-up).
 #pragma once
 
@@ -36,3 +37,5 @@ mm_group_fn group8_fn(ggml_type type);
 const mm_group_fn* kernels_act8_avx512();
 using act8_quantize_fn = void (*)(const float* x, int64_t k, int16_t* qs, int8_t* qs8, float* d, float* dsum);
 act8_quantize_fn kernels_act8_quantize_avx512();  // nullptr when not compiled in
+// The dotprod set's sdot kernels (kernels_dotprod.cpp; nullptr when not compiled in), indexed as the AVX-512 ones.
+const mm_group_fn* kernels_act8_dotprod();
