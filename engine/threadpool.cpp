@@ -16,6 +16,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define STRATA_PAUSE() _mm_pause()
+#elif defined(__aarch64__)
+#define STRATA_PAUSE() __asm__ __volatile__("yield")  // AArch64's spin-wait hint (a no-op where it has no use)
 #else
 #define STRATA_PAUSE() ((void)0)
 #endif
