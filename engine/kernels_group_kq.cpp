@@ -127,6 +127,7 @@ mm_group_fn kq_group_fn(const kernel_set& ks, ggml_type type) {
     const kq_group_set* set = nullptr;
     if (&ks == kernels_avx512()) set = kq_groups_avx512();
     else if (&ks == kernels_avx2()) set = kq_groups_avx2();
+    else if (&ks == kernels_neon() || &ks == kernels_dotprod()) set = kq_groups_neon();
     if (!set) return nullptr;
     switch (type) {
     case GGML_TYPE_Q4_K: return set->q4_k;

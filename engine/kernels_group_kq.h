@@ -52,3 +52,4 @@ struct kq_group_set {
 const kq_group_set& kq_groups_scalar();  // the reference: plain C++ (std::fma), for the tests
 const kq_group_set* kq_groups_avx2();    // nullptr when not compiled in
 const kq_group_set* kq_groups_avx512();  // nullptr when not compiled in
+const kq_group_set* kq_groups_neon();    // the neon and dotprod sets' (kernels_neon.cpp); nullptr when not compiled in

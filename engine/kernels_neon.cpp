@@ -16,8 +16,10 @@
 //    then acc = fma(float(sum), dw * da, acc) and, for Q4_1, acc = fma(off, dsum, acc) with off = fma(dw, 8, m),
 //    in block order: the float steps of the AVX2 and AVX-512 row-group kernels, so all three give the same bits.
 //  - f16 helpers by the ASIMD half conversions (fcvtl / fcvtn: round to nearest even, as the scalar set).
-//  - attn: nullptr (the generic path in model.cpp); K types: the scalar row kernels (kernels_kq.h).
+//  - Q4_K / Q6_K row-group kernels (kq_groups_neon, kernels_group_kq.h's layout and float steps) by the same
+//    loops; the other K types take the scalar row kernels (kernels_kq.h). attn: nullptr (model.cpp's generic path).
 #include "kernels.h"
+#include "kernels_group_kq.h"
 
 #if defined(__aarch64__) && defined(__ARM_NEON)
 
@@ -190,24 +192,38 @@ inline void pair_mac_all(int32x4_t (*s)[2], int16x8_t e0, int16x8_t e1, const in
 }
 
 // Row-group kernel, rows 8 half .. 8 half + 7 of a group for T tokens (contract at the top of this file).
+// KIND: 0 Q4_0, 1 Q4_1, 2 Q8_0 (weight_pack's layout, kernels.cpp); 3 Q4_K, 4 Q6_K (kernels_group_kq.h: the
+// same quant layouts, 4-bit as Q4_0's and int8 as Q8_0's, with fp32 factors; Q4_K: acc = fma(float(s), ws * da,
+// acc), acc = fma(off, dsum, acc); Q6_K: chunks 0..7 and 8..15 summed apart, acc = fma(float(s0), d0 * da, acc),
+// acc = fma(float(s1), d1 * da, acc)): the scalar reference's steps, so its bits.
 template <int KIND, int T>
 void group_half(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int half, float* y, size_t y_stride) {
-    constexpr size_t SB = KIND == 2 ? 32 : 64, QB = KIND == 2 ? 512 : 256, GB = SB + QB;
+    constexpr bool BYTES = KIND == 2 || KIND == 4;  // int8 values (Q8_0's layout), else 4-bit words
+    constexpr size_t SB = KIND == 2 ? 32 : KIND >= 3 ? 128 : 64, QB = BYTES ? 512 : 256, GB = SB + QB;
     float32x4_t acc[T][2];
     for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* gb = g + size_t(b) * GB;
+        const float* gf = reinterpret_cast<const float*>(gb);
         const uint8_t* q = gb + SB;
         int32x4_t s[T][2];
         const int16_t* aq[T];
         for (int t = 0; t < T; ++t) {
-            s[t][0] = s[t][1] = vdupq_n_s32(KIND == 2 ? 0 : -8 * a.isum[(t0 + t) * nb + b]);
+            s[t][0] = s[t][1] = vdupq_n_s32(BYTES ? 0 : -8 * a.isum[(t0 + t) * nb + b]);
             aq[t] = a.qs + (t0 + t) * a.k + b * QK32;
         }
+        // acc += float(s) * (dw * da) per token, for the rows' factors dw (8 lanes in two vectors)
+        const auto scale_in = [&](float32x4_t dw0, float32x4_t dw1) {
+            for (int t = 0; t < T; ++t) {
+                const float32x4_t da = vdupq_n_f32(a.d[(t0 + t) * nb + b]);
+                acc[t][0] = vfmaq_f32(acc[t][0], vcvtq_f32_s32(s[t][0]), vmulq_f32(dw0, da));
+                acc[t][1] = vfmaq_f32(acc[t][1], vcvtq_f32_s32(s[t][1]), vmulq_f32(dw1, da));
+            }
+        };
         for (int c = 0; c < 4; ++c) {  // activations 8c .. 8c + 7: element pairs 4c .. 4c + 3
             int16x8_t av[T];
             for (int t = 0; t < T; ++t) av[t] = vld1q_s16(aq[t] + 8 * c);
-            if constexpr (KIND == 2) {
+            if constexpr (BYTES) {
                 // chunk j = 4c + p: byte 2r + e is element 2j + e of row r; this half's 16 bytes are rows 8h..8h+7
                 [&]<int... P>(std::integer_sequence<int, P...>) {
                     ((void)[&] {
@@ -217,6 +233,10 @@ void group_half(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int 
                         pair_mac_all<P, T>(s, e0, e1, av);
                     }(), ...);
                 }(std::make_integer_sequence<int, 4>{});
+                if (KIND == 4 && c == 1) {  // Q6_K: the first 16-element sub-block is complete
+                    scale_in(vld1q_f32(gf + 8 * half), vld1q_f32(gf + 8 * half + 4));
+                    for (int t = 0; t < T; ++t) s[t][0] = s[t][1] = vdupq_n_s32(0);
+                }
             } else {
                 // chunk c: word 2r + e holds element 2 (4c + n) + e of row r in nibble n; this half's words are
                 // 2 vectors of 4 rows each; uzp puts e = 0 of the 8 rows in u0, e = 1 in u1
@@ -232,25 +252,30 @@ void group_half(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int 
                 pair_mac_all<3, T>(s, vreinterpretq_s16_u16(vshrq_n_u16(u0, 12)), vreinterpretq_s16_u16(vshrq_n_u16(u1, 12)), av);
             }
         }
-        float32x4_t dw[2], off[2];
-        if constexpr (KIND == 0) {  // float scales
-            dw[0] = vld1q_f32(reinterpret_cast<const float*>(gb) + 8 * half);
-            dw[1] = vld1q_f32(reinterpret_cast<const float*>(gb) + 8 * half + 4);
+        float32x4_t off[2];
+        if constexpr (KIND == 0 || KIND == 3) {  // fp32 factors (Q4_K: ws, then off)
+            scale_in(vld1q_f32(gf + 8 * half), vld1q_f32(gf + 8 * half + 4));
+            if constexpr (KIND == 3) {
+                off[0] = vld1q_f32(gf + 16 + 8 * half);
+                off[1] = vld1q_f32(gf + 16 + 8 * half + 4);
+            }
+        } else if constexpr (KIND == 4) {  // Q6_K: the second sub-block's d1
+            scale_in(vld1q_f32(gf + 16 + 8 * half), vld1q_f32(gf + 16 + 8 * half + 4));
         } else {  // half scales (Q8_0, Q4_1's d); Q4_1: off = m + 8 d (8 d exact: one rounding, as a float add)
             const uint16_t* dh = reinterpret_cast<const uint16_t*>(gb) + 8 * half;
-            dw[0] = load_half4(dh);
-            dw[1] = load_half4(dh + 4);
+            const float32x4_t dw0 = load_half4(dh), dw1 = load_half4(dh + 4);
+            scale_in(dw0, dw1);
             if constexpr (KIND == 1) {
                 const float32x4_t eight = vdupq_n_f32(8.0f);
-                off[0] = vfmaq_f32(load_half4(dh + 16), dw[0], eight);
-                off[1] = vfmaq_f32(load_half4(dh + 20), dw[1], eight);
+                off[0] = vfmaq_f32(load_half4(dh + 16), dw0, eight);
+                off[1] = vfmaq_f32(load_half4(dh + 20), dw1, eight);
             }
         }
-        for (int t = 0; t < T; ++t) {
-            const float32x4_t da = vdupq_n_f32(a.d[(t0 + t) * nb + b]);
-            for (int i = 0; i < 2; ++i) {
-                acc[t][i] = vfmaq_f32(acc[t][i], vcvtq_f32_s32(s[t][i]), vmulq_f32(dw[i], da));
-                if constexpr (KIND == 1) acc[t][i] = vfmaq_f32(acc[t][i], off[i], vdupq_n_f32(a.dsum[(t0 + t) * nb + b]));
+        if constexpr (KIND == 1 || KIND == 3) {
+            for (int t = 0; t < T; ++t) {
+                const float32x4_t ds = vdupq_n_f32(a.dsum[(t0 + t) * nb + b]);
+                acc[t][0] = vfmaq_f32(acc[t][0], off[0], ds);
+                acc[t][1] = vfmaq_f32(acc[t][1], off[1], ds);
             }
         }
     }
@@ -287,14 +312,18 @@ const kernel_set DOTPROD_SET = {
     nullptr,         group_dispatch<0>,    group_dispatch<1>, group_dispatch<2>,
 };
 
+const kq_group_set KQ_GROUP_NEON = {group_dispatch<3>, group_dispatch<4>};
+
 }  // namespace
 
 const kernel_set* kernels_neon() { return &NEON_SET; }
 const kernel_set* kernels_dotprod() { return &DOTPROD_SET; }
+const kq_group_set* kq_groups_neon() { return &KQ_GROUP_NEON; }
 
 #else
 
 const kernel_set* kernels_neon() { return nullptr; }
 const kernel_set* kernels_dotprod() { return nullptr; }
+const kq_group_set* kq_groups_neon() { return nullptr; }
 
 #endif

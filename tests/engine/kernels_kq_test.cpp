@@ -172,6 +172,7 @@ std::vector<std::pair<const char*, const kq_group_set*>> group_sets() {
     for (const named_set& s : sets()) {
         if (s.ks == kernels_avx2() && kq_groups_avx2()) v.push_back({"avx2", kq_groups_avx2()});
         if (s.ks == kernels_avx512() && kq_groups_avx512()) v.push_back({"avx512", kq_groups_avx512()});
+        if ((s.ks == kernels_neon() || s.ks == kernels_dotprod()) && kq_groups_neon()) v.push_back({s.ks->name, kq_groups_neon()});
     }
     return v;
 }
