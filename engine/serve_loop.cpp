@@ -115,6 +115,7 @@ private:
     std::vector<int32_t> drafts_;  // the solo step's proposed tokens
     std::vector<float> logits_;    // (n_vocab) the last prompt token's logits, or the last decode step's
     sampler_scratch scratch_;
+    sampler_state solo_state_;  // the running solo request's sampler state (mirostat's mu); new per GEN
     std::vector<float> lp_work_;   // (n_vocab) biased logits of a logprobs= request (engine/logprobs.h)
     pf_timer timer_;
     grammar_cache grammars_;       // recent requests' grammars (grammar= key)
@@ -342,6 +343,8 @@ void serve_loop::run_gen(const command& cmd_in, int64_t seq) {
     command cmd = cmd_in;
     cmd.sampling.has_seed = true;
     cmd.sampling.seed = request_seed(cmd_in.sampling);  // one seed for the whole request
+    solo_state_ = sampler_state{};
+    scratch_.state = &solo_state_;
     const int32_t n = static_cast<int32_t>(cmd.ids.size());
     const bool drafting = cfg_.drafting != DRAFTING_OFF && cmd.draft;
     draft_ctl dctl;

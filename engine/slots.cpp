@@ -76,6 +76,7 @@ void slot_table::accept(int32_t i, int64_t seq, const std::vector<int32_t>& prom
     s.generated = 0;
     s.max_new = max_new;
     s.sampling = sp;
+    s.sstate = sampler_state{};
     s.seed = seed;
     s.gm = std::move(gm);
     s.drafting = draft && drafting_ != DRAFTING_OFF;
@@ -314,6 +315,7 @@ void slot_table::first_token(int32_t i, const float* logits, const std::vector<i
     slot& s = at(i);
     const int32_t n = static_cast<int32_t>(s.st.tokens.size());
     int32_t tok = -1;
+    scratch_.state = &s.sstate;
     const sample_status st =
         grammar_sample(s.gm.get(), s.sampling, logits, n_vocab_, s.st.tokens.data(), n, n, s.seed, &scratch_, &tok);
     if (ended_by_sampler(i, st)) return;
@@ -364,6 +366,7 @@ void slot_table::verify_row(int32_t i, const float* logits, const std::vector<in
     };
     const int32_t n_drafts = static_cast<int32_t>(s.drafts.size());
     int32_t n_emitted = 0, n_accepted = 0;
+    scratch_.state = &s.sstate;
     const sample_status st = draft_verify(s.gm.get(), s.sampling, s.seed, logits, n_vocab_, s.st.tokens.data(), p + 1,
                                           s.drafts.data(), n_drafts, &scratch_, emit, &n_emitted, &n_accepted);
     s.drafts.clear();
