@@ -325,6 +325,7 @@ read_result serve_loop::read_prompt(const command& cmd, int64_t seq, clock_type:
     if (r.end == READ_DONE) {
         timer_.mark(PF_PHASE_SAMPLE);
         const uint64_t seed = request_seed(cmd.sampling);
+        if (gm) gm->set_budget(cmd.max_new);  // the reply always parses (grammar.h, set_budget)
         const sample_status st =
             grammar_sample(gm, cmd.sampling, logits_.data(), info_.n_vocab, prompt.data(), n, n, seed, &scratch_, &r.first);
         r.end = st == SAMPLE_OK ? READ_DONE : st == SAMPLE_NO_TOKEN ? READ_NO_TOKEN : READ_NONFINITE;
@@ -384,7 +385,7 @@ const char* serve_loop::decode_solo(const command& cmd, int64_t seq, grammar_mat
         step_mark(STEP_OTHER);
         *generated += 1;
         if (std::find(cfg_.eos_ids.begin(), cfg_.eos_ids.end(), tok) != cfg_.eos_ids.end()) {
-            finish = "stop";
+            finish = gm && gm->closing() ? "length" : "stop";  // closed early by the budget: still the cap's end
             return false;
         }
         return *generated < cmd.max_new && held + 1 < cfg_.n_ctx;  // else "length"
@@ -406,9 +407,9 @@ bool serve_loop::decode_step(const command& cmd, grammar_matcher* gm, draft_ctl*
     const int32_t p = static_cast<int32_t>(live_.tokens.size());
     live_.tokens.push_back(*tok);
     drafts_.clear();
+    const int32_t generated_now = p + 1 - static_cast<int32_t>(cmd.ids.size());
     if (dctl != nullptr) {
         // no draft past the reply's cap or the context
-        const int32_t generated_now = p + 1 - static_cast<int32_t>(cmd.ids.size());
         const int32_t room = std::min(cmd.max_new - generated_now - 1, cfg_.n_ctx - p - 2);
         const int32_t k = std::min(dctl->want(), room);
         draft_propose(cfg_.drafting, cfg_.draft, &draft_live_, live_.tokens.data(), p + 1, k, &drafts_);
@@ -432,6 +433,7 @@ bool serve_loop::decode_step(const command& cmd, grammar_matcher* gm, draft_ctl*
     };
     int32_t n_emitted = 0, n_accepted = 0;
     step_mark(STEP_SAMPLE);
+    if (gm) gm->set_budget(cmd.max_new - generated_now - n_drafts);  // the last draft's position, to be safe
     const sample_status st = draft_verify(gm, cmd.sampling, cmd.sampling.seed, logits_.data(), info_.n_vocab,
                                           live_.tokens.data(), p + 1, drafts_.data(), n_drafts, &scratch_,
                                           emit_kept, &n_emitted, &n_accepted);
