@@ -337,6 +337,13 @@ bool protocol_parse(const std::string& raw, int32_t n_vocab, command* out) {
         out->kind = CMD_BSTOP;
         return parse_slot(w, out);
     }
+    if (verb == "PING") {
+        out->kind = CMD_PING;
+        if (w.size() != 2 || !protocol_parse_i64(w[1], &out->ping) || out->ping < 0) {
+            return fail(out, "PING: one number >= 0");
+        }
+        return true;
+    }
     if (verb == "VRAM") {
         out->kind = CMD_VRAM;
         if (w.size() >= 2) {

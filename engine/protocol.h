@@ -29,6 +29,7 @@ enum cmd_kind : int32_t {
     CMD_QUIT,        // QUIT
     CMD_EMB,         // EMB <ids>: solo embedding (engine/embed.h)
     CMD_BEMB,        // BEMB <slot> <ids>: embedding in an idle slot, read in the slot steps
+    CMD_PING,        // PING <n>: answered PONG <n> by the loop when it takes the line (liveness)
 };
 
 struct command {
@@ -42,6 +43,7 @@ struct command {
     std::vector<int32_t> ids;   // GEN/BGEN/EMB/BEMB: the prompt
     std::string path;           // SAVE/RESTORE
     int64_t vram_mib = -1;      // VRAM argument, -1 when absent
+    int64_t ping = 0;           // PING's number, echoed in PONG
     std::string error;          // set when protocol_parse returns false
 };
 

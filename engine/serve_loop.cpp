@@ -217,6 +217,7 @@ bool serve_loop::handle(const stdin_line& line) {
         case CMD_SAVE:
         case CMD_RESTORE: run_session_file(cmd); return true;
         case CMD_VRAM: run_vram(); return true;
+        case CMD_PING: protocol_write_line("PONG " + std::to_string(cmd.ping)); return true;
         case CMD_STOP: return true;  // stale: the reader acts on STOP itself
         case CMD_BSTOP:
             // the reader acts on valid slots itself; only an out-of-range slot reaches the loop

@@ -244,3 +244,30 @@ def test_token_flush_holds_token_lines(engine_path, model_path, tok):
     assert len(held_reads) - 1 <= span / 0.08 + 2, (len(held_reads), span)
     assert max(n for _, n in held_reads) > 1
     assert len(each_reads) > len(held_reads)
+
+
+def test_ping_is_answered_idle_and_between_steps(start_engine, tok):
+    # liveness: PING <n> proves the loop itself turns (not only that the process exists): PONG at once when
+    # idle, between two decode steps while a slot decodes, and a malformed PING is an ERR that keeps it running
+    e = start_engine("--max-context", "1024", "--batch", "2")
+    e.send("PING 1")
+    assert until(e, "PONG ") == "PONG 1"
+    accept(e, 0, 400, chat(tok, "Tell a long story."))
+    seen = 0
+    while seen < 3:
+        if e.line().startswith("BT 0 "):
+            seen += 1
+    e.send("PING 2")
+    tokens_before_pong = 0
+    while True:
+        line = e.line()
+        assert line is not None, e.stderr_text()
+        if line.startswith("PONG "):
+            break
+        assert not line.startswith("BDONE"), "the request ended before the PONG: it came after the whole reply"
+        tokens_before_pong += line.startswith("BT 0 ")
+    assert line == "PONG 2" and tokens_before_pong < 50
+    e.send("PING x")
+    assert until(e, "ERR ").startswith("ERR PING")
+    e.send("BSTOP 0")
+    collect_slots(e, {}, {0})
