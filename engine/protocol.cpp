@@ -353,9 +353,18 @@ bool protocol_parse(const std::string& raw, int32_t n_vocab, command* out) {
         }
         return true;
     }
-    if (verb == "SAVE" || verb == "RESTORE") {
-        out->kind = verb == "SAVE" ? CMD_SAVE : CMD_RESTORE;
-        const size_t at = line.find(verb) + verb.size();
+    if (verb == "BERASE") {
+        out->kind = CMD_BERASE;
+        if (w.size() != 2) return fail(out, "BERASE: <slot> only");
+        return parse_slot(w, out);
+    }
+    if (verb == "SAVE" || verb == "RESTORE" || verb == "BSAVE" || verb == "BRESTORE") {
+        out->kind = verb == "SAVE" ? CMD_SAVE : verb == "RESTORE" ? CMD_RESTORE : verb == "BSAVE" ? CMD_BSAVE : CMD_BRESTORE;
+        size_t at = line.find(verb) + verb.size();
+        if (out->kind == CMD_BSAVE || out->kind == CMD_BRESTORE) {  // the slot, then the path (the rest of the line)
+            if (!parse_slot(w, out)) return false;
+            at = line.find(w[1], at) + w[1].size();
+        }
         size_t b = line.find_first_not_of(" \t", at);
         size_t e = line.find_last_not_of(" \t");
         if (b == std::string::npos || e == std::string::npos || e < b) return fail(out, verb + ": missing path");

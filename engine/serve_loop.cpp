@@ -90,6 +90,7 @@ private:
     bool check_slot(const char* verb, int32_t s);
     void run_session_file(const command& cmd);
     void run_vram();
+    void run_berase(int32_t slot);
     bool check_request(const command& cmd);
     uint64_t request_seed(const sampler_params& sp);
     read_result read_prompt(const command& cmd, int64_t seq, clock_type::time_point t0, grammar_matcher* gm);
@@ -215,7 +216,10 @@ bool serve_loop::handle(const stdin_line& line) {
         case CMD_EMB: run_emb(cmd, line.seq); return true;
         case CMD_BEMB: run_bemb(cmd, line.seq); return true;
         case CMD_SAVE:
-        case CMD_RESTORE: run_session_file(cmd); return true;
+        case CMD_RESTORE:
+        case CMD_BSAVE:
+        case CMD_BRESTORE: run_session_file(cmd); return true;
+        case CMD_BERASE: run_berase(cmd.slot); return true;
         case CMD_VRAM: run_vram(); return true;
         case CMD_PING: protocol_write_line("PONG " + std::to_string(cmd.ping)); return true;
         case CMD_STOP: return true;  // stale: the reader acts on STOP itself
@@ -563,15 +567,35 @@ void serve_loop::run_session_file(const command& cmd) {
         last_line = done;
         protocol_write_line("SESSION " + std::to_string(done) + " " + std::to_string(total));
     };
-    const bool save = cmd.kind == CMD_SAVE;
-    const session_io_result r = save ? session_save(model_, live_, cfg_.kv, cmd.path, progress)
-                                     : session_restore(model_, &live_, cfg_.kv, cmd.path, progress);
+    const bool save = cmd.kind == CMD_SAVE || cmd.kind == CMD_BSAVE;
+    seq_state* st = &live_;
+    if (cmd.kind == CMD_BSAVE || cmd.kind == CMD_BRESTORE) {  // an idle slot's state, not the solo session's
+        const char* verb = save ? "BSAVE" : "BRESTORE";
+        if (!check_slot(verb, cmd.slot)) return;
+        if (!slots_.ensure_kv(cmd.slot)) {
+            err_line(std::string(verb) + ": cannot allocate the KV cache of slot " + std::to_string(cmd.slot));
+            return;
+        }
+        st = &slots_.at(cmd.slot).st;
+    }
+    const session_io_result r = save ? session_save(model_, *st, cfg_.kv, cmd.path, progress)
+                                     : session_restore(model_, st, cfg_.kv, cmd.path, progress);
     if (!r.ok) {
         protocol_write_line("SERR " + r.kind + (r.published ? " 1 " : " 0 ") + protocol_message(r.reason));
         return;
     }
     protocol_write_line(std::string(save ? "SAVED " : "RESTORED ") + std::to_string(r.n_tokens) + " " +
                         std::to_string(r.bytes) + " " + protocol_fixed1(ms_between(t0, clock_type::now())));
+}
+
+// BERASE: an idle slot forgets its tokens (its KV positions are garbage from then on, as the contract has it).
+void serve_loop::run_berase(int32_t slot) {
+    if (!check_slot("BERASE", slot)) return;
+    seq_state& st = slots_.at(slot).st;
+    const size_t n = st.tokens.size();
+    st.tokens.clear();
+    st.ckpt_len = 0;
+    protocol_write_line("ERASED " + std::to_string(slot) + " " + std::to_string(n));
 }
 
 void serve_loop::run_vram() {

@@ -271,3 +271,37 @@ def test_ping_is_answered_idle_and_between_steps(start_engine, tok):
     assert until(e, "ERR ").startswith("ERR PING")
     e.send("BSTOP 0")
     collect_slots(e, {}, {0})
+
+
+def test_slot_save_erase_restore_onto_another_slot(start_engine, tok, tmp_path):
+    # llama-server's /slots/{id}?action=save|erase|restore on the engine: a slot's tokens and KV to a file,
+    # erased, restored onto another idle slot; the restored cache serves the next turn (reused, not re-read)
+    # and its greedy continuation equals the one an uninterrupted run gives
+    e = start_engine("--max-context", "1024", "--batch", "2")
+    ids = chat(tok, "Tell a long story about a cat.")
+    tokens = {}
+    assert accept(e, 0, 16, ids) == 0
+    collect_slots(e, tokens, {0})
+    first = tokens[0]
+    path = tmp_path / "slot0.bin"
+    e.send(f"BSAVE 0 {path}")
+    saved = until(e, "SAVED ").split()
+    assert int(saved[1]) >= len(ids) + len(first) - 1 and path.stat().st_size == int(saved[2])
+    e.send("BERASE 0")
+    assert until(e, "ERASED ").split()[1:3] == ["0", saved[1]]
+    e.send(f"BRESTORE 1 {path}")
+    assert until(e, "RESTORED ").split()[1] == saved[1]
+    tokens = {}
+    reused = accept(e, 1, 16, ids + first)
+    assert reused >= len(ids) + len(first) - 2      # the restored cache, not a re-read
+    collect_slots(e, tokens, {1})
+    e.send(f"BRESTORE 1 {tmp_path / 'missing.bin'}")
+    assert until(e, "SERR ")
+    e.send("BERASE 7")
+    assert until(e, "ERR ").startswith("ERR BERASE")
+    # the uninterrupted run: the same prompt for 32 tokens on a fresh engine
+    e2 = start_engine("--max-context", "1024", "--batch", "2")
+    accept(e2, 0, 32, ids)
+    ref = {}
+    collect_slots(e2, ref, {0})
+    assert first == ref[0][:16] and tokens[1] == ref[0][16:32]
