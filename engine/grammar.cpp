@@ -158,6 +158,7 @@ int32_t intern_state(grammar* g, int32_t set_id, uint32_t partial, int32_t need)
     g->st_set.push_back(set_id);
     g->st_partial.push_back(partial);
     g->st_need.push_back(need);
+    g->st_close.push_back(-2);
     g->trans.resize(g->trans.size() + 256, -2);
     g->state_ids.emplace(key, id);
     return id;
@@ -242,6 +243,12 @@ bool token_bytes(std::string_view text, bool gpt2, const std::vector<int32_t>& b
 }
 
 }  // namespace
+
+int32_t gram_state_of(grammar* g, const std::vector<int32_t>& set, uint32_t partial, int32_t need) {
+    return intern_state(g, intern_set(g, set.data(), set.size()), partial, need);
+}
+
+int32_t gram_next_state(grammar* g, int32_t sid, uint8_t b) { return next_state(g, sid, b); }
 
 std::unique_ptr<grammar_vocab> grammar_vocab_init(const std::vector<std::string>& bytes,
                                                   const std::vector<uint8_t>& usable,
@@ -343,12 +350,15 @@ bool grammar_matcher::can_end() const { return need_ == 0 && !set_.empty() && se
 int32_t grammar_matcher::state_id() {
     if (g_->st_set.size() > WALK_STATES_MAX) {
         g_->sets.clear(), g_->set_ids.clear(), g_->st_set.clear(), g_->st_partial.clear(), g_->st_need.clear();
-        g_->state_ids.clear(), g_->trans.clear();
+        g_->state_ids.clear(), g_->trans.clear(), g_->st_close.clear();
     }
     return intern_state(g_.get(), intern_set(g_.get(), set_.data(), set_.size()), partial_, need_);
 }
 
 const uint32_t* grammar_matcher::mask() {
+    if (budget_ >= 0) {
+        if (const uint32_t* m = budget_mask()) return m;
+    }
     std::string key(8 + 4 * set_.size(), '\0');
     std::memcpy(key.data(), &partial_, 4);
     std::memcpy(key.data() + 4, &need_, 4);

@@ -71,15 +71,40 @@ public:
     // True when a byte string keeps the output a valid prefix (for tests and the server's checks).
     bool accept_bytes(const std::string& text);
 
+    // Output that always parses (engine/grammar_close.cpp). close_bytes(): the fewest bytes after which the
+    // output may end (0: it may end now; GRAM_CLOSE_NEVER: it cannot). close_text(): those bytes (the
+    // shortest completion: the smallest character of each class, each rule's shortest alternative).
+    int32_t close_bytes();
+    std::string close_text();
+    // The reply may take at most `tokens_left` more tokens (the token about to be sampled included; -1: no
+    // limit). mask() then keeps the output closable within that budget: when the shortest completion's bytes
+    // reach the budget, the one token allowed is the longest token that starts the completion (the end-of-turn
+    // token once the output may end): "closing"; when they come within GRAM_CLOSE_WINDOW_BYTES of it, only
+    // tokens after which the completion still fits (every byte has a token, so bytes bound tokens). Costs a trie
+    // walk per step inside the window, nothing outside it. The token budget counts from the caller's budget.
+    void set_budget(int32_t tokens_left) { budget_ = tokens_left; }
+    // mask() has forced the shortest completion at some step since the budget was set (the reply was cut).
+    bool closing() const { return closing_; }
+
 private:
     int32_t state_id();
+    const uint32_t* budget_mask();  // nullptr: the budget does not bind now (use the cached mask)
 
     std::shared_ptr<grammar> g_;
     const grammar_vocab* vocab_;
     std::vector<int32_t> set_;   // sorted ids of the live stacks (0 = the empty stack: the grammar may end)
     uint32_t partial_ = 0;       // bits of a UTF-8 character begun but not finished
     int32_t need_ = 0;           // its continuation bytes still to come
+    int32_t budget_ = -1;        // tokens the reply may still take (set_budget); -1: none
+    bool closing_ = false;       // a closing mask was returned (see closing())
+    std::vector<uint32_t> budget_mask_;  // (n_vocab + 31) / 32 words: this matcher's own, never cached
 };
+
+constexpr int32_t GRAM_CLOSE_NEVER = 1 << 29;  // close_bytes() when no completion exists
+// How near the budget (in bytes of the shortest completion) tokens start to be checked one by one: a JSON
+// token rarely grows the completion by more than a few bytes; past the window the check would cost a trie
+// walk per step for nothing.
+constexpr int32_t GRAM_CLOSE_WINDOW_BYTES = 64;
 
 // Samples under the matcher's mask and feeds the token to it (gm nullptr: plain sampler_sample).
 // SAMPLE_NO_TOKEN when the grammar allows no token at all.

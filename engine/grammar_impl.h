@@ -56,4 +56,15 @@ struct grammar {
     // masks already computed: key = (partial char state, live stack ids) -> (n_vocab + 31) / 32 words
     std::unordered_map<std::string, std::vector<uint32_t>> masks;
     size_t mask_bytes = 0;
+    // shortest completions (engine/grammar_close.cpp): rest_bytes[pos] = fewest bytes that finish the
+    // alternative from flat[pos] to its GRAM_END (GRAM_CLOSE_NEVER: no finite derivation); rule_bytes[r] = its
+    // shortest alternative's; st_close[state id] = fewest bytes after which the output may end (-2 unknown)
+    std::vector<int32_t> rest_bytes;
+    std::vector<int32_t> rule_bytes;
+    std::vector<int32_t> st_close;
 };
+
+// The walk state id of (set of stacks, partial character) and its byte transitions (grammar.cpp), for the
+// shortest-completion code that walks the token trie as mask() does.
+int32_t gram_state_of(grammar* g, const std::vector<int32_t>& set, uint32_t partial, int32_t need);
+int32_t gram_next_state(grammar* g, int32_t sid, uint8_t b);

@@ -173,6 +173,42 @@ bool parse_key(const std::string& key, const std::string& value, int32_t n_vocab
         p.seed = static_cast<uint64_t>(i);
     } else if (key == "logit_bias") {
         if (!parse_bias(value, n_vocab, &p.logit_bias, why)) return false;
+    } else if (key == "typical_p") {
+        if (!want_f(0.0f, 1.0f)) return bad();
+        p.typical_p = f;
+    } else if (key == "top_n_sigma") {
+        if (!want_f(-1.0f, 1e6f)) return bad();
+        p.top_n_sigma = f;
+    } else if (key == "xtc_probability") {
+        if (!want_f(0.0f, 1.0f)) return bad();
+        p.xtc_probability = f;
+    } else if (key == "xtc_threshold") {
+        if (!want_f(0.0f, 1.0f)) return bad();
+        p.xtc_threshold = f;
+    } else if (key == "mirostat") {
+        if (value != "0" && value != "1" && value != "2") return bad();
+        p.mirostat = value[0] - '0';
+    } else if (key == "mirostat_tau") {
+        if (!want_f(0.0f, 1e6f)) return bad();
+        p.mirostat_tau = f;
+    } else if (key == "mirostat_eta") {
+        if (!want_f(0.0f, 1e6f)) return bad();
+        p.mirostat_eta = f;
+    } else if (key == "dry_multiplier") {
+        if (!want_f(0.0f, 1e6f)) return bad();
+        p.dry_multiplier = f;
+    } else if (key == "dry_base") {
+        if (!want_f(1.0f, 1e6f)) return bad();
+        p.dry_base = f;
+    } else if (key == "dry_allowed_length") {
+        if (!protocol_parse_i64(value, &i) || i < 0 || i > (1 << 20)) return bad();
+        p.dry_allowed_length = static_cast<int32_t>(i);
+    } else if (key == "dry_penalty_last_n") {
+        if (!protocol_parse_i64(value, &i) || i < -1 || i > (1 << 30)) return bad();
+        p.dry_penalty_last_n = static_cast<int32_t>(i);
+    } else if (key == "dry_breakers") {
+        std::string unused;
+        if (!parse_ids(value, n_vocab, &p.dry_breakers, &unused)) return bad();
     } else if (key == "grammar") {
         if (value.empty() || !percent_decode(value, &out->grammar)) {
             *why = "malformed value for grammar (GBNF, %XX-escaped)";
@@ -301,6 +337,13 @@ bool protocol_parse(const std::string& raw, int32_t n_vocab, command* out) {
         out->kind = CMD_BSTOP;
         return parse_slot(w, out);
     }
+    if (verb == "PING") {
+        out->kind = CMD_PING;
+        if (w.size() != 2 || !protocol_parse_i64(w[1], &out->ping) || out->ping < 0) {
+            return fail(out, "PING: one number >= 0");
+        }
+        return true;
+    }
     if (verb == "VRAM") {
         out->kind = CMD_VRAM;
         if (w.size() >= 2) {
@@ -310,9 +353,18 @@ bool protocol_parse(const std::string& raw, int32_t n_vocab, command* out) {
         }
         return true;
     }
-    if (verb == "SAVE" || verb == "RESTORE") {
-        out->kind = verb == "SAVE" ? CMD_SAVE : CMD_RESTORE;
-        const size_t at = line.find(verb) + verb.size();
+    if (verb == "BERASE") {
+        out->kind = CMD_BERASE;
+        if (w.size() != 2) return fail(out, "BERASE: <slot> only");
+        return parse_slot(w, out);
+    }
+    if (verb == "SAVE" || verb == "RESTORE" || verb == "BSAVE" || verb == "BRESTORE") {
+        out->kind = verb == "SAVE" ? CMD_SAVE : verb == "RESTORE" ? CMD_RESTORE : verb == "BSAVE" ? CMD_BSAVE : CMD_BRESTORE;
+        size_t at = line.find(verb) + verb.size();
+        if (out->kind == CMD_BSAVE || out->kind == CMD_BRESTORE) {  // the slot, then the path (the rest of the line)
+            if (!parse_slot(w, out)) return false;
+            at = line.find(w[1], at) + w[1].size();
+        }
         size_t b = line.find_first_not_of(" \t", at);
         size_t e = line.find_last_not_of(" \t");
         if (b == std::string::npos || e == std::string::npos || e < b) return fail(out, verb + ": missing path");

@@ -29,6 +29,10 @@ enum cmd_kind : int32_t {
     CMD_QUIT,        // QUIT
     CMD_EMB,         // EMB <ids>: solo embedding (engine/embed.h)
     CMD_BEMB,        // BEMB <slot> <ids>: embedding in an idle slot, read in the slot steps
+    CMD_PING,        // PING <n>: answered PONG <n> by the loop when it takes the line (liveness)
+    CMD_BSAVE,       // BSAVE <slot> <path>: an idle slot's tokens + KV to a file (as SAVE)
+    CMD_BRESTORE,    // BRESTORE <slot> <path>: a file into an idle slot (as RESTORE)
+    CMD_BERASE,      // BERASE <slot>: an idle slot forgets its tokens
 };
 
 struct command {
@@ -40,8 +44,9 @@ struct command {
     bool draft = true;          // GEN/BGEN: draft=0 turns drafting off for this request (engine/drafting.h)
     std::string grammar;        // GEN/BGEN: grammar=<GBNF, %XX-escaped>, decoded ("" = unconstrained)
     std::vector<int32_t> ids;   // GEN/BGEN/EMB/BEMB: the prompt
-    std::string path;           // SAVE/RESTORE
+    std::string path;           // SAVE/RESTORE/BSAVE/BRESTORE
     int64_t vram_mib = -1;      // VRAM argument, -1 when absent
+    int64_t ping = 0;           // PING's number, echoed in PONG
     std::string error;          // set when protocol_parse returns false
 };
 

@@ -90,6 +90,7 @@ private:
     bool check_slot(const char* verb, int32_t s);
     void run_session_file(const command& cmd);
     void run_vram();
+    void run_berase(int32_t slot);
     bool check_request(const command& cmd);
     uint64_t request_seed(const sampler_params& sp);
     read_result read_prompt(const command& cmd, int64_t seq, clock_type::time_point t0, grammar_matcher* gm);
@@ -115,6 +116,7 @@ private:
     std::vector<int32_t> drafts_;  // the solo step's proposed tokens
     std::vector<float> logits_;    // (n_vocab) the last prompt token's logits, or the last decode step's
     sampler_scratch scratch_;
+    sampler_state solo_state_;  // the running solo request's sampler state (mirostat's mu); new per GEN
     std::vector<float> lp_work_;   // (n_vocab) biased logits of a logprobs= request (engine/logprobs.h)
     pf_timer timer_;
     grammar_cache grammars_;       // recent requests' grammars (grammar= key)
@@ -214,8 +216,12 @@ bool serve_loop::handle(const stdin_line& line) {
         case CMD_EMB: run_emb(cmd, line.seq); return true;
         case CMD_BEMB: run_bemb(cmd, line.seq); return true;
         case CMD_SAVE:
-        case CMD_RESTORE: run_session_file(cmd); return true;
+        case CMD_RESTORE:
+        case CMD_BSAVE:
+        case CMD_BRESTORE: run_session_file(cmd); return true;
+        case CMD_BERASE: run_berase(cmd.slot); return true;
         case CMD_VRAM: run_vram(); return true;
+        case CMD_PING: protocol_write_line("PONG " + std::to_string(cmd.ping)); return true;
         case CMD_STOP: return true;  // stale: the reader acts on STOP itself
         case CMD_BSTOP:
             // the reader acts on valid slots itself; only an out-of-range slot reaches the loop
@@ -324,6 +330,7 @@ read_result serve_loop::read_prompt(const command& cmd, int64_t seq, clock_type:
     if (r.end == READ_DONE) {
         timer_.mark(PF_PHASE_SAMPLE);
         const uint64_t seed = request_seed(cmd.sampling);
+        if (gm) gm->set_budget(cmd.max_new);  // the reply always parses (grammar.h, set_budget)
         const sample_status st =
             grammar_sample(gm, cmd.sampling, logits_.data(), info_.n_vocab, prompt.data(), n, n, seed, &scratch_, &r.first);
         r.end = st == SAMPLE_OK ? READ_DONE : st == SAMPLE_NO_TOKEN ? READ_NO_TOKEN : READ_NONFINITE;
@@ -342,6 +349,8 @@ void serve_loop::run_gen(const command& cmd_in, int64_t seq) {
     command cmd = cmd_in;
     cmd.sampling.has_seed = true;
     cmd.sampling.seed = request_seed(cmd_in.sampling);  // one seed for the whole request
+    solo_state_ = sampler_state{};
+    scratch_.state = &solo_state_;
     const int32_t n = static_cast<int32_t>(cmd.ids.size());
     const bool drafting = cfg_.drafting != DRAFTING_OFF && cmd.draft;
     draft_ctl dctl;
@@ -381,7 +390,7 @@ const char* serve_loop::decode_solo(const command& cmd, int64_t seq, grammar_mat
         step_mark(STEP_OTHER);
         *generated += 1;
         if (std::find(cfg_.eos_ids.begin(), cfg_.eos_ids.end(), tok) != cfg_.eos_ids.end()) {
-            finish = "stop";
+            finish = gm && gm->closing() ? "length" : "stop";  // closed early by the budget: still the cap's end
             return false;
         }
         return *generated < cmd.max_new && held + 1 < cfg_.n_ctx;  // else "length"
@@ -403,9 +412,9 @@ bool serve_loop::decode_step(const command& cmd, grammar_matcher* gm, draft_ctl*
     const int32_t p = static_cast<int32_t>(live_.tokens.size());
     live_.tokens.push_back(*tok);
     drafts_.clear();
+    const int32_t generated_now = p + 1 - static_cast<int32_t>(cmd.ids.size());
     if (dctl != nullptr) {
         // no draft past the reply's cap or the context
-        const int32_t generated_now = p + 1 - static_cast<int32_t>(cmd.ids.size());
         const int32_t room = std::min(cmd.max_new - generated_now - 1, cfg_.n_ctx - p - 2);
         const int32_t k = std::min(dctl->want(), room);
         draft_propose(cfg_.drafting, cfg_.draft, &draft_live_, live_.tokens.data(), p + 1, k, &drafts_);
@@ -429,6 +438,7 @@ bool serve_loop::decode_step(const command& cmd, grammar_matcher* gm, draft_ctl*
     };
     int32_t n_emitted = 0, n_accepted = 0;
     step_mark(STEP_SAMPLE);
+    if (gm) gm->set_budget(cmd.max_new - generated_now - n_drafts);  // the last draft's position, to be safe
     const sample_status st = draft_verify(gm, cmd.sampling, cmd.sampling.seed, logits_.data(), info_.n_vocab,
                                           live_.tokens.data(), p + 1, drafts_.data(), n_drafts, &scratch_,
                                           emit_kept, &n_emitted, &n_accepted);
@@ -557,15 +567,35 @@ void serve_loop::run_session_file(const command& cmd) {
         last_line = done;
         protocol_write_line("SESSION " + std::to_string(done) + " " + std::to_string(total));
     };
-    const bool save = cmd.kind == CMD_SAVE;
-    const session_io_result r = save ? session_save(model_, live_, cfg_.kv, cmd.path, progress)
-                                     : session_restore(model_, &live_, cfg_.kv, cmd.path, progress);
+    const bool save = cmd.kind == CMD_SAVE || cmd.kind == CMD_BSAVE;
+    seq_state* st = &live_;
+    if (cmd.kind == CMD_BSAVE || cmd.kind == CMD_BRESTORE) {  // an idle slot's state, not the solo session's
+        const char* verb = save ? "BSAVE" : "BRESTORE";
+        if (!check_slot(verb, cmd.slot)) return;
+        if (!slots_.ensure_kv(cmd.slot)) {
+            err_line(std::string(verb) + ": cannot allocate the KV cache of slot " + std::to_string(cmd.slot));
+            return;
+        }
+        st = &slots_.at(cmd.slot).st;
+    }
+    const session_io_result r = save ? session_save(model_, *st, cfg_.kv, cmd.path, progress)
+                                     : session_restore(model_, st, cfg_.kv, cmd.path, progress);
     if (!r.ok) {
         protocol_write_line("SERR " + r.kind + (r.published ? " 1 " : " 0 ") + protocol_message(r.reason));
         return;
     }
     protocol_write_line(std::string(save ? "SAVED " : "RESTORED ") + std::to_string(r.n_tokens) + " " +
                         std::to_string(r.bytes) + " " + protocol_fixed1(ms_between(t0, clock_type::now())));
+}
+
+// BERASE: an idle slot forgets its tokens (its KV positions are garbage from then on, as the contract has it).
+void serve_loop::run_berase(int32_t slot) {
+    if (!check_slot("BERASE", slot)) return;
+    seq_state& st = slots_.at(slot).st;
+    const size_t n = st.tokens.size();
+    st.tokens.clear();
+    st.ckpt_len = 0;
+    protocol_write_line("ERASED " + std::to_string(slot) + " " + std::to_string(n));
 }
 
 void serve_loop::run_vram() {

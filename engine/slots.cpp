@@ -76,6 +76,7 @@ void slot_table::accept(int32_t i, int64_t seq, const std::vector<int32_t>& prom
     s.generated = 0;
     s.max_new = max_new;
     s.sampling = sp;
+    s.sstate = sampler_state{};
     s.seed = seed;
     s.gm = std::move(gm);
     s.drafting = draft && drafting_ != DRAFTING_OFF;
@@ -314,6 +315,8 @@ void slot_table::first_token(int32_t i, const float* logits, const std::vector<i
     slot& s = at(i);
     const int32_t n = static_cast<int32_t>(s.st.tokens.size());
     int32_t tok = -1;
+    scratch_.state = &s.sstate;
+    if (s.gm) s.gm->set_budget(s.max_new);  // the reply always parses (grammar.h, set_budget)
     const sample_status st =
         grammar_sample(s.gm.get(), s.sampling, logits, n_vocab_, s.st.tokens.data(), n, n, s.seed, &scratch_, &tok);
     if (ended_by_sampler(i, st)) return;
@@ -324,7 +327,7 @@ void slot_table::first_token(int32_t i, const float* logits, const std::vector<i
     protocol_write_line("BT " + std::to_string(i) + " " + std::to_string(tok) +
                         logprobs_line(s.sampling, logits, n_vocab_, tok, scratch_, &lp_work_));
     if (std::find(eos_ids.begin(), eos_ids.end(), tok) != eos_ids.end()) {
-        finish(i, "stop");
+        finish(i, s.gm && s.gm->closing() ? "length" : "stop");
     } else if (s.max_new <= 1 || n + 1 >= n_ctx_) {
         finish(i, "length");
     } else {
@@ -358,12 +361,14 @@ void slot_table::verify_row(int32_t i, const float* logits, const std::vector<in
         s.generated += 1;
         s.pending = tok;
         const int32_t held = p + 1 + n_kept++;  // the tokens the slot holds before this one
-        if (std::find(eos_ids.begin(), eos_ids.end(), tok) != eos_ids.end()) why = "stop";
+        if (std::find(eos_ids.begin(), eos_ids.end(), tok) != eos_ids.end()) why = s.gm && s.gm->closing() ? "length" : "stop";
         else if (s.generated >= s.max_new || held + 1 >= n_ctx_) why = "length";
         return why == nullptr;
     };
     const int32_t n_drafts = static_cast<int32_t>(s.drafts.size());
     int32_t n_emitted = 0, n_accepted = 0;
+    scratch_.state = &s.sstate;
+    if (s.gm) s.gm->set_budget(s.max_new - s.generated - n_drafts);  // the last draft's position, to be safe
     const sample_status st = draft_verify(s.gm.get(), s.sampling, s.seed, logits, n_vocab_, s.st.tokens.data(), p + 1,
                                           s.drafts.data(), n_drafts, &scratch_, emit, &n_emitted, &n_accepted);
     s.drafts.clear();

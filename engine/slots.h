@@ -61,6 +61,7 @@ struct slot {
     int32_t generated = 0;        // tokens produced, the first one included
     int32_t max_new = 0;
     sampler_params sampling;
+    sampler_state sstate;         // the request's own sampler state (mirostat's mu), new at admission
     uint64_t seed = 0;
     std::shared_ptr<grammar_matcher> gm;  // the request's grammar (grammar=), or nullptr
     bool drafting = false;        // this request drafts (engine mode not off, no draft=0)

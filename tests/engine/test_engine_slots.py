@@ -244,3 +244,64 @@ def test_token_flush_holds_token_lines(engine_path, model_path, tok):
     assert len(held_reads) - 1 <= span / 0.08 + 2, (len(held_reads), span)
     assert max(n for _, n in held_reads) > 1
     assert len(each_reads) > len(held_reads)
+
+
+def test_ping_is_answered_idle_and_between_steps(start_engine, tok):
+    # liveness: PING <n> proves the loop itself turns (not only that the process exists): PONG at once when
+    # idle, between two decode steps while a slot decodes, and a malformed PING is an ERR that keeps it running
+    e = start_engine("--max-context", "1024", "--batch", "2")
+    e.send("PING 1")
+    assert until(e, "PONG ") == "PONG 1"
+    accept(e, 0, 400, chat(tok, "Tell a long story."))
+    seen = 0
+    while seen < 3:
+        if e.line().startswith("BT 0 "):
+            seen += 1
+    e.send("PING 2")
+    tokens_before_pong = 0
+    while True:
+        line = e.line()
+        assert line is not None, e.stderr_text()
+        if line.startswith("PONG "):
+            break
+        assert not line.startswith("BDONE"), "the request ended before the PONG: it came after the whole reply"
+        tokens_before_pong += line.startswith("BT 0 ")
+    assert line == "PONG 2" and tokens_before_pong < 50
+    e.send("PING x")
+    assert until(e, "ERR ").startswith("ERR PING")
+    e.send("BSTOP 0")
+    collect_slots(e, {}, {0})
+
+
+def test_slot_save_erase_restore_onto_another_slot(start_engine, tok, tmp_path):
+    # llama-server's /slots/{id}?action=save|erase|restore on the engine: a slot's tokens and KV to a file,
+    # erased, restored onto another idle slot; the restored cache serves the next turn (reused, not re-read)
+    # and its greedy continuation equals the one an uninterrupted run gives
+    e = start_engine("--max-context", "1024", "--batch", "2")
+    ids = chat(tok, "Tell a long story about a cat.")
+    tokens = {}
+    assert accept(e, 0, 16, ids) == 0
+    collect_slots(e, tokens, {0})
+    first = tokens[0]
+    path = tmp_path / "slot0.bin"
+    e.send(f"BSAVE 0 {path}")
+    saved = until(e, "SAVED ").split()
+    assert int(saved[1]) >= len(ids) + len(first) - 1 and path.stat().st_size == int(saved[2])
+    e.send("BERASE 0")
+    assert until(e, "ERASED ").split()[1:3] == ["0", saved[1]]
+    e.send(f"BRESTORE 1 {path}")
+    assert until(e, "RESTORED ").split()[1] == saved[1]
+    tokens = {}
+    reused = accept(e, 1, 16, ids + first)
+    assert reused >= len(ids) + len(first) - 2      # the restored cache, not a re-read
+    collect_slots(e, tokens, {1})
+    e.send(f"BRESTORE 1 {tmp_path / 'missing.bin'}")
+    assert until(e, "SERR ")
+    e.send("BERASE 7")
+    assert until(e, "ERR ").startswith("ERR BERASE")
+    # the uninterrupted run: the same prompt for 32 tokens on a fresh engine
+    e2 = start_engine("--max-context", "1024", "--batch", "2")
+    accept(e2, 0, 32, ids)
+    ref = {}
+    collect_slots(e2, ref, {0})
+    assert first == ref[0][:16] and tokens[1] == ref[0][16:32]

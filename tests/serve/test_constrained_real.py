@@ -152,3 +152,35 @@ def test_a_keyword_outside_the_subset_is_a_400(real):
                 "type": "object", "properties": {"a": {"type": "string", "pattern": "^a+$"}}}}}}
     status, reply, _ = real.post("/v1/chat/completions", body, timeout=60)
     assert status == 400 and "'pattern'" in reply["error"]["message"]
+
+
+# Unbounded schemas (free-length strings, longer arrays) under budgets that cut most replies: every reply parses
+# and validates all the same (the engine closes the grammar's shortest completion when the budget binds), and a
+# reply the budget ended says `length`.
+_open_leaf = st.one_of(st.just({"type": "string"}), st.just({"type": "integer"}), st.just({"type": "number"}),
+                       st.just({"type": "boolean"}), st.builds(lambda v: {"enum": v}, st.lists(
+                           st.sampled_from(["red", "green", "blue"]), min_size=1, max_size=3, unique=True)))
+OPEN_SCHEMAS = st.recursive(_open_leaf, lambda c: _object(c) | st.builds(
+    lambda item: {"type": "array", "items": item}, c), max_leaves=5)
+
+
+def test_replies_cut_by_the_budget_still_parse(real):
+    cut = []
+
+    @settings(max_examples=2 * EXAMPLES, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(schema=OPEN_SCHEMAS, seed=st.integers(0, 2 ** 31), budget=st.integers(24, 64))
+    def check(schema, seed, budget):
+        schema = {"type": "object", "properties": {"answer": schema}, "required": ["answer"]}
+        body = {"messages": [{"role": "user", "content": "Write a long example JSON value for: " + json.dumps(schema)}],
+                "temperature": 1, "seed": seed, "max_tokens": budget,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
+        status, reply, _ = real.post("/v1/chat/completions", body, timeout=600)
+        assert status == 200, reply
+        choice = reply["choices"][0]
+        assert choice["finish_reason"] in ("stop", "length"), choice
+        assert reply["usage"]["completion_tokens"] <= budget
+        _validate(schema, json.loads(choice["message"]["content"]))
+        cut.append(choice["finish_reason"] == "length")
+    check()
+    assert any(cut), "no reply reached its budget: the test did not test the cut"
