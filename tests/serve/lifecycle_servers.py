@@ -3,12 +3,12 @@
 import os
 import time
 
-from serve.engine import StrataEngine
+from serve.engine_client.engine import StrataEngine
 from serve.lifecycle import Lifecycle, ModelEntry
-from serve.service import Service
+from serve.generation.service import Service
 from tests.conftest import fake_argv
 from tests.serve.conftest import start_http, stop_http
-from tools.strata_tokenizer import ByteTokenizer
+from tokenizer.bpe import ByteTokenizer
 
 WAIT_S = 20.0   # generous: the machine is shared; nothing below depends on speed
 

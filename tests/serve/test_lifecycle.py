@@ -33,7 +33,7 @@ def test_lazy_load_health_says_not_loaded_until_the_first_request(lifecycle_serv
 
 
 def test_idle_unload_ends_the_engine_process(lifecycle_server):
-    from serve import telemetry
+    from serve.ops import telemetry
     run = lifecycle_server(idle_s=0.5)
     run.svc.start_idle_thread()
     assert _answer(run, "alpha")[0] == 200

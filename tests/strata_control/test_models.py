@@ -52,9 +52,9 @@ def test_template_family():
 
 
 def test_the_lists_of_what_strata_serves_have_one_source():
-    """The architectures are the engine's model files; the rendered families are serve/template.py's own."""
+    """The architectures are the engine's model files; the rendered families are serve/prompt/chatml.py's own."""
     import pathlib
-    from serve import template
+    from serve.prompt import chatml as template
     from strata_control import models
     root = pathlib.Path(__file__).resolve().parents[2]
     assert sorted(models.SUPPORTED_ARCHS) == sorted(p.stem for p in (root / "engine" / "models").glob("*.cpp"))
