@@ -26,7 +26,8 @@ from serve.engine_client.engine import ENGINE_SILENCE_S, StrataEngine
 from serve.core.events import BadRequest
 from serve.http.server import Options
 from serve.generation.service import Service
-from serve.prompt.chatml import RENDERED_FAMILIES, ChatTemplate, template_family
+from strata_control.families import FAMILIES, template_family
+from serve.prompt.chatml import ChatTemplate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENGINE_EXE = os.path.join(ROOT, "build", "strata-engine")
@@ -57,12 +58,12 @@ def chat_template(tok, ns, cfg, fake: bool = False):
     from serve.prompt.llama3_gemma import FamilyTemplate, NoTemplate
     text = getattr(tok, "chat_template", None)
     forced = getattr(ns, "chat_template", None) or cfg.get("chat_template")
-    if forced is not None and forced not in RENDERED_FAMILIES:
-        raise SetupError(f"--chat-template {forced!r}: Strata renders {', '.join(RENDERED_FAMILIES)}")
+    if forced is not None and forced not in FAMILIES:
+        raise SetupError(f"--chat-template {forced!r}: Strata renders {', '.join(FAMILIES)}")
     family = template_family(text)
-    if forced is None and family not in RENDERED_FAMILIES:
+    if forced is None and family not in FAMILIES:
         raise SetupError(f"the model's chat template is of the {family!r} family; Strata renders "
-                         f"{', '.join(RENDERED_FAMILIES)} only, and would send this model prompts in the wrong "
+                         f"{', '.join(FAMILIES)} only, and would send this model prompts in the wrong "
                          f"format. To serve it anyway, pass --chat-template FAMILY (one of those)")
     if forced in ("llama3", "gemma"):
         template = FamilyTemplate(forced)

@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass, field
 
 from strata_control.runconfig_file import default_model_name
-from serve.prompt.chatml import RENDERED_FAMILIES
-from serve.prompt.chatml import template_family as _family_of_text
+from strata_control.families import FAMILIES
+from strata_control.families import template_family as _family_of_text
 from tokenizer.gguf_meta import GGUFError, read_metadata
 
 DEFAULT_MODELS_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
@@ -82,8 +82,8 @@ def _problem(info: ModelInfo) -> str | None:
                 f"({', '.join(SUPPORTED_ARCHS)})")
     if info.quant is not None and info.quant not in SUPPORTED_QUANTS:
         return f"quantization {info.quant} is not one the engine reads ({', '.join(SUPPORTED_QUANTS)})"
-    if info.template is not None and info.template not in RENDERED_FAMILIES:
-        return f"chat template family {info.template!r} is not one Strata renders ({', '.join(RENDERED_FAMILIES)})"
+    if info.template is not None and info.template not in FAMILIES:
+        return f"chat template family {info.template!r} is not one Strata renders ({', '.join(FAMILIES)})"
     if info.n_layer <= 0 or info.n_head <= 0:
         return "the metadata lacks the layer or head counts"
     return None

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from serve.core.events import BadRequest
-from serve.generation.reasoning import check_budget, normalize_effort
+from serve.core.effort import check_budget, normalize_effort
 from serve.core.sampling import check_config_sampling
 
 CONFIG_MAX_BYTES = 4 * 1024 * 1024   # a config is a page of JSON; anything this big is the wrong file

@@ -189,7 +189,7 @@ class StreamDecoder:
         return out
 
 
-class _BaseTokenizer:
+class BaseTokenizer:
     """Special-token splitting, marks, decoding; subclasses supply _encode_text and the token tables."""
 
     n_vocab = 0
@@ -304,7 +304,7 @@ class _BaseTokenizer:
         return StreamDecoder(self)
 
 
-class ByteTokenizer(_BaseTokenizer):
+class ByteTokenizer(BaseTokenizer):
     """Ids 0-255 are bytes; specials from 256 (first three control, the rest user-defined). For tests and
     the mock engine. id_to_token of a byte id is its GPT-2 character, as in a byte-level BPE vocabulary."""
 
@@ -339,7 +339,7 @@ _SYM_MASK = _PAIR_BASE - 1
 _NO_MERGE = 1 << 62                    # larger than any rank << _PAIR_SHIFT
 
 
-class Tokenizer(_BaseTokenizer):
+class Tokenizer(BaseTokenizer):
     """Byte-level BPE over a GGUF vocabulary (tokenizer.ggml.model == "gpt2")."""
 
     def __init__(self, tokens, token_types, merges, pre, special_ids=None, chat_template=None,

@@ -36,7 +36,7 @@ cache, whose single get/set operations are atomic under the GIL).
 import heapq
 
 from tokenizer import gguf_meta, bpe as strata_tokenizer, vocab as strata_vocab
-from tokenizer.bpe import _BaseTokenizer
+from tokenizer.bpe import BaseTokenizer
 from tokenizer.vocab import TOKEN_TYPE_NORMAL
 
 TOKEN_TYPE_UNUSED = 5
@@ -49,7 +49,7 @@ SPM_KEYS = strata_vocab.TOKENIZER_KEYS + tuple("tokenizer.ggml." + k for k in (
     "scores", "unknown_token_id", "add_space_prefix"))
 
 
-class SpmTokenizer(_BaseTokenizer):
+class SpmTokenizer(BaseTokenizer):
     """Scored-piece (SentencePiece BPE) vocabulary with byte fallback."""
 
     pre = "spm"

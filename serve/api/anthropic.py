@@ -29,8 +29,9 @@ import secrets
 from serve.core.events import (
     BadRequest, ChatRequest, Done, Message, ToolCall, ToolSpec, KIND_CONTENT, KIND_PING, KIND_REASONING,
     KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START)
-from serve.api.openai import SHUTDOWN_TEXT, _cut_by_shutdown, _error_text, _model_name
-from serve.generation.reasoning import check_budget, effort_from_anthropic, reasoning_fields
+from serve.api.wire import SHUTDOWN_TEXT, cut_by_shutdown, error_text, model_name
+from serve.core.effort import check_budget, normalize_effort
+from serve.api.wire import reasoning_fields
 from serve.api.replies import JsonReply, StreamReply
 from serve.core.sampling import check_max_tokens, check_request_sampling
 
@@ -159,7 +160,7 @@ def _message(m, i: int) -> list[Message]:
     return out
 
 
-def _tools(raw) -> list[ToolSpec]:
+def parse_tools(raw) -> list[ToolSpec]:
     if raw is None:
         return []
     if not isinstance(raw, list):
@@ -177,7 +178,7 @@ def _tools(raw) -> list[ToolSpec]:
     return out
 
 
-def _tool_choice(raw, req: ChatRequest) -> None:
+def parse_tool_choice(raw, req: ChatRequest) -> None:
     """`{"type": "auto" | "any" | "none" | "tool", "name"?, "disable_parallel_tool_use"?}`; a type naming
     nothing known acts as auto (UPSTREAM §5.3; said in the request's notes); not an object is a 400."""
     if raw is None:
@@ -217,8 +218,8 @@ def parse_messages(body: dict, anthropic_thinking: str = "model") -> ChatRequest
         messages.append(Message("system", system))
     for i, m in enumerate(raw):
         messages += _message(m, i)
-    req = ChatRequest(messages=messages, tools=_tools(body.get("tools")), api="anthropic")
-    _tool_choice(body.get("tool_choice"), req)
+    req = ChatRequest(messages=messages, tools=parse_tools(body.get("tools")), api="anthropic")
+    parse_tool_choice(body.get("tool_choice"), req)
     req.max_new = check_max_tokens(body.get("max_tokens"))
     stream = body.get("stream", False)
     if stream is not None and not isinstance(stream, bool):
@@ -360,7 +361,7 @@ class MessageBuilder:
 
 def _builder(service, req: ChatRequest, prep) -> MessageBuilder:
     stream_args = req.extra.get("strata_stream_tool_args", True) is not False
-    return MessageBuilder("msg_" + secrets.token_hex(12), _model_name(service, req), prep.prompt_tokens,
+    return MessageBuilder("msg_" + secrets.token_hex(12), model_name(service, req), prep.prompt_tokens,
                           stream_args=stream_args)
 
 
@@ -395,9 +396,9 @@ def _stream(service, prep, ctx, builder: MessageBuilder):
                 else:
                     yield from builder.feed(ev)
     except Exception as e:  # after the headers: a final error event ends the stream
-        yield stream_error(_error_text(service, e))
+        yield stream_error(error_text(service, e))
         return
-    if _cut_by_shutdown(ctx, done):
+    if cut_by_shutdown(ctx, done):
         yield stream_error(SHUTDOWN_TEXT, "overloaded_error")
         return
     yield from builder.finish(done)
@@ -408,3 +409,34 @@ def count_tokens(service, body: dict, ctx) -> JsonReply:
     req = parse_messages(body, service.config.get("anthropic_thinking", "model"))
     return JsonReply(200, {"input_tokens": service.count_tokens(req)})
 
+
+def effort_from_anthropic(body: dict, mode: str = "model") -> str | None:
+    """The effort an Anthropic body asks for, or None (template default).
+
+    `thinking.type: disabled` -> none; `output_config.effort`; else `thinking.budget_tokens` < 2048 low,
+    < 8192 medium, else high. No `thinking` field: the template default, or "none" when the config's
+    `anthropic_thinking` is "on_request".
+    """
+    thinking = body.get("thinking")
+    if thinking is not None and not isinstance(thinking, dict):
+        raise BadRequest("`thinking` must be an object like {\"type\": \"enabled\", \"budget_tokens\": 4096}",
+                         param="thinking")
+    output_config = body.get("output_config")
+    if output_config is not None and not isinstance(output_config, dict):
+        raise BadRequest("`output_config` must be an object", param="output_config")
+    if thinking is not None:
+        kind = thinking.get("type")
+        if kind not in ("enabled", "disabled", "adaptive", None):
+            raise BadRequest(f"`thinking.type` must be \"enabled\" or \"disabled\", not {kind!r}",
+                             param="thinking.type")
+        if kind == "disabled":
+            return "none"
+    level = normalize_effort((output_config or {}).get("effort"), "output_config.effort")
+    if level is not None:
+        return level
+    if thinking is not None:
+        budget = check_budget(thinking.get("budget_tokens"), "thinking.budget_tokens")
+        if budget is None:
+            return None
+        return "low" if budget < 2048 else "medium" if budget < 8192 else "high"
+    return "none" if mode == "on_request" else None

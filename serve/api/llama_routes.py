@@ -42,7 +42,6 @@ Public surface: `completion`, `infill`, `apply_template`, `input_tokens`, `token
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 
 from serve.ops import llama_views
@@ -50,10 +49,11 @@ from serve.core import sampling as sampling_mod
 from serve.core.events import BadRequest, CompletionRequest, Done, KIND_CONTENT, KIND_PING, LiveTimings, ProgressFeed
 from serve.generation.choices import check_n, collect_text, prepare_choices, run_choices
 from serve.generation.logprobs import llama_n_probs, llama_probs
-from serve.api.openai import _error_text, _model_name, parse_chat
+from serve.api.wire import error_text, model_name, sse
+from serve.api.openai import parse_chat
 from serve.api.replies import JsonReply, StreamReply
 from serve.core.sampling import check_request_sampling
-from serve.generation.service import check_stop
+from serve.api.wire import check_stop
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 501: "not_supported_error", 503: "unavailable_error"}
@@ -68,10 +68,6 @@ _NUMBER_FIELDS = ("n_predict", "max_tokens")
 def error_body(status: int, err_type: str, message: str, param=None, code=None) -> dict:
     return {"error": {"code": status, "message": message,
                       "type": _ERROR_TYPES.get(status, err_type if status < 500 else "server_error")}}
-
-
-def _sse(obj) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
 # ---------------------------------------------------------------- tokens
@@ -256,7 +252,7 @@ def completion(service, body: dict, ctx):
 def _complete(service, body, ctx, req: CompletionRequest):
     n = _n_cmpl(body)
     preps = prepare_choices(service, req, n)
-    meta = {"model": _model_name(service, req), "prompt": req.prompt, "n_prompt": preps[0].prompt_tokens,
+    meta = {"model": model_name(service, req), "prompt": req.prompt, "n_prompt": preps[0].prompt_tokens,
             "settings": _settings(service, req), "fields": body.get("response_fields") or [],
             "return_tokens": body.get("return_tokens") is True}
     if req.stream:
@@ -340,12 +336,12 @@ def _stream(service, preps, ctx, meta, return_progress: bool, live=None):
             for i, ev in items:
                 if isinstance(ev, Done):
                     dones[i] = ev
-                    yield _sse(_final(meta, "", ev, stream=True, index=i))
+                    yield sse(_final(meta, "", ev, stream=True, index=i))
                 elif ev.kind == KIND_PING:
                     reports = feed.feed(ev.progress) if return_progress and i == 0 else []
                     for p in reports:
                         extra = {"timings": _read_timings(p)} if live is not None else {}
-                        yield _sse({**head(i), "content": "", "tokens_predicted": 0, "prompt_progress": p, **extra})
+                        yield sse({**head(i), "content": "", "tokens_predicted": 0, "prompt_progress": p, **extra})
                     if not reports:
                         yield ": keep-alive\n\n"
                 elif ev.kind == KIND_CONTENT and ev.text:
@@ -355,9 +351,9 @@ def _stream(service, preps, ctx, meta, return_progress: bool, live=None):
                     chunk = {**head(i), "content": ev.text, "tokens": ev.ids, "tokens_predicted": n_out[i], **extra}
                     if probs:
                         chunk["completion_probabilities"] = llama_probs(ev.logprobs or [], preps[0].req.logprobs_post)
-                    yield _sse(chunk)
+                    yield sse(chunk)
     except Exception as e:
-        yield _sse(error_body(500, "server_error", _error_text(service, e)))
+        yield sse(error_body(500, "server_error", error_text(service, e)))
 
 
 # ---------------------------------------------------------------- /infill

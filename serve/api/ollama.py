@@ -42,12 +42,12 @@ from serve.core.events import (
     KIND_TOOL_CALL)
 from serve.generation.json_schema import ANY_OBJECT_GRAMMAR
 from serve.generation.logprobs import chat_logprobs, ollama_logprobs
-from serve.api.openai import _error_text, _text_of, _tools
-from serve.generation.reasoning import normalize_effort
+from serve.api.wire import error_text, text_of, parse_tools
+from serve.core.effort import normalize_effort
 from serve.api.replies import EventRun, JsonReply, StreamReply
 from serve.core.sampling import check_request_sampling
-from serve.generation.service import check_stop
-from serve.generation.toolcalls import arguments_object
+from serve.api.wire import check_stop
+from serve.prompt.tool_text import arguments_object
 
 # The Ollama API level this translator follows (clients compare versions to pick features).
 API_VERSION = "0.12.6"
@@ -247,7 +247,7 @@ def _messages(raw) -> list[Message]:
             raise BadRequest(f"{where}.role: system, user, assistant or tool", param="messages")
         if m.get("images"):
             raise BadRequest(f"{where}.images: this model reads text only (no vision encoder)", param="messages")
-        msg = Message(m["role"], _text_of(m.get("content"), where + ".content"))
+        msg = Message(m["role"], text_of(m.get("content"), where + ".content"))
         if m["role"] == "assistant":
             msg.reasoning = m.get("thinking") if isinstance(m.get("thinking"), str) else None
             for k, c in enumerate(m.get("tool_calls") or []):
@@ -368,12 +368,12 @@ def _lines(service, prep, ctx, shape, t0):
             if obj is not None:
                 yield _line(obj)
     except Exception as e:  # after the first line: a last error line
-        yield _line({"error": _error_text(service, e)})
+        yield _line({"error": error_text(service, e)})
 
 
 def chat(service, body: dict, ctx):
     t0 = time.monotonic()
-    req = ChatRequest(messages=_messages(body.get("messages")), tools=_tools(body.get("tools")), api="ollama")
+    req = ChatRequest(messages=_messages(body.get("messages")), tools=parse_tools(body.get("tools")), api="ollama")
     extra = _common(body, req)
     req.reasoning_effort = _think(body.get("think"))
     if not req.messages:  # Ollama loads the model and answers at once

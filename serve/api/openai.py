@@ -29,36 +29,33 @@ import time
 from serve.generation.choices import check_best_of, check_n, collect_text, merge_done, prepare_choices, run_choices
 from serve.generation.constrain import openai_grammar, refuse_unsupported, strict_requested
 from serve.core.events import (
-    BadRequest, ChatRequest, CompletionRequest, Done, LiveTimings, Message, ProgressFeed, ToolCall, ToolSpec,
+    BadRequest, ChatRequest, CompletionRequest, Done, LiveTimings, Message, ProgressFeed, ToolCall,
     KIND_CONTENT, KIND_PING, KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START)
-from serve.http.access import public_text
 from serve.ops.llama_views import ENGINE_VERSION_DEFAULT
 from serve.generation.logprobs import (
     chat_logprobs, completions_logprobs, legacy_logprobs, llama_n_probs, openai_content)
 from serve.api.replies import JsonReply, StreamReply
 from serve.core.sampling import check_max_tokens
-from serve.generation.service import check_stop
+from serve.api.wire import (
+    KEEP_ALIVE, SHUTDOWN_TEXT, bool_field, check_stop, cut_by_shutdown, error_text, model_name, parse_tool_choice,
+    parse_tools, sse, text_of)
 
 try:
     from serve.core.sampling import check_request_sampling
 except ImportError:
     check_request_sampling = None
 try:
-    from serve.generation.reasoning import effort_from_openai, reasoning_fields
+    from serve.api.wire import effort_from_openai, reasoning_fields
 except ImportError:
     effort_from_openai = reasoning_fields = None
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
-KEEP_ALIVE = ": keep-alive\n\n"
-SHUTDOWN_TEXT = "the server is shutting down; the answer was cut short"
-
-
 def error_body(status: int, err_type: str, message: str, param=None, code=None) -> dict:
     return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
 
 
 def stream_error(message: str, err_type: str = "server_error") -> str:
-    return _sse({"error": {"message": message, "type": err_type}})
+    return sse({"error": {"message": message, "type": err_type}})
 
 
 def system_fingerprint(service) -> str:
@@ -69,46 +66,6 @@ def system_fingerprint(service) -> str:
     info = getattr(e, "info", None) or {}
     key = f"{getattr(service, 'model_name', '')} {' '.join(map(str, getattr(e, 'args', []) or []))}"
     return f"b{info.get('engine') or ENGINE_VERSION_DEFAULT}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
-
-
-def _sse(obj) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
-
-# ---------------------------------------------------------------- request parsing
-def _text_of(content, where: str) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        out = []
-        for i, part in enumerate(content):
-            if isinstance(part, str):
-                out.append(part)
-                continue
-            if not isinstance(part, dict):
-                raise BadRequest(f"{where}[{i}]: a content part object", param=where)
-            kind = part.get("type")
-            if kind in ("text", "input_text", "output_text"):
-                if not isinstance(part.get("text"), str):
-                    raise BadRequest(f"{where}[{i}].text: a string", param=where)
-                out.append(part["text"])
-            elif kind in ("image_url", "input_image", "image"):
-                raise BadRequest(f"{where}[{i}]: this model reads text only (no images)", param=where)
-            else:
-                raise BadRequest(f"{where}[{i}].type: unknown content part type {kind!r}", param=where)
-        return "".join(out)
-    raise BadRequest(f"{where}: a string or a list of content parts", param=where)
-
-
-def _bool_field(body: dict, name: str, default=False) -> bool:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise BadRequest(f"{name}: true or false", param=name)
-    return value
 
 
 def _messages(raw) -> list[Message]:
@@ -123,7 +80,7 @@ def _messages(raw) -> list[Message]:
         if role not in ROLES:
             raise BadRequest(f"{where}.role: unknown role {role!r} (system, developer, user, assistant, tool)",
                              param="messages")
-        msg = Message("system" if role == "developer" else role, _text_of(m.get("content"), where + ".content"))
+        msg = Message("system" if role == "developer" else role, text_of(m.get("content"), where + ".content"))
         if role == "assistant":
             reasoning = m.get("reasoning_content", m.get("reasoning"))
             msg.reasoning = reasoning if isinstance(reasoning, str) else None
@@ -148,23 +105,6 @@ def _messages(raw) -> list[Message]:
     return out
 
 
-def _tools(raw) -> list[ToolSpec]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise BadRequest("tools: a list of tool objects", param="tools")
-    out = []
-    for i, t in enumerate(raw):
-        fn = t.get("function", t) if isinstance(t, dict) else None
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise BadRequest(f"tools[{i}].function.name: a non-empty string", param="tools")
-        params = fn.get("parameters") or {}
-        if not isinstance(params, dict):
-            raise BadRequest(f"tools[{i}].function.parameters: a JSON schema object", param="tools")
-        out.append(ToolSpec(fn["name"], str(fn.get("description") or ""), params))
-    return out
-
-
 def _sampling(body):
     if check_request_sampling is not None:
         return check_request_sampling(body)
@@ -172,44 +112,21 @@ def _sampling(body):
     return Sampling()
 
 
-def _tool_choice(choice, notes: list) -> str | dict:
-    """auto | none | required | {"type": "function", "function": {"name": ...}} (or {"name": ...}).
-
-    A string or object naming nothing known acts as auto (UPSTREAM §5.3; said in the request's notes); any
-    other type is a 400."""
-    if choice is None:
-        return "auto"
-    if isinstance(choice, dict):
-        fn = choice.get("function") if isinstance(choice.get("function"), dict) else choice
-        if isinstance(fn.get("name"), str):
-            return {"name": fn["name"]}
-        if choice.get("type") in ("auto", "none", "required"):
-            return choice["type"]
-    elif isinstance(choice, str):
-        if choice in ("auto", "none", "required"):
-            return choice
-    else:
-        raise BadRequest(f"tool_choice: \"auto\", \"none\", \"required\" or {{\"type\": \"function\", "
-                         f"\"function\": {{\"name\": ...}}}}, not {choice!r}", param="tool_choice")
-    notes.append(f"tool_choice {str(choice)[:80]!r} names nothing known: acting as auto")
-    return "auto"
-
-
 def parse_chat(body: dict) -> ChatRequest:
-    if _bool_field(body, "continue_final_message"):  # vLLM / llama.cpp: go on writing the last assistant turn
+    if bool_field(body, "continue_final_message"):  # vLLM / llama.cpp: go on writing the last assistant turn
         raise BadRequest("continue_final_message: not supported here; every reply starts a new assistant turn",
                          param="continue_final_message")
-    req = ChatRequest(messages=_messages(body.get("messages")), tools=_tools(body.get("tools")))
+    req = ChatRequest(messages=_messages(body.get("messages")), tools=parse_tools(body.get("tools")))
     if [m.role for m in req.messages[-2:]] == ["assistant", "assistant"]:  # as llama-server refuses it
         raise BadRequest("messages: two assistant messages at the end; a reply follows a user or tool turn "
                          "(merge them into one)", param="messages")
-    req.tool_choice = _tool_choice(body.get("tool_choice", "auto"), req.notes)
-    req.parallel_tool_calls = _bool_field(body, "parallel_tool_calls", True)
+    req.tool_choice = parse_tool_choice(body.get("tool_choice", "auto"), req.notes)
+    req.parallel_tool_calls = bool_field(body, "parallel_tool_calls", True)
     # both are checked; max_completion_tokens (OpenAI's current name) wins over max_tokens when both are given
     newer = check_max_tokens(body.get("max_completion_tokens"), "max_completion_tokens")
     older = check_max_tokens(body.get("max_tokens"), "max_tokens")
     req.max_new = newer if newer is not None else older
-    req.stream = _bool_field(body, "stream")
+    req.stream = bool_field(body, "stream")
     req.stop = check_stop(body.get("stop"))
     req.sampling = _sampling(body)
     if effort_from_openai is not None:
@@ -235,7 +152,7 @@ def _include_usage(body) -> bool:
         return False
     if not isinstance(opts, dict):
         raise BadRequest("stream_options: an object", param="stream_options")
-    return _bool_field(opts, "include_usage")
+    return bool_field(opts, "include_usage")
 
 
 # ---------------------------------------------------------------- answers
@@ -252,11 +169,6 @@ def _finish_reason(done: Done, calls: bool) -> str:
     if calls and done.finish in ("stop", "tool_calls"):
         return "tool_calls"
     return "length" if done.finish == "length" else "stop"
-
-
-def _model_name(service, req) -> str:
-    aliases = service.config.get("aliases") or []
-    return req.model if req.model and req.model in aliases else service.model_name
 
 
 class _ChatChoice:
@@ -298,10 +210,10 @@ def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     include_usage = _include_usage(body)
     preps = prepare_choices(service, req, n)
     meta = {"id": "chatcmpl-" + secrets.token_hex(12), "created": int(time.time()),
-            "model": _model_name(service, req)}
+            "model": model_name(service, req)}
     if req.stream:
-        progress = ProgressFeed() if _bool_field(body, "return_progress") else None  # llama.cpp's extensions
-        live = ([LiveTimings(p.prompt_tokens) for p in preps] if _bool_field(body, "timings_per_token")
+        progress = ProgressFeed() if bool_field(body, "return_progress") else None  # llama.cpp's extensions
+        live = ([LiveTimings(p.prompt_tokens) for p in preps] if bool_field(body, "timings_per_token")
                 else None)  # one per choice
         return StreamReply(_chat_stream(service, preps, ctx, meta, include_usage, progress, live))
     choices = [_ChatChoice() for _ in preps]
@@ -326,7 +238,7 @@ def _chat_stream(service, preps, ctx, meta, include_usage, progress=None, live=N
         choice = {"index": i, "delta": delta, "finish_reason": finish}
         if logprobs and lp is not None:
             choice["logprobs"] = {"content": openai_content(lp)}
-        return _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": fingerprint,
+        return sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": fingerprint,
                      "choices": [choice], **extra})
 
     for i in range(len(preps)):
@@ -337,12 +249,12 @@ def _chat_stream(service, preps, ctx, meta, include_usage, progress=None, live=N
             for i, ev in items:
                 if isinstance(ev, Done):
                     dones[i] = ev
-                    if not _cut_by_shutdown(ctx, ev):
+                    if not cut_by_shutdown(ctx, ev):
                         yield chunk(i, {}, _finish_reason(ev, calls[i] > 0), timings=ev.timings)
                 elif ev.kind == KIND_PING:
                     reports = progress.feed(ev.progress) if progress is not None and i == 0 else []
                     for p in reports:  # return_progress: llama-server's prompt_progress chunks
-                        yield _sse({**meta, "object": "chat.completion.chunk", "choices": [], "prompt_progress": p})
+                        yield sse({**meta, "object": "chat.completion.chunk", "choices": [], "prompt_progress": p})
                     if not reports:
                         yield KEEP_ALIVE
                 elif ev.kind == KIND_CONTENT:  # timings_per_token: running figures
@@ -365,30 +277,18 @@ def _chat_stream(service, preps, ctx, meta, include_usage, progress=None, live=N
                                                                      isinstance(args, str) else json.dumps(
                                                                          args, ensure_ascii=False)}}]})
     except Exception as e:  # after the headers: a final error event, then the end of the stream
-        yield stream_error(_error_text(service, e))
+        yield stream_error(error_text(service, e))
         yield "data: [DONE]\n\n"
         return
-    if any(_cut_by_shutdown(ctx, d) for d in dones):
+    if any(cut_by_shutdown(ctx, d) for d in dones):
         yield stream_error(SHUTDOWN_TEXT)
         yield "data: [DONE]\n\n"
         return
     if include_usage:
         done = merge_done(dones)
-        yield _sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": fingerprint, "choices": [],
+        yield sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": fingerprint, "choices": [],
                     "usage": _usage(done), "timings": done.timings})
     yield "data: [DONE]\n\n"
-
-
-def _cut_by_shutdown(ctx, done) -> bool:
-    """The reply ended because the server is shutting down (or never got its end): the stream ends with the
-    shutdown error event, never a normal finish."""
-    return done is None or (ctx.shutting_down() and done.finish == "cancel")
-
-
-def _error_text(service, e) -> str:
-    """The text of a failure after the headers (Service.run raised a service error, death note included),
-    as a client may see it: the engine log's tail and local paths go to the server log (serve/http/access.py)."""
-    return public_text(str(e) or type(e).__name__)
 
 
 # ---------------------------------------------------------------- /v1/completions
@@ -400,8 +300,8 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
         raise BadRequest("prompt: a non-empty string", param="prompt")
     req = CompletionRequest(prompt=prompt, max_new=check_max_tokens(body.get("max_tokens")),
                             sampling=_sampling(body),
-                            stop=check_stop(body.get("stop")), stream=_bool_field(body, "stream"),
-                            echo=_bool_field(body, "echo"), model=body.get("model"))
+                            stop=check_stop(body.get("stop")), stream=bool_field(body, "stream"),
+                            echo=bool_field(body, "echo"), model=body.get("model"))
     refuse_unsupported(body, ("suffix",))
     n = check_n(body)
     check_best_of(body, n)
@@ -412,7 +312,7 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     include_usage = _include_usage(body)
     preps = prepare_choices(service, req, n)
     meta = {"id": "cmpl-" + secrets.token_hex(12), "created": int(time.time()),
-            "model": _model_name(service, req), "system_fingerprint": system_fingerprint(service)}
+            "model": model_name(service, req), "system_fingerprint": system_fingerprint(service)}
     if req.stream:
         return StreamReply(_completion_stream(service, preps, ctx, meta, include_usage, req))
     start = len(prompt) if req.echo else 0
@@ -432,7 +332,7 @@ def _completion_stream(service, preps, ctx, meta, include_usage, req):
         logprobs = None
         if req.logprobs is not None and lp is not None:
             logprobs, offsets[i] = legacy_logprobs(lp, offsets[i])
-        return _sse({**meta, "object": "text_completion", "choices": [
+        return sse({**meta, "object": "text_completion", "choices": [
             {"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish}], **extra})
 
     dones = [None] * len(preps)
@@ -444,22 +344,22 @@ def _completion_stream(service, preps, ctx, meta, include_usage, req):
             for i, ev in items:
                 if isinstance(ev, Done):
                     dones[i] = ev
-                    if not _cut_by_shutdown(ctx, ev):
+                    if not cut_by_shutdown(ctx, ev):
                         yield chunk(i, "", _finish_reason(ev, False), timings=ev.timings)
                 elif ev.kind == KIND_PING:
                     yield KEEP_ALIVE
                 elif ev.kind == KIND_CONTENT:
                     yield chunk(i, ev.text, lp=ev.logprobs)
     except Exception as e:
-        yield stream_error(_error_text(service, e))
+        yield stream_error(error_text(service, e))
         yield "data: [DONE]\n\n"
         return
-    if any(_cut_by_shutdown(ctx, d) for d in dones):
+    if any(cut_by_shutdown(ctx, d) for d in dones):
         yield stream_error(SHUTDOWN_TEXT)
         yield "data: [DONE]\n\n"
         return
     if include_usage:
-        yield _sse({**meta, "object": "text_completion", "choices": [],
+        yield sse({**meta, "object": "text_completion", "choices": [],
                     "usage": _usage(merge_done(dones), chat=False)})
     yield "data: [DONE]\n\n"
 

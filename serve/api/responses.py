@@ -44,13 +44,14 @@ from serve.generation.constrain import schema_ask
 from serve.core.events import (
     BadRequest, ChatRequest, Done, LiveTimings, Message, ProgressFeed, ToolCall, KIND_CONTENT, KIND_PING,
     KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START)
-from serve.api.openai import _error_text, _model_name, _text_of, _tool_choice, _tools, error_body
-from serve.generation.reasoning import effort_from_openai, reasoning_fields
+from serve.api.wire import error_text, model_name, text_of, parse_tool_choice, parse_tools
+from serve.api.openai import error_body
+from serve.api.wire import effort_from_openai, reasoning_fields
 from serve.api.replies import EventRun, JsonReply, StreamReply, collect
 from serve.core.sampling import check_max_tokens, check_request_sampling
 from serve.generation.json_schema import ANY_OBJECT_GRAMMAR
 from serve.generation.logprobs import openai_content, responses_logprobs
-from serve.generation.toolcalls import arguments_text
+from serve.prompt.tool_text import arguments_text
 
 __all__ = ["responses", "input_tokens", "get_response", "parse_responses", "ResponseBuilder", "error_body"]
 
@@ -99,7 +100,7 @@ def _input_items(raw) -> list[Message]:
             if role is None:
                 raise BadRequest(f"{where}.role: user, system, developer or assistant, not {item.get('role')!r}",
                                  param="input")
-            msg = Message(role, _text_of(item.get("content"), where + ".content"))
+            msg = Message(role, text_of(item.get("content"), where + ".content"))
             if role == "assistant" and reasoning:
                 msg.reasoning, reasoning = "\n".join(reasoning), []
             out.append(msg)
@@ -121,7 +122,7 @@ def _input_items(raw) -> list[Message]:
             if not isinstance(call_id, str):
                 raise BadRequest(f"{where}.call_id: the call's call_id", param="input")
             output = item.get("output")
-            text = output if isinstance(output, str) else _text_of(output, where + ".output")
+            text = output if isinstance(output, str) else text_of(output, where + ".output")
             out.append(Message("tool", text, tool_call_id=call_id, name=names.get(call_id)))
         elif kind == "reasoning":
             text = _reasoning_text(item)
@@ -147,7 +148,7 @@ def _function_tools(raw, notes: list) -> list:
             notes.append(f"tool type {str(t.get('type'))[:40]!r} skipped: nothing here can run it")
             continue
         kept.append(t)
-    return _tools(kept)
+    return parse_tools(kept)
 
 
 def _text_format_grammar(text) -> str | None:
@@ -191,7 +192,7 @@ def parse_responses(body: dict) -> ChatRequest:
             raise BadRequest("instructions: a string", param="instructions")
         req.messages.insert(0, Message("system", instructions))
     req.tools = _function_tools(body.get("tools"), req.notes)
-    req.tool_choice = _tool_choice(body.get("tool_choice", "auto"), req.notes)
+    req.tool_choice = parse_tool_choice(body.get("tool_choice", "auto"), req.notes)
     parallel = body.get("parallel_tool_calls", True)
     if not isinstance(parallel, bool) and parallel is not None:
         raise BadRequest("parallel_tool_calls: true or false", param="parallel_tool_calls")
@@ -375,7 +376,7 @@ class ResponseBuilder:
 
 def _meta(service, req: ChatRequest, body: dict) -> dict:
     return {"id": "resp_" + secrets.token_hex(12), "object": "response", "created_at": int(time.time()),
-            "model": _model_name(service, req), "instructions": body.get("instructions"),
+            "model": model_name(service, req), "instructions": body.get("instructions"),
             "max_output_tokens": req.max_new, "parallel_tool_calls": req.parallel_tool_calls,
             "previous_response_id": None, "reasoning": {"effort": req.reasoning_effort, "summary": None},
             "store": False, "temperature": req.sampling.temperature, "top_p": req.sampling.top_p,
@@ -428,7 +429,7 @@ def _stream(service, prep, ctx, builder: ResponseBuilder):
             else:
                 yield from builder.feed(ev)
     except Exception as e:  # after the headers: the response fails, with the reason
-        yield builder.failed(_error_text(service, e))
+        yield builder.failed(error_text(service, e))
         return
     if ctx.shutting_down() and run.done is not None and run.done.finish == "cancel":
         yield builder.failed("the server is shutting down; the answer was cut short")

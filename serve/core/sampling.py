@@ -195,7 +195,7 @@ def check_shared_settings(defaults: Any) -> dict:
     Every key is checked first (unknown key or bad value: a 400 naming `defaults.KEY`); null values are
     dropped. Ranges: temperature 0..2, top_p (0, 1], top_k 1..64, seed an integer, max_tokens > 0,
     reasoning_effort a level or alias, reasoning_budget_tokens >= 0."""
-    from serve.generation.reasoning import check_budget, normalize_effort   # reasoning -> toolcalls; no cycle back here
+    from serve.core.effort import check_budget, normalize_effort   # reasoning -> toolcalls; no cycle back here
     if defaults is None:
         return {}
     if not isinstance(defaults, dict):

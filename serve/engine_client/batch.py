@@ -6,7 +6,7 @@ request thread here only claims a free slot, submits `BGEN` and reads its own sl
 pump fills (serve/engine_client/protocol.py). It knows nothing of HTTP or text, and nothing of StrataEngine's
 privates: it uses `engine.current()`, `alive()`, `starting`, `gone()`, `info`, `ctl`, `slot_cv`.
 
-Locks: `engine.slot_cv` guards every process's slot table (`_Slots`: owners, held streams, queues' routing)
+Locks: `engine.slot_cv` guards every process's slot table (`SlotTable`: owners, held streams, queues' routing)
 and `waiting` (requests waiting for a free slot, served short first: `STRATA_ADMIT_SHORT_FIRST`, a long prompt
 that waited `STRATA_ADMIT_MAX_WAIT_S` counts as short). `engine.ctl` guards the control lines: writing a `BGEN`
 (and noting it as waiting for its answer) or a whole control command. Admissions are pipelined: the answer,

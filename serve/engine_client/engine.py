@@ -32,7 +32,7 @@ from serve.engine_client.protocol import (
     ENGINE_SILENCE_S, HEARTBEAT_S, MAX_LINE_BYTES, POLL_S, Allowance, EngineBadLine, EngineDied, EngineNonFinite,
     EngineProcess, EngineRefused, EngineSilent, EngineStarting, EngineStuck, parse_done, parse_kv, parse_progress,
     parse_token, start_pump)
-from serve.engine_client.slot_table import _Slots
+from serve.engine_client.slot_table import SlotTable
 
 
 def _env_float(name: str, default: float) -> float:
@@ -146,7 +146,7 @@ class StrataEngine:
         proc.n_vocab = int(info.get("n_vocab") or 0)
         n_slots = max(0, min(8, int(info.get("batch_slots") or 0)))
         if n_slots:
-            proc.slots = _Slots(n_slots, int(info.get("batch_groups") or 1))
+            proc.slots = SlotTable(n_slots, int(info.get("batch_groups") or 1))
         with self._state:
             self.info.update(info)
             self.max_context = ctx

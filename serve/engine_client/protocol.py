@@ -28,7 +28,7 @@ try:
 except ImportError:  # the frozen-engine check is then off; everything else works
     psutil = None
 
-from serve.engine_client.slot_table import _Slots
+from serve.engine_client.slot_table import SlotTable
 
 ENGINE_SILENCE_S = 300.0     # no protocol line this long during a request = ended (config engine_silence_s)
 STALL_CPU_S = 0.5            # CPU seconds a live engine spends in a stall window, at least
@@ -228,7 +228,7 @@ class EngineProcess:
     gen: int
     cv: threading.Condition
     n_vocab: int = 0
-    slots: _Slots | None = None
+    slots: SlotTable | None = None
     lines: queue.Queue = field(default_factory=lambda: queue.Queue(LINE_QUEUE_MAX))
     admissions: collections.deque = field(default_factory=collections.deque)  # slots of BGENs not yet
     #   answered, in the order written (guarded by cv): the engine answers each, in order, BACC or ERR

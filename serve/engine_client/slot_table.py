@@ -2,9 +2,9 @@
 
 Role: pure bookkeeping for serve/engine_client/batch.py and the pump (serve/engine_client/protocol.py): which slot is free, which conversation each slot's session
 holds, whose lines are routed, and `pick_slot`, the free slot whose held stream is the longest start of a prompt. No threads, no
-waits, no pipes: the caller holds the engine's slot_cv around every read and write of a `_Slots`.
+waits, no pipes: the caller holds the engine's slot_cv around every read and write of a `SlotTable`.
 
-Public surface: `_Slots(n, groups)`, `pick_slot(slots, prompt, im_start)`, `SLOT_PREFIX_MIN`.
+Public surface: `SlotTable(n, groups)`, `pick_slot(slots, prompt, im_start)`, `SLOT_PREFIX_MIN`.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import queue
 SLOT_PREFIX_MIN = 512         # with several groups, a shorter held prefix does not pick a slot
 
 
-class _Slots:
+class SlotTable:
     """The slot table of one engine process. Every field is guarded by the engine's slot_cv."""
 
     def __init__(self, n: int, groups: int):
@@ -59,7 +59,7 @@ def _owned_len(held, prompt, im_start) -> int:
     return 0
 
 
-def pick_slot(slots: _Slots, prompt, im_start=None):
+def pick_slot(slots: SlotTable, prompt, im_start=None):
     """The free slot for `prompt` (caller holds cv), or None. Never a busy slot. With pipelined groups a
     free slot below a busy one of its group first; then the slot whose stream is the longest start of the
     prompt (a length every held conversation shares names no owner); then fewest busy in its group, empty

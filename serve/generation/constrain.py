@@ -31,8 +31,8 @@ import urllib.parse
 
 from serve.core.events import BadRequest
 from serve.generation.json_schema import ANY_OBJECT_GRAMMAR, FORMATS, SchemaError, gbnf_literal, schema_grammar
-from serve.generation.toolcalls import (
-    CALL_CLOSE, CALL_OPEN, FUNCTION_CLOSE, PARAM_CLOSE, PARAM_OPEN, forced_opening, value_is_text)
+from serve.prompt.tool_text import CALL_CLOSE, CALL_OPEN, FUNCTION_CLOSE, PARAM_CLOSE, PARAM_OPEN, forced_opening
+from serve.generation.toolcall_parsers import value_is_text
 
 GRAMMAR_INFO_KEY = "grammar"  # INFO grammar=1: the engine applies grammar= (docs/PROTOCOL.md)
 GRAMMAR_TEXT_MAX_BYTES = 1 << 20

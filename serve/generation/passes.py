@@ -20,13 +20,20 @@ Public surface: `ReplyPasses(prep, tokenizer, parser, budget_default)` with `pro
 `generated(tid, stop)`, `after_token(was_reasoning)`, `at_end(finish)`, `write(text)`, `follow()`,
 `saw(event)`, `n_out`, `inserted`, `reasoning_tokens`, `passes`, `budget`; `merge_figures(total, r)`,
 `reply_timings(figures, prompt_tokens, n_out)`, `encode_written(tokenizer, text)`.
+Budget: `thinking_budget(budget, max_new, answer_room)`, `ThinkingBudget` (the run loop's counter),
+`needs_close_retry(...)`, `answer_reserve(max_new)`, `WRAP_UP_TEXT`, `CLOSE_RETRY_TEXT`, `ANSWER_RESERVE_MIN`,
+`ANSWER_ROOM_MIN_CAP`.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from serve.core.events import KIND_PING, KIND_REASONING
-from serve.generation.reasoning import (
-    CLOSE_RETRY_TEXT, WRAP_UP_TEXT, ThinkingBudget, needs_close_retry, thinking_budget)
-from serve.generation.toolcalls import CALL_OPEN
+from serve.core.effort import check_budget
+from serve.prompt.tool_text import CALL_OPEN
+
+if TYPE_CHECKING:   # a type in two signatures; the parser module imports nothing of this one
+    from serve.generation.output_parser import OutputParser
 
 # Engine figures that add up over passes; the others (reused, prompt_reached, ...) are the first pass's.
 _SUMMED = ("prompt_ms", "decode_ms", "drafts_off", "drafts_acc", "drafts_n")
@@ -172,3 +179,71 @@ def reply_timings(r: dict, prompt_tokens: int, n_out: int) -> dict:
     if r.get("drafts_off"):
         t.update(draft_n=r["drafts_off"], draft_n_accepted=r.get("drafts_acc") or 0)
     return t
+
+
+# The text a run appends when the thinking budget is spent: the model reads it as its own decision to answer.
+WRAP_UP_TEXT = "\n\nI have thought about this long enough; time to give my answer.\n</think>\n\n"
+
+
+# Opt-in `reasoning_close_retry`: appended once to a reply that stopped inside its thinking with no answer.
+CLOSE_RETRY_TEXT = "\n</think>\n\n"
+
+
+# A thinking budget never leaves the answer less than this many tokens (or a quarter of max_new, or half).
+ANSWER_RESERVE_MIN = 512
+
+
+# From this cap on, thinking without a budget is closed early enough to leave the answer its reserve: below
+# it, the reserve would be most of the cap and a thinking model would hardly think at all.
+ANSWER_ROOM_MIN_CAP = 2048
+
+
+def answer_reserve(max_new: int) -> int:
+    """Tokens kept for the answer out of `max_new`: min(max(512, max_new // 4), max_new // 2)."""
+    return min(max(ANSWER_RESERVE_MIN, max_new // 4), max_new // 2)
+
+
+def thinking_budget(budget: int | None, max_new: int, answer_room: bool = True) -> int | None:
+    """The number of thinking tokens after which the run writes `WRAP_UP_TEXT`, or None (no limit).
+
+    A request's budget (0 or None = none) is lowered so the answer keeps its reserve. Without a budget, a
+    cap of at least `ANSWER_ROOM_MIN_CAP` still gets one (the answer's room), unless `answer_room` is off.
+    """
+    budget = check_budget(budget)
+    reserve = answer_reserve(max_new)
+    if budget:
+        return budget if budget <= max_new - reserve else max(1, max_new - reserve)
+    if answer_room and max_new >= ANSWER_ROOM_MIN_CAP:
+        return max_new - reserve
+    return None
+
+
+class ThinkingBudget:
+    """The run loop's thinking counter: `count(parser)` after each token's text was fed returns True once,
+    when the budget is spent at a clean point (the parser holds nothing): the loop then stops the engine,
+    appends `WRAP_UP_TEXT` to the prompt (and feeds it to the parser) and goes on in a new pass.
+
+    budget: `thinking_budget(...)`'s answer (None = never)."""
+
+    def __init__(self, budget: int | None):
+        self.budget = budget
+        self.used = 0
+        self.spent = False
+
+    def count(self, parser: "OutputParser", clean: bool = True) -> bool:
+        """clean: the token ended on a whole character (no UTF-8 sequence split across tokens)."""
+        if self.budget is None or self.spent or not parser.in_reasoning:
+            return False
+        self.used += 1
+        if self.used >= self.budget and clean and not parser.holding:
+            self.spent = True
+            return True
+        return False
+
+
+def needs_close_retry(parser: "OutputParser", finish: str, answered: bool, enabled: bool, tried: bool) -> bool:
+    """Opt-in `reasoning_close_retry`: a reply that stopped inside its thinking with no answer gets
+    `CLOSE_RETRY_TEXT` appended once and goes on. A call held in the thinking is an answer (the end of
+    the output delivers it)."""
+    return (enabled and not tried and finish == "stop" and parser.in_reasoning and not answered
+            and not parser.holding_call)

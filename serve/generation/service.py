@@ -44,11 +44,12 @@ from serve.core.events import BadRequest, ChatRequest, CompletionRequest, Done, 
 from serve.prompt.chatml import ChatTemplate
 from serve.generation.passes import ReplyPasses, encode_written, merge_figures, reply_timings
 
-from serve.generation.reasoning import OutputParser, resolve_effort
+from serve.generation.output_parser import OutputParser
+from serve.core.effort import resolve_effort
 from serve.core import sampling as sampling_mod
 from serve.generation.logprobs import Trail, engine_keys
 from serve.generation.constrain import GRAMMAR_INFO_KEY, auto_tools_grammar, forced_call, grammar_key
-from serve.generation.toolcalls import forced_opening
+from serve.prompt.tool_text import forced_opening
 
 REPEAT_STOP_TOKENS = 256   # the same token this many times in a row is a loop: end the reply as `length`
 LOOP_PERIOD_MAX = 256      # a cycle of up to this many tokens repeating exactly ... (measured: SmolLM2 fell
@@ -58,7 +59,6 @@ LOOP_REPEATS_MIN = 2       # ends the reply as `length`: a short cycle over 128 
                            # 5-10 token cycles), a long one seen three times in a row (a text may quote a
                            # paragraph twice; a third copy in a row is a loop)
 HISTORY_KEEP = 500         # finished requests kept for /metrics
-STOP_STRINGS_MAX = 4       # OpenAI allows at most 4 stop strings
 TAIL_CHARS = 600           # live status keeps this much of the newest output
 
 
@@ -213,19 +213,6 @@ class _Run:
 def _over(n_prompt: int, n_ctx: int) -> dict:
     """The error figures llama-server puts beside a context refusal (its clients read them)."""
     return {"type": "exceed_context_size_error", "n_prompt_tokens": n_prompt, "n_ctx": n_ctx}
-
-
-def check_stop(value) -> list[str]:
-    """OpenAI `stop`: a string or a list of at most 4 strings; empty strings are dropped."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
-        raise BadRequest("stop: a string or a list of strings", param="stop")
-    if len(value) > STOP_STRINGS_MAX:
-        raise BadRequest(f"stop: at most {STOP_STRINGS_MAX} strings", param="stop")
-    return [s for s in value if s]
 
 
 class Service:

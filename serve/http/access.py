@@ -11,10 +11,9 @@ Role: the HTTP server's security rules as plain functions over a request's heade
   (any page: llama-server's default, opt-in here) or `localhost` (pages of this machine only).
 - Browser POSTs: a request that carries Origin or Sec-Fetch-* (a browser) must be `application/json`, so no
   page can send a CORS-simple `text/plain` request that skips the preflight.
-- `public_text`: an engine-derived message as a client may see it: without the engine log tail and with local
-  paths cut to their last part; the whole text goes to the server log (once) and to a trusted /v1/status.
+- (what an engine-derived message may tell a client: `serve.core.errors.public_text`, below the translators.)
 
-Public surface: `check_host`, `check_key`, `check_origin`, `cors_allows`, `cors_headers`, `check_browser_json`, `trusted`, `public_text`.
+Public surface: `check_host`, `check_key`, `check_origin`, `cors_allows`, `cors_headers`, `check_browser_json`, `trusted`.
 """
 from __future__ import annotations
 
@@ -22,21 +21,11 @@ import functools
 import hmac
 import ipaddress
 import os
-import re
 import socket
-import sys
-import threading
 from urllib.parse import urlsplit
 
 from serve.http.guard import HttpError
 
-# serve/engine_client/engine.py's death notes end with "; log: line | line | ..."; the Service may join several notes and
-# add "; the next request restarts it": a tail runs to the next clause about the engine, a replica, or the end
-_LOG_TAIL = re.compile(r"; log: .*?(?=; (?:the |replica \d+: )|$)", re.S)
-# an absolute, home or relative file path (two parts or more; the server's own routes /v1/..., /api/... are not)
-_PATH = re.compile(r"(?<![\w:/.~-])(?:~|\.{1,2})?/(?!v1/|api/)(?:[^\s/;:,()'\"]+/)+([^\s/;:,()'\"]*)")
-_logged_lock = threading.Lock()   # guards _logged
-_logged: list[str] = []           # the last few full texts printed (so a dead engine is not printed per request)
 CORS_METHODS = "GET, POST, DELETE, OPTIONS"   # every method a route answers (llama-server's default list)
 CORS_HEADERS = "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta, X-Conversation-Id"
 
@@ -164,17 +153,3 @@ def trusted(keys, key_checked: bool, peer_ip: str) -> bool:
     none and the client is on this machine."""
     return key_checked if keys else _loopback(peer_ip)
 
-
-def public_text(text: str) -> str:
-    """`text` without the engine log tail and with local paths cut to their last part; the whole text is
-    printed to the server log once (the operator's copy)."""
-    short = _PATH.sub(lambda m: m.group(1) or "...", _LOG_TAIL.sub("", text))
-    if short != text:
-        with _logged_lock:
-            fresh = text not in _logged
-            if fresh:
-                _logged.append(text)
-                del _logged[:-8]
-        if fresh:
-            print(f"strata: {text}", file=sys.stderr, flush=True)
-    return short

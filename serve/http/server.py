@@ -40,7 +40,7 @@ from serve.api import openai as openai_api
 from serve.http import access, guard as http_guard, stream_sessions
 from serve.api import embeddings, lifecycle_routes, llama_routes, ollama, responses
 from serve.ops import llama_views, metrics_views, prometheus, telemetry
-from serve.core.errors import ServiceError
+from serve.core.errors import ServiceError, public_text
 from strata_control.runconfig_file import save_shared_settings
 from serve.core.events import BadRequest
 from serve.http.guard import HttpError
@@ -360,9 +360,9 @@ class Handler(BaseHTTPRequestHandler):
         except BadRequest as e:
             return self._error(path, e.status, "invalid_request_error", e.message, e.param, e.code, e.extra)
         except ServiceError as e:  # the Service turned every engine failure into one (503 / 502)
-            return self._error(path, e.status, e.err_type, access.public_text(e.message))
+            return self._error(path, e.status, e.err_type, public_text(e.message))
         except ValueError as e:  # an engine ERR, or a value the translator refused
-            return self._error(path, 400, "invalid_request_error", access.public_text(str(e)))
+            return self._error(path, 400, "invalid_request_error", public_text(str(e)))
         except RecursionError:  # a body nested deeper than a walk over it can go
             return self._error(path, 400, "invalid_request_error", "the request is nested too deeply")
         except (TypeError, KeyError, AttributeError) as e:
@@ -464,7 +464,7 @@ def _health(svc, body, ctx):
     if status != 200:
         return JsonReply(503, {**out, "error": {"code": 503, "type": "unavailable_error",
                                                 "message": "Loading model" if out["status"] == "loading"
-                                                else access.public_text(svc.death_note())}})
+                                                else public_text(svc.death_note())}})
     return JsonReply(200, out)
 
 

@@ -7,8 +7,8 @@ only to learn the family's facts: its default system prompt (SmolLM2 and Qwen2.5
 no system message) and whether it knows `<think>`.
 
 Public surface: `ChatTemplate.from_text(template_text)`, `ChatTemplate.render(messages, tools, thinking,
-effort=)` -> `Rendered(text, plain, thinking)`, `template_family(template_text)`, `RENDERED_FAMILIES`. It knows
-no tokens, no HTTP and no engine.
+effort=)` -> `Rendered(text, plain, thinking)`. (Which family a template text is, and the list Strata
+renders: strata_control/families.py.) It knows no tokens, no HTTP and no engine.
 """
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ import re
 from serve.core.events import BadRequest, Message, ToolSpec
 from serve.prompt.writer import PromptWriter as _Writer
 from serve.prompt.writer import Rendered
-from serve.generation.toolcalls import arguments_object, tool_signature, tools_intro, tools_outro
+from serve.prompt.llama3_gemma import FamilyTemplate
+from strata_control.families import detect_family
+from serve.prompt.tool_text import arguments_object, tool_signature, tools_intro, tools_outro
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -40,24 +42,6 @@ TOOLS_INTRO = ("# Tools\n\nYou have access to the following functions. To call o
                "exactly this format and nothing after it:\n\n<tool_call>\n<function=FUNCTION_NAME>\n"
                "<parameter=PARAMETER_NAME>\nVALUE\n</parameter>\n</function>\n</tool_call>\n\n"
                "Several calls are several such blocks. The functions:\n\n<tools>\n")
-
-
-RENDERED_FAMILIES = ("chatml", "llama3", "gemma")  # rendered here and in serve/prompt/llama3_gemma.py; others refused at start
-# A family's mark: a control string only that family's templates write (checked in this order).
-_FAMILY_MARKS = (("chatml", IM_START), ("llama3", "<|start_header_id|>"), ("gemma", "<start_of_turn>"),
-                 ("command-r", "<|START_OF_TURN_TOKEN|>"), ("deepseek", "<\uff5cUser\uff5c>"),
-                 ("phi3", "<|end|>"), ("zephyr", "<|user|>"), ("mistral", "[INST]"))
-
-
-def template_family(template: str | None) -> str:
-    """The chat-template family a GGUF's template text belongs to: "chatml" (also for a model without a
-    template, as llama.cpp falls back to it), "llama3", "gemma", "mistral", ..., or "unknown"."""
-    if not template:
-        return "chatml"
-    for family, mark in _FAMILY_MARKS:
-        if mark in template:
-            return family
-    return "unknown"
 
 
 def _write_call(w: "_Writer", call, tool_format: str = "xml") -> None:
@@ -90,7 +74,6 @@ class ChatTemplate:
 
     @classmethod
     def from_text(cls, template: str | None) -> "ChatTemplate":
-        from serve.prompt.llama3_gemma import FamilyTemplate, detect_family  # it imports this module
         if detect_family(template) in ("llama3", "gemma"):  # rendered there
             return FamilyTemplate(detect_family(template))
         if not template:

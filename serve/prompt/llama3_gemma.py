@@ -2,7 +2,7 @@
 
 Role: serve/prompt/chatml.py renders ChatML; this module renders the other families Strata claims, with the
 same interface (`render(messages, tools, thinking, add_generation_prompt) -> Rendered`, `default_system`,
-`tool_format`), and says which family a GGUF's template text belongs to. The text rendered equals
+`tool_format`) (strata_control/families.py says which family a GGUF's template text belongs to). The text rendered equals
 llama.cpp's built-in rendering of the family (`llama_chat_apply_template` with "llama3" / "gemma"): each
 message's content trimmed of ASCII whitespace; Llama 3 `<|start_header_id|>ROLE<|end_header_id|>\\n\\n
 CONTENT<|eot_id|>`; Gemma `<start_of_turn>ROLE\\nCONTENT<end_of_turn>\\n` with "assistant" named "model"
@@ -13,29 +13,15 @@ Neither family has a tool or reasoning block here: tools are a 400 naming the fa
 A model without any template (a base model such as Gemma 3 270M) gets `NoTemplate`: chat routes answer 400
 saying to use /v1/completions or start with `--chat-template FAMILY`.
 
-Public surface: FAMILIES, detect_family(text) -> "chatml" | "llama3" | "gemma" | None, FamilyTemplate(family),
-NoTemplate(). It knows no tokens, no HTTP and no engine.
+Public surface: FamilyTemplate(family), NoTemplate(). It knows no tokens, no HTTP and no engine.
 """
 from __future__ import annotations
 
 from serve.core.events import BadRequest, Message, ToolSpec
 from serve.prompt.writer import PromptWriter, Rendered
+from strata_control.families import FAMILIES
 
-FAMILIES = ("chatml", "llama3", "gemma")
 _ASCII_SPACE = " \t\n\v\f\r"  # llama.cpp trims with C isspace
-
-
-def detect_family(text: str | None) -> str | None:
-    """The family a template text belongs to (by its tags, as llama.cpp detects them), None when none."""
-    if not text:
-        return None
-    if "<|start_header_id|>" in text and "<|end_header_id|>" in text:
-        return "llama3"
-    if "<start_of_turn>" in text:
-        return "gemma"
-    if "<|im_start|>" in text:
-        return "chatml"
-    return None
 
 
 class FamilyTemplate:

@@ -192,8 +192,8 @@ def test_a_forced_call_ends_the_turn_anthropic(server, choice):
 
 
 def test_a_forced_call_may_be_followed_by_another_call_only():
-    from serve.generation.reasoning import OutputParser
-    from serve.generation.toolcalls import forced_opening
+    from serve.generation.output_parser import OutputParser
+    from serve.prompt.tool_text import forced_opening
     from serve.core.events import ToolSpec
     tools = [ToolSpec("get_weather", "", WEATHER[0]["function"]["parameters"])]
     opening = forced_opening("required", tools, "xml")

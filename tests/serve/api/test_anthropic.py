@@ -7,7 +7,7 @@ import pytest
 from serve.api import anthropic
 from serve.api.anthropic import MessageBuilder, error_body, parse_messages, stream_error
 from serve.core.events import BadRequest, Done, Event, KIND_CONTENT
-from serve.generation.reasoning import OutputParser
+from serve.generation.output_parser import OutputParser
 from serve.api.replies import JsonReply, RequestContext, StreamReply
 
 from tests.serve.generation.test_toolcalls import SPECIMENS, TOOLS, StubService, counter_ids

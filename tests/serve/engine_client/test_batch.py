@@ -11,7 +11,7 @@ import pytest
 
 from serve.engine_client import batch
 from serve.engine_client.batch import BatchPath, _SlotRequest
-from serve.engine_client.slot_table import _Slots, pick_slot
+from serve.engine_client.slot_table import SlotTable, pick_slot
 from serve.engine_client.engine import StrataEngine
 from tests.conftest import ROOT
 
@@ -189,7 +189,7 @@ def test_early_close_quarantines_the_slot_until_bdone(slots_engine, monkeypatch)
 
 
 def test_pick_slot_prefix_checkpoint_shared_boundary_and_busy():
-    s = _Slots(4, 1)
+    s = SlotTable(4, 1)
     sys_p = [257, 1, 2, 3, 258]
     s.held[0] = sys_p + [257, 11, 12, 258, 257, 13]          # conversation A
     s.held[1] = sys_p + [257, 21, 22, 258, 257, 23, 24]      # conversation B
@@ -204,7 +204,7 @@ def test_pick_slot_prefix_checkpoint_shared_boundary_and_busy():
     assert pick_slot(s, a_next, 257) in (2, 3)                # never a busy slot
     s.owner = ["x"] * 4
     assert pick_slot(s, a_next, 257) is None
-    g = _Slots(4, 2)                                           # two groups of 2: order 0, 2, 1, 3
+    g = SlotTable(4, 2)                                           # two groups of 2: order 0, 2, 1, 3
     assert g.order == [0, 2, 1, 3]
     g.owner[1] = "busy"                                        # hole below slot 1 in group 0
     assert pick_slot(g, [1, 2], 257) == 0
@@ -227,7 +227,7 @@ class _HookedCondition(threading.Condition):
 
 class _StubProc:
     def __init__(self, n):
-        self.slots, self.ended = _Slots(n, 1), False
+        self.slots, self.ended = SlotTable(n, 1), False
 
 
 class _StubEngine:

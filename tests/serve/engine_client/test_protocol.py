@@ -8,12 +8,12 @@ import pytest
 
 from serve.engine_client.protocol import (
     EngineBadLine, EngineProcess, parse_bdone, parse_done, parse_progress, parse_token, slot_of)
-from serve.engine_client.slot_table import _Slots
+from serve.engine_client.slot_table import SlotTable
 
 
 def _proc(n=2):
     p = EngineProcess(popen=None, gen=1, cv=threading.Condition(), n_vocab=100)
-    p.slots = _Slots(n, 1)
+    p.slots = SlotTable(n, 1)
     return p
 
 

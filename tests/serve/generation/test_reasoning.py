@@ -3,9 +3,11 @@ parser's reasoning rules."""
 import pytest
 
 from serve.core.events import BadRequest
-from serve.generation.reasoning import (
-    ANSWER_RESERVE_MIN, ANSWER_ROOM_MIN_CAP, OutputParser, answer_reserve, effort_from_anthropic, effort_from_openai,
-    normalize_effort, template_kwargs, thinking_budget)
+from serve.generation.passes import ANSWER_RESERVE_MIN, ANSWER_ROOM_MIN_CAP, answer_reserve, thinking_budget
+from serve.generation.output_parser import OutputParser
+from serve.api.anthropic import effort_from_anthropic
+from serve.api.wire import effort_from_openai
+from serve.core.effort import normalize_effort, template_kwargs
 
 
 @pytest.mark.parametrize("value,level", [
@@ -112,7 +114,7 @@ def test_in_reasoning_and_holding():
 
 def test_reasoning_fields():
     from serve.core.events import ChatRequest
-    from serve.generation.reasoning import reasoning_fields
+    from serve.api.wire import reasoning_fields
     req = ChatRequest(messages=[])
     reasoning_fields({"reasoning_budget_tokens": 300, "answer_room": False, "reasoning_close_retry": True}, req)
     assert (req.reasoning_budget_tokens, req.answer_room, req.reasoning_close_retry) == (300, False, True)
@@ -123,7 +125,7 @@ def test_reasoning_fields():
 
 
 def test_thinking_budget_breaks_once_at_a_clean_point():
-    from serve.generation.reasoning import ThinkingBudget, WRAP_UP_TEXT
+    from serve.generation.passes import ThinkingBudget, WRAP_UP_TEXT
     parser = OutputParser([], True)
     budget = ThinkingBudget(3)
     verdicts = []
@@ -141,7 +143,7 @@ def test_thinking_budget_breaks_once_at_a_clean_point():
 
 
 def test_close_retry_rule():
-    from serve.generation.reasoning import needs_close_retry
+    from serve.generation.passes import needs_close_retry
     parser = OutputParser([], True)
     parser.feed("thinking and never closing")
     assert needs_close_retry(parser, "stop", answered=False, enabled=True, tried=False)
@@ -151,7 +153,7 @@ def test_close_retry_rule():
 
 
 def test_resolve_effort_order():
-    from serve.generation.reasoning import resolve_effort
+    from serve.core.effort import resolve_effort
     assert resolve_effort("low", "high", "none") == "low"
     assert resolve_effort(None, "xhigh", "none") == "high"
     assert resolve_effort(None, None, "off") == "none"

@@ -17,10 +17,10 @@ from types import SimpleNamespace
 
 from serve.api import openai
 from serve.core.events import Done, Event, KIND_PING, Message, ToolCall, ToolSpec
-from serve.generation.reasoning import OutputParser
+from serve.generation.output_parser import OutputParser
 from serve.api.replies import RequestContext
 from serve.prompt.chatml import ChatTemplate
-from serve.generation.toolcalls import arguments_text, forced_opening, new_call_id
+from serve.prompt.tool_text import arguments_text, forced_opening, new_call_id
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "data", "toolcall_specimens.json")
 with open(DATA, encoding="utf-8") as _f:

@@ -135,7 +135,7 @@ def test_error_bodies_carry_no_log_tail_or_paths(server, tmp_path, monkeypatch):
 
 
 def test_public_text_cuts_log_tails_and_paths_but_not_routes_or_urls():
-    from serve.http.access import public_text
+    from serve.core.errors import public_text
     text = ("the engine could not be started (/opt/x/build/strata-engine: [Errno 2] No such file: "
             "'/opt/x/build/strata-engine'); see ~/.cache/strata/engine-8080.log; log: loading /m/a.gguf | boom")
     assert public_text(text) == ("the engine could not be started (strata-engine: [Errno 2] No such file: "

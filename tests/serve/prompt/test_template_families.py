@@ -18,7 +18,8 @@ if str(REPO) not in sys.path:
 
 from serve.core.events import BadRequest, Message, ToolSpec  # noqa: E402
 from serve.prompt.chatml import ChatTemplate  # noqa: E402
-from serve.prompt.llama3_gemma import FamilyTemplate, NoTemplate, detect_family  # noqa: E402
+from serve.prompt.llama3_gemma import FamilyTemplate, NoTemplate
+from strata_control.families import detect_family  # noqa: E402
 from tests import oracle  # noqa: E402
 
 CORPUS = [

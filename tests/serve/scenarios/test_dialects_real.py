@@ -92,9 +92,9 @@ def test_ollama_tags_show_and_tools(olm, real):
     r = olm.chat(model="smollm2", messages=history, tools=[tool], options={"temperature": 0, "num_predict": 32})
     assert r.message.content.strip() and r.done
     from serve.api.ollama import _messages
-    from serve.api.openai import _tools
+    from serve.api.wire import parse_tools
     from serve.core.events import ChatRequest
-    text = real.svc.render_chat(ChatRequest(_messages(history), _tools([tool]))).text
+    text = real.svc.render_chat(ChatRequest(_messages(history), parse_tools([tool]))).text
     assert text.count("get_weather") >= 2 and '"city": "Paris"' in text  # the tool list, and the call (JSON form)
     assert "<tool_response>\nsunny, 21 C\n</tool_response>" in text
     with pytest.raises(Exception) as err:

@@ -1,220 +1,24 @@
-"""Reasoning control and the incremental output parser.
+"""The incremental output parser.
 
 Role: turn the model's decoded text into the one event stream of `serve/core/events.py` (reasoning, content,
-tool_start, tool_args, tool_call), and map every API's way of asking for more or less thinking onto one
-effort level. It knows no HTTP, no pipes and no token ids: the service feeds it text, in pieces of any size.
+tool_start, tool_args, tool_call). It knows no HTTP, no pipes and no token ids: the service feeds it text, in
+pieces of any size. (Effort levels: serve/core/effort.py; the thinking budget: serve/generation/passes.py;
+the dialects' effort fields: serve/api/wire.py and serve/api/anthropic.py.)
 
 Public surface:
 - `OutputParser(tools, thinking, forced_opening=None)`: `feed(text) -> list[Event]`, `finish() -> list[Event]`.
   The same text gives the same events however it is split (never a partial tag, never a verdict taken
   before the text that decides it has arrived). `in_reasoning` tells the run loop where the model is.
-- Effort: `normalize_effort(value, field)`, `effort_from_openai(body)`, `effort_from_anthropic(body, mode)`,
-  `resolve_effort(request, settings, config)`, `template_kwargs(effort)`, `reasoning_fields(body, req)`.
-- Budget: `thinking_budget(budget, max_new, answer_room)`, `ThinkingBudget` (the run loop's counter),
-  `needs_close_retry(...)`, `WRAP_UP_TEXT`, `CLOSE_RETRY_TEXT`, `ANSWER_RESERVE_MIN`, `ANSWER_ROOM_MIN_CAP`.
+- `THINK_OPEN`, `THINK_CLOSE`: the thinking tags.
 """
 from __future__ import annotations
 
-from typing import Any
-
-from serve.core.events import BadRequest, Event, KIND_CONTENT, KIND_REASONING, KIND_TOOL_CALL, ToolSpec
-from serve.generation.toolcalls import CALL_CLOSE, CALL_OPEN, body_parser_for, new_call_id
+from serve.core.events import Event, KIND_CONTENT, KIND_REASONING, KIND_TOOL_CALL, ToolSpec
+from serve.prompt.tool_text import CALL_CLOSE, CALL_OPEN, new_call_id
+from serve.generation.toolcall_parsers import body_parser_for
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
-
-# The text a run appends when the thinking budget is spent: the model reads it as its own decision to answer.
-WRAP_UP_TEXT = "\n\nI have thought about this long enough; time to give my answer.\n</think>\n\n"
-# Opt-in `reasoning_close_retry`: appended once to a reply that stopped inside its thinking with no answer.
-CLOSE_RETRY_TEXT = "\n</think>\n\n"
-
-# A thinking budget never leaves the answer less than this many tokens (or a quarter of max_new, or half).
-ANSWER_RESERVE_MIN = 512
-# From this cap on, thinking without a budget is closed early enough to leave the answer its reserve: below
-# it, the reserve would be most of the cap and a thinking model would hardly think at all.
-ANSWER_ROOM_MIN_CAP = 2048
-
-EFFORT_LEVELS = ("none", "low", "medium", "high")
-_EFFORT_ALIASES = {
-    "none": "none", "off": "none", "minimal": "none", "disabled": "none", "false": "none",
-    "low": "low",
-    "medium": "medium",
-    "high": "high", "xhigh": "high", "max": "high", "maximum": "high",
-}
-
-
-# ------------------------------------------------------------------------------------------ effort levels
-
-def normalize_effort(value: Any, field: str = "reasoning_effort") -> str | None:
-    """One effort level ("none" | "low" | "medium" | "high") from any accepted spelling; None stays None.
-
-    `False` means "none" (clients that send a boolean); anything unknown is a 400 naming the field.
-    """
-    if value is None:
-        return None
-    if value is False:
-        return "none"
-    if isinstance(value, str):
-        level = _EFFORT_ALIASES.get(value.strip().lower())
-        if level is not None:
-            return level
-    raise BadRequest(f"unknown reasoning effort {value!r} in `{field}`: use none, low, medium or high "
-                     "(aliases: off, minimal, disabled, xhigh, max)", param=field)
-
-
-def effort_from_openai(body: dict) -> str | None:
-    """The effort an OpenAI-style body asks for, or None when it names none.
-
-    Sources: `reasoning_effort`, `reasoning.effort`, `chat_template_kwargs.reasoning_effort` and
-    `chat_template_kwargs.enable_thinking` (false wins over every other source).
-    """
-    kwargs = body.get("chat_template_kwargs")
-    if kwargs is not None and not isinstance(kwargs, dict):
-        raise BadRequest("`chat_template_kwargs` must be an object", param="chat_template_kwargs")
-    kwargs = kwargs or {}
-    enable = kwargs.get("enable_thinking")
-    if enable is not None and not isinstance(enable, bool):
-        raise BadRequest("`chat_template_kwargs.enable_thinking` must be true or false",
-                         param="chat_template_kwargs.enable_thinking")
-    found = None
-    reasoning = body.get("reasoning")
-    if reasoning is not None and not isinstance(reasoning, dict):
-        raise BadRequest("`reasoning` must be an object like {\"effort\": \"low\"}", param="reasoning")
-    for field, value in (("reasoning_effort", body.get("reasoning_effort")),
-                         ("reasoning.effort", (reasoning or {}).get("effort")),
-                         ("chat_template_kwargs.reasoning_effort", kwargs.get("reasoning_effort"))):
-        level = normalize_effort(value, field)
-        if level is not None and found is None:
-            found = level
-    return "none" if enable is False else found
-
-
-def effort_from_anthropic(body: dict, mode: str = "model") -> str | None:
-    """The effort an Anthropic body asks for, or None (template default).
-
-    `thinking.type: disabled` -> none; `output_config.effort`; else `thinking.budget_tokens` < 2048 low,
-    < 8192 medium, else high. No `thinking` field: the template default, or "none" when the config's
-    `anthropic_thinking` is "on_request".
-    """
-    thinking = body.get("thinking")
-    if thinking is not None and not isinstance(thinking, dict):
-        raise BadRequest("`thinking` must be an object like {\"type\": \"enabled\", \"budget_tokens\": 4096}",
-                         param="thinking")
-    output_config = body.get("output_config")
-    if output_config is not None and not isinstance(output_config, dict):
-        raise BadRequest("`output_config` must be an object", param="output_config")
-    if thinking is not None:
-        kind = thinking.get("type")
-        if kind not in ("enabled", "disabled", "adaptive", None):
-            raise BadRequest(f"`thinking.type` must be \"enabled\" or \"disabled\", not {kind!r}",
-                             param="thinking.type")
-        if kind == "disabled":
-            return "none"
-    level = normalize_effort((output_config or {}).get("effort"), "output_config.effort")
-    if level is not None:
-        return level
-    if thinking is not None:
-        budget = check_budget(thinking.get("budget_tokens"), "thinking.budget_tokens")
-        if budget is None:
-            return None
-        return "low" if budget < 2048 else "medium" if budget < 8192 else "high"
-    return "none" if mode == "on_request" else None
-
-
-def resolve_effort(request: str | None, settings: Any = None, config: Any = None) -> str | None:
-    """The effort a run uses: the request's, else the shared Chat settings' `reasoning_effort`, else the
-    config's (both normalised here; a bad stored value is a 400 naming where it came from)."""
-    if request is not None:
-        return request
-    for value, field in ((settings, "settings.reasoning_effort"), (config, "config reasoning_effort")):
-        level = normalize_effort(value, field)
-        if level is not None:
-            return level
-    return None
-
-
-def template_kwargs(effort: str | None) -> dict:
-    """Template variables for an effort level: `enable_thinking` and, when set, `reasoning_effort`."""
-    if effort is None:
-        return {"enable_thinking": True}
-    if effort == "none":
-        return {"enable_thinking": False}
-    return {"enable_thinking": True, "reasoning_effort": effort}
-
-
-# ------------------------------------------------------------------------------------------ budget
-
-def check_budget(value: Any, field: str = "reasoning_budget_tokens") -> int | None:
-    """A token budget as sent: None, or an integer >= 0 (0 = no budget); anything else is a 400."""
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-        raise BadRequest(f"`{field}`: an integer >= 0 (0 = no budget)", param=field)
-    return value
-
-
-def answer_reserve(max_new: int) -> int:
-    """Tokens kept for the answer out of `max_new`: min(max(512, max_new // 4), max_new // 2)."""
-    return min(max(ANSWER_RESERVE_MIN, max_new // 4), max_new // 2)
-
-
-def thinking_budget(budget: int | None, max_new: int, answer_room: bool = True) -> int | None:
-    """The number of thinking tokens after which the run writes `WRAP_UP_TEXT`, or None (no limit).
-
-    A request's budget (0 or None = none) is lowered so the answer keeps its reserve. Without a budget, a
-    cap of at least `ANSWER_ROOM_MIN_CAP` still gets one (the answer's room), unless `answer_room` is off.
-    """
-    budget = check_budget(budget)
-    reserve = answer_reserve(max_new)
-    if budget:
-        return budget if budget <= max_new - reserve else max(1, max_new - reserve)
-    if answer_room and max_new >= ANSWER_ROOM_MIN_CAP:
-        return max_new - reserve
-    return None
-
-
-def reasoning_fields(body: dict, req) -> None:
-    """Strata's reasoning extensions, on either API, onto a ChatRequest: `reasoning_budget_tokens`
-    (integer >= 0; 0 = none), `answer_room` and `reasoning_close_retry` (booleans)."""
-    budget = check_budget(body.get("reasoning_budget_tokens"))
-    if budget is not None:
-        req.reasoning_budget_tokens = budget
-    for name in ("answer_room", "reasoning_close_retry"):
-        value = body.get(name)
-        if value is not None:
-            if not isinstance(value, bool):
-                raise BadRequest(f"`{name}`: true or false", param=name)
-            setattr(req, name, value)
-
-
-class ThinkingBudget:
-    """The run loop's thinking counter: `count(parser)` after each token's text was fed returns True once,
-    when the budget is spent at a clean point (the parser holds nothing): the loop then stops the engine,
-    appends `WRAP_UP_TEXT` to the prompt (and feeds it to the parser) and goes on in a new pass.
-
-    budget: `thinking_budget(...)`'s answer (None = never)."""
-
-    def __init__(self, budget: int | None):
-        self.budget = budget
-        self.used = 0
-        self.spent = False
-
-    def count(self, parser: "OutputParser", clean: bool = True) -> bool:
-        """clean: the token ended on a whole character (no UTF-8 sequence split across tokens)."""
-        if self.budget is None or self.spent or not parser.in_reasoning:
-            return False
-        self.used += 1
-        if self.used >= self.budget and clean and not parser.holding:
-            self.spent = True
-            return True
-        return False
-
-
-def needs_close_retry(parser: "OutputParser", finish: str, answered: bool, enabled: bool, tried: bool) -> bool:
-    """Opt-in `reasoning_close_retry`: a reply that stopped inside its thinking with no answer gets
-    `CLOSE_RETRY_TEXT` appended once and goes on. A call held in the thinking is an answer (the end of
-    the output delivers it)."""
-    return (enabled and not tried and finish == "stop" and parser.in_reasoning and not answered
-            and not parser.holding_call)
-
 
 # ------------------------------------------------------------------------------------------ parser
 

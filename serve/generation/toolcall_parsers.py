@@ -1,7 +1,7 @@
-"""Tool calls: the template's tool format, and the incremental parsers of one call's body.
+"""Tool-call parsers: the incremental parsers of one call's body, in the two forms a model writes.
 
-Role: everything about the text form of a tool call. Two forms are written and read, both inside
-`<tool_call>...</tool_call>`:
+Role: read a tool call back out of model text. Two forms, both inside `<tool_call>...</tool_call>` (the tags
+and the writing side: serve/prompt/tool_text.py):
 - "xml" (Qwen3.5 / Qwen3-Coder): `<function=NAME>\\n<parameter=P>\\nVALUE\\n</parameter>\\n</function>`;
   a `</parameter>` ends a value only when `<parameter=` or `</function>` follows; values are typed by the
   tool's JSON schema (a declared string stays a string, anything else is JSON-decoded when it parses);
@@ -9,55 +9,27 @@ Role: everything about the text form of a tool call. Two forms are written and r
 A body parser announces the call when its name is known, then yields argument pieces whose concatenation is
 exactly `arguments_text(call.arguments)` (the JSON text the non-streamed answer carries), and finally the
 call. It never raises on model text: a body that is not a call says so (`failed`) and the output parser
-turns it back into content. Knows no HTTP; `serve/generation/reasoning.py` drives these parsers.
+turns it back into content. Knows no HTTP; `serve/generation/output_parser.py` drives these parsers.
 
-Public surface: `XmlCallBody`, `JsonCallBody`, `body_parser_for(text)`, `arguments_text(args)`,
-`new_call_id(api)`, the system turn's tool section in pieces (`tools_intro(fmt)`, `tool_signature(tool)` per
-line, `tools_outro(fmt)`; the template writes them, with the signatures as client text), `forced_opening(
-tool_choice, tools, fmt)`, `CALL_OPEN`, `CALL_CLOSE`.
+Public surface: `CallBody`, `XmlCallBody`, `JsonCallBody`, `body_parser_for(text)`, `value_is_text(kind)`,
+`NAME_MAX_CHARS`.
 """
 from __future__ import annotations
 
 import json
 import math
 import re
-import secrets
 from typing import Any
 
 from serve.core.events import Event, KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START, ToolCall, ToolSpec
+from serve.prompt.tool_text import (
+    CALL_CLOSE, FUNCTION_CLOSE, FUNCTION_OPEN, PARAM_CLOSE, PARAM_OPEN, arguments_text)
 
-CALL_OPEN = "<tool_call>"
-CALL_CLOSE = "</tool_call>"
-FUNCTION_OPEN = "<function="
-FUNCTION_CLOSE = "</function>"
-PARAM_OPEN = "<parameter="
-PARAM_CLOSE = "</parameter>"
 NAME_MAX_CHARS = 256   # a tool name longer than this is not a name: the text is content
 # A value ends at `</parameter>` followed by the next parameter or the function's end; a `</tool_call>` there
 # (small models skip `</function>`) ends the function too: no value can be read another way.
 _VALUE_END = re.compile(r"\n?</parameter>\s*(?=<parameter=|</function>|</tool_call>)")
 _WS = " \t\r\n"
-
-
-def new_call_id(api: str = "openai") -> str:
-    """`call_<24 hex>` (OpenAI) or `toolu_<24 hex>` (Anthropic)."""
-    return ("toolu_" if api == "anthropic" else "call_") + secrets.token_hex(12)
-
-
-def arguments_text(args: dict | str) -> str:
-    """The arguments' JSON text as both APIs carry it; streamed pieces concatenate to exactly this."""
-    return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-
-
-def arguments_object(args: dict | str) -> dict:
-    """The arguments as an object: JSON text is parsed; text that is not a JSON object becomes
-    `{"arguments": text}` (the form the templates write back and Ollama's clients read)."""
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError:
-            return {"arguments": args}
-    return args if isinstance(args, dict) else {"arguments": args}
 
 
 def _esc(text: str) -> str:
@@ -568,66 +540,3 @@ def body_parser_for(text: str):
     return None
 
 
-# ------------------------------------------------------------------------------------------ rendering
-
-_XML_INSTRUCTIONS = (
-    "To call a function, write a block in exactly this form (one block per call, nothing inside it but the "
-    "call):\n<tool_call>\n<function=FUNCTION_NAME>\n<parameter=PARAMETER_NAME>\nVALUE\n</parameter>\n"
-    "</function>\n</tool_call>\nGive every required parameter. Values that are not plain text are written "
-    "as JSON. You may write text before a call; after calls, stop and wait for their results.")
-_JSON_INSTRUCTIONS = (
-    "To call a function, write a JSON object with its name and arguments between <tool_call> and "
-    "</tool_call>, one block per call:\n<tool_call>\n{\"name\": \"FUNCTION_NAME\", \"arguments\": "
-    "{\"PARAMETER_NAME\": VALUE}}\n</tool_call>\nAfter calls, stop and wait for their results.")
-
-
-def tools_intro(fmt: str = "json") -> str:
-    """The tool section's text before the signatures (which follow one JSON object per line)."""
-    return ("# Tools\n\nYou can call these functions to help with the user's request. Their signatures, "
-            "as JSON schemas:\n<tools>\n")
-
-
-def tools_outro(fmt: str = "json") -> str:
-    """The tool section's text after the signatures: how to write a call in the form `fmt`."""
-    return "</tools>\n\n" + (_XML_INSTRUCTIONS if fmt == "xml" else _JSON_INSTRUCTIONS)
-
-
-def tool_signature(tool: ToolSpec) -> str:
-    return json.dumps({"type": "function", "function": {"name": tool.name, "description": tool.description,
-                                                        "parameters": tool.parameters or {}}}, ensure_ascii=False)
-
-
-def _choice_name(tool_choice: Any) -> str | None:
-    if isinstance(tool_choice, dict):
-        name = tool_choice.get("name")
-        if name is None and isinstance(tool_choice.get("function"), dict):
-            name = tool_choice["function"].get("name")
-        return name if isinstance(name, str) else None
-    return None
-
-
-def forced_opening(tool_choice: Any, tools: list[ToolSpec], fmt: str = "json") -> str | None:
-    """The text that forces a call, or None (auto / none / unknown choices act as auto).
-
-    "required" (Anthropic "any") with tools opens a call, naming the tool when there is exactly one; a named
-    tool in the list opens a call to it.
-    """
-    if not tools or tool_choice in (None, "auto", "none"):
-        return None
-    name = _choice_name(tool_choice)
-    if name is None and tool_choice in ("required", "any") and len(tools) == 1:
-        name = tools[0].name
-    if name is not None and name not in {t.name for t in tools}:
-        return None
-    if name is None and tool_choice not in ("required", "any"):
-        return None
-    # A named tool with required parameters can only go on with its first parameter: the opening writes
-    # that much too, which keeps small models on the format.
-    spec = next((t for t in tools if t.name == name), None)
-    required = bool(spec and isinstance(spec.parameters, dict) and spec.parameters.get("required"))
-    if fmt == "xml":
-        return f"{CALL_OPEN}\n{FUNCTION_OPEN}" + (f"{name}>\n" + (PARAM_OPEN if required else "") if name else "")
-    if name:
-        return (f'{CALL_OPEN}\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": ' +
-                ('{"' if required else ""))
-    return f'{CALL_OPEN}\n{{"name": "'
