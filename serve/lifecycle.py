@@ -334,7 +334,7 @@ class Lifecycle:
             with self._cv:
                 self._boot_pending = False
 
-    # the server's life cycle calls (serve/http/server.py run_server), as a Service has them
+    # the server's life cycle calls (serve/http/run.py run_server), as a Service has them
     def start_engine(self) -> None:
         """At start: the idle/lease thread, then `boot()` (ServiceError when the model cannot be loaded)."""
         self.start_idle_thread()

@@ -1,6 +1,6 @@
 """The `strata` command: argument parsing only; the work is done by library functions.
 
-serve -> serve.bootstrap + serve.http.server.run_server; models, plan -> strata_control; ps, load, unload ->
+serve -> serve.bootstrap + serve.http.run.run_server; models, plan -> strata_control; ps, load, unload ->
 strata_cli.client (a running server, found through its activity record). (`./strata test` is the bootstrap
 script's own job: it needs the virtualenv and the build before Python runs.) Heavy modules are imported
 inside the commands, so `strata --help` and `strata CMD --help` answer at once.
@@ -188,7 +188,7 @@ def serve(ns) -> int:
     try:
         from serve.bootstrap import SetupError, bind, build_lifecycle, check_flags, load_config, options
         from strata_control.runconfig_file import ConfigError
-        from serve.http.server import run_server
+        from serve.http.run import run_server
         from strata_control import activity
         try:
             check_flags(ns)

@@ -1,12 +1,13 @@
 """HTTP views over `serve/lifecycle.Lifecycle`: load/unload, every model's status, /health before a model is
 loaded, the resource lease, and GET/POST /config (a model's run config, editable keys only).
 
-Role: turn bodies into Lifecycle calls and Lifecycle answers into JSON; `serve/http/server.py` routes here and
-turns `LifecycleError` into its error answers. Every route takes `(lifecycle, body, ctx)`. `OVERRIDES` are
-routes the server already has for a single Service (`None` from one means "answer as the Service does").
+Role: turn bodies into Lifecycle calls and Lifecycle answers into JSON; `serve/http/server.py` routes here
+(its table, serve/http/routes.py, names these views) and turns `LifecycleError` into its error answers. Every
+route takes `(lifecycle, body, ctx)`. `health`, `models` and `ollama_tags` answer for a Lifecycle routes the
+server already has for a single Service (`None` from one means "answer as the Service does").
 
-Public surface: `GET`, `POST` (path -> route, only with a Lifecycle), `OVERRIDES`, `MODEL_ROUTES`,
-`LEASE_PREFIX`, `BY_MODEL_ROUTES`, `LIVE_KEYS`, `by_model(lc, method, body, ctx)`.
+Public surface: the views `leases`, `lease`, `lease_release`, `load`, `unload`, `config_get`, `config_post`,
+`health`, `models`, `ollama_tags`; `LIVE_KEYS`, `by_model(lc, method, body, ctx)`.
 """
 from __future__ import annotations
 
@@ -18,20 +19,7 @@ from serve.api import ollama
 from serve.lifecycle import LifecycleError
 from serve.api.openai import model_entries
 from serve.api.replies import JsonReply
-from serve.generation.service import REPEAT_STOP_TOKENS
-
-# POST routes that run a model: the request's `model` picks it (loaded on demand), counted while it runs
-MODEL_ROUTES = frozenset({"/v1/chat/completions", "/chat/completions", "/v1/completions", "/v1/messages",
-                          "/v1/responses", "/responses", "/api/chat", "/api/generate", "/completion",
-                          "/completions", "/infill"})  # every route whose body's `model` picks the model
-MODEL_ROUTES |= {"/v1/embeddings", "/embedding", "/embeddings", "/api/embed", "/api/embeddings"}
-LEASE_PREFIX = "/v1/lease"
-# Routes that read a model's tokenizer, template or settings: the body's (POST) or query's (GET) `model` picks
-# it; they never load an engine (the model's Service is built once and kept: its tokenizer read from the GGUF)
-BY_MODEL_ROUTES = frozenset({"/tokenize", "/detokenize", "/v1/messages/count_tokens", "/props", "/apply-template",
-                             "/v1/chat/completions/input_tokens", "/chat/completions/input_tokens",
-                             "/v1/responses/input_tokens", "/responses/input_tokens", "/api/show"})
-
+from serve.generation.guards import REPEAT_STOP_TOKENS
 
 def _model_field(body) -> str | None:
     name = body.get("model")
@@ -41,7 +29,7 @@ def _model_field(body) -> str | None:
 
 
 def by_model(lc, method, body, ctx):
-    """A BY_MODEL_ROUTES request -> the Service of the model it names (404 listing the known ones for an
+    """A by-model request (serve/http/routes.py `BY_MODEL_ROUTES`) -> the Service of the model it names (404 listing the known ones for an
     unknown name; None: the loaded or default one); `ctx` says whether that model is loaded, and its query
     loses `model` (the Service answers for itself, whichever name or alias picked it)."""
     name = ctx.query.get("model") if method in ("GET", "HEAD") else _model_field(body)
@@ -170,10 +158,3 @@ def config_post(lc, body, ctx):
     return JsonReply(200, {"model": entry.name, "path": path, "saved": True, "backup": path + ".bak",
                            "config": {k: v for k, v in new.items() if k in runconfig.EDITABLE},
                            "applies": _apply_live(entry, body["changes"], new)})
-
-
-GET = {"/v1/lease": leases, "/config": config_get}
-POST = {"/v1/load": load, "/v1/unload": unload, "/v1/lease": lease, "/v1/lease/release": lease_release,
-        "/config": config_post}
-OVERRIDES = {"/health": health, "/api/health": health, "/v1/health": health, "/v1/models": models,
-             "/models": models, "/api/tags": ollama_tags}

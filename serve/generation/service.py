@@ -50,14 +50,9 @@ from serve.core import sampling as sampling_mod
 from serve.generation.logprobs import Trail, engine_keys
 from serve.generation.constrain import GRAMMAR_INFO_KEY, auto_tools_grammar, forced_call, grammar_key
 from serve.prompt.tool_text import forced_opening
+from serve.generation.guards import REPEAT_STOP_TOKENS, LoopGuard, StopMatcher
+from serve.generation.figures import ServiceFigures
 
-REPEAT_STOP_TOKENS = 256   # the same token this many times in a row is a loop: end the reply as `length`
-LOOP_PERIOD_MAX = 256      # a cycle of up to this many tokens repeating exactly ... (measured: SmolLM2 fell
-                           # into a 27-token cycle and ran 2,809 tokens under a 16-token limit)
-LOOP_SPAN_TOKENS = 128     # ... over the last max(this, (1 + LOOP_REPEATS_MIN) x the cycle) tokens also
-LOOP_REPEATS_MIN = 2       # ends the reply as `length`: a short cycle over 128 tokens (small models fall into
-                           # 5-10 token cycles), a long one seen three times in a row (a text may quote a
-                           # paragraph twice; a third copy in a row is a loop)
 HISTORY_KEEP = 500         # finished requests kept for /metrics
 TAIL_CHARS = 600           # live status keeps this much of the newest output
 
@@ -77,46 +72,6 @@ class Prepared:
         return len(self.ids)
 
 
-class _StopMatcher:
-    """Stop strings over content text: emits what can no longer start a stop string, holds the rest."""
-
-    def __init__(self, stops: list[str]):
-        self.stops = stops
-        self.buf = ""
-        self.hit: str | None = None
-
-    def feed(self, text: str) -> str:
-        if not self.stops:
-            return text
-        self.buf += text
-        first = None
-        for s in self.stops:
-            i = self.buf.find(s)
-            if i >= 0 and (first is None or i < first[0]):
-                first = (i, s)
-        if first is not None:
-            out, self.hit, self.buf = self.buf[:first[0]], first[1], ""
-            return out
-        hold = 0
-        for s in self.stops:
-            for n in range(min(len(s) - 1, len(self.buf)), hold, -1):
-                if self.buf.endswith(s[:n]):
-                    hold = n
-                    break
-        out = self.buf[:len(self.buf) - hold]
-        self.buf = self.buf[len(self.buf) - hold:]
-        return out
-
-    def flush(self) -> str:
-        out, self.buf = self.buf, ""
-        return out
-
-
-def loop_need(period: int) -> int:
-    """How many positions in a row must equal the one `period` earlier before a cycle is called a loop."""
-    return max(LOOP_SPAN_TOKENS - period, LOOP_REPEATS_MIN * period)
-
-
 def _progress(result: dict, total: int, t_read: float) -> dict | None:
     """The prompt read so far, from the figures the engine path left in `result` (the solo path: RESUME's
     reused count and each PP line's position), in llama-server's prompt_progress names; None before any."""
@@ -127,62 +82,14 @@ def _progress(result: dict, total: int, t_read: float) -> dict | None:
             "time_ms": int((time.monotonic() - t_read) * 1000)}
 
 
-class _LoopGuard:
-    """The repeat guard over a reply's shown tokens, across its passes: `limit` equal ids in a row (0 = off),
-    or a cycle of 2..LOOP_PERIOD_MAX ids repeated (`loop_need`), ends the reply as `length`.
-
-    For each period p the guard needs the number of newest positions in a row whose id equals the id p
-    earlier. Only the periods at which this token's id occurred in the window (`seen`: its positions) extend
-    their run; every other period's run is broken by this token. So a period keeps (`at[p]`, `run[p]`): the
-    last position its run was extended at and the run's length; a run whose `at` is not the previous
-    position was broken meanwhile. A token costs one step per earlier occurrence of its id in the window
-    (a few), not one per period (256, ~15 us of interpreter time a streamed token)."""
-
-    def __init__(self, limit: int):
-        self.limit, self.last, self.run_len = limit, None, 0
-        self.n = 0                                       # positions seen
-        self.seen: dict[int, deque] = {}                 # id -> its positions within the window, oldest first
-        self.at = [-2] * (LOOP_PERIOD_MAX + 1)           # period -> last position its run was extended at
-        self.run = [0] * (LOOP_PERIOD_MAX + 1)           # period -> that run's length
-        self.need = [loop_need(p) for p in range(LOOP_PERIOD_MAX + 1)]
-
-    def looping(self, tid: int) -> bool:
-        self.run_len = self.run_len + 1 if tid == self.last else 1
-        self.last = tid
-        if not self.limit:
-            return False
-        if self.run_len >= self.limit:
-            return True
-        t = self.n
-        self.n = t + 1
-        where = self.seen.get(tid)
-        if where is None:
-            where = self.seen[tid] = deque()
-        while where and t - where[0] > LOOP_PERIOD_MAX:
-            where.popleft()
-        at, run, need = self.at, self.run, self.need
-        found = False
-        for s in where:
-            p = t - s
-            if p < 2:
-                continue  # period 1 is the run-length guard's
-            run[p] = run[p] + 1 if at[p] == t - 1 else 1
-            at[p] = t
-            found = found or run[p] >= need[p]
-        where.append(t)
-        if len(self.seen) > 4 * LOOP_PERIOD_MAX:  # ids not seen within the window hold no positions
-            self.seen = {k: v for k, v in self.seen.items() if v and t - v[-1] <= LOOP_PERIOD_MAX}
-        return found
-
-
 @dataclass
 class _Run:
     """The state of one reply while it runs (one thread; nothing here is shared)."""
-    stop: _StopMatcher
+    stop: StopMatcher
     parser: object
     passes: ReplyPasses
     decoder: object
-    guard: _LoopGuard
+    guard: LoopGuard
     is_cancelled: object
     on_wait: object = None  # the caller's hook before each wait for the engine (RequestContext.on_wait)
     first_at: float | None = None
@@ -215,7 +122,7 @@ def _over(n_prompt: int, n_ctx: int) -> dict:
     return {"type": "exceed_context_size_error", "n_prompt_tokens": n_prompt, "n_ctx": n_ctx}
 
 
-class Service:
+class Service(ServiceFigures):
     def __init__(self, engine: EngineClient, tokenizer, model_name: str, template: ChatTemplate | None = None,
                  config: dict | None = None, arch: str | None = None):
         from tokenizer.prompt_encoder import PromptEncoder
@@ -502,8 +409,8 @@ class Service:
             parser = OutputParser(prep.req.tools, prep.thinking, prep.forced_opening,
                                   parallel=prep.req.parallel_tool_calls, api=prep.req.api)
         # budget, answer room, forced call after thinking, close retry: when a pass ends (serve/generation/passes.py)
-        run = _Run(_StopMatcher(list(prep.req.stop or [])), parser, ReplyPasses(
-            prep, self.tok, parser, self._budget_default()), self.tok.stream_decoder(), _LoopGuard(self.repeat_stop),
+        run = _Run(StopMatcher(list(prep.req.stop or [])), parser, ReplyPasses(
+            prep, self.tok, parser, self._budget_default()), self.tok.stream_decoder(), LoopGuard(self.repeat_stop),
             lambda: self.shutting_down.is_set() or (cancelled is not None and cancelled()), on_wait, tracker=tracker,
             trail=Trail.of(self.tok, prep.req))
         passes, stop = run.passes, run.stop
@@ -638,71 +545,6 @@ class Service:
     def _tail(self, text):
         with self._lock:
             self.status["tail"] = (self.status.get("tail", "") + text)[-TAIL_CHARS:]
-
-    def _finish(self, record: dict, t0: float) -> None:
-        record["duration_s"] = time.monotonic() - t0
-        fig = record.get("figures", {})
-        with self._lock:
-            self.status = {"busy": False}
-            self.history.append(record)
-            tot = self.totals
-            tot["requests"] += 1
-            tot["prompt_tokens"] += record["prompt_tokens"]
-            tot["reused"] += fig.get("reused") or 0
-            tot["output_tokens"] += record.get("output_tokens", 0)
-            tot["prompt_ms"] += fig.get("prompt_ms") or 0.0
-            tot["decode_ms"] += fig.get("decode_ms") or 0.0
-            tot["drafts_offered"] += fig.get("drafts_off") or 0   # draft tokens verified (engine/drafting.h)
-            tot["drafts_accepted"] += fig.get("drafts_acc") or 0
-            tot["draft_steps"] += fig.get("drafts_n") or 0         # verifications that carried a draft
-            if record.get("finish") == "cancel":
-                tot["cancelled"] += 1
-            if record.get("finish") == "error":
-                tot["errors"] += 1
-            if record.get("timings"):
-                self.last_timings = record["timings"]
-
-    # ---------------------------------------------------------------- views
-    def health(self) -> tuple[int, dict]:
-        e = self.engine
-        loaded = e.alive()
-        body = {"status": "ok" if loaded else ("loading" if e.starting else "unavailable"),
-                "max_context": e.max_context or e.known_ctx, "model": self.model_name, "loaded": loaded,
-                "service": "strata"}
-        return (200 if loaded else 503), body
-
-    def status_view(self) -> dict:
-        with self._lock:
-            st = dict(self.status, queued=self.queued)
-        if st.get("busy") and st.get("started"):
-            st["elapsed_s"] = round(time.time() - st["started"], 3)
-            if st.get("first_token") and st.get("generated"):
-                span = time.time() - st["first_token"]
-                st["tokens_per_s"] = round(st["generated"] / span, 2) if span > 0 else None
-        return st
-
-    def metrics_view(self, all_requests: bool = False) -> dict:
-        e = self.engine
-        st = self.status_view()
-        with self._lock:
-            hist = list(self.history)
-            totals = dict(self.totals)
-        state = "unloaded" if not e.alive() else ("idle" if not st.get("busy") else
-                                                  ("generating" if st.get("first_token") else "reading"))
-        live = {"state": state, "queued": st.get("queued", 0), "phase": st.get("phase"),
-                "prompt_tokens": st.get("prompt_tokens"), "generated": st.get("generated"),
-                "max_tokens": st.get("max_tokens"), "elapsed_s": st.get("elapsed_s"),
-                "tok_s": st.get("tokens_per_s"), "prefill_tok_s_mean": e.prefill_tok_s,
-                "prompt_read": e.progress[0] if st.get("busy") else None}
-        if getattr(e, "batch", None) is not None:  # decode slots (serve/engine_client/batch.py): per-slot view, counters
-            live["slots"], live["batch"] = e.batch.slot_view(), e.batch.stats()
-        if hasattr(e, "live"):  # ReplicaEngine
-            live["replicas"] = e.live()
-        records = hist[::-1] if all_requests else hist[::-1][:12]
-        return {"engine": {"model": self.model_name, "max_context": e.max_context or e.known_ctx,
-                           **{k: v for k, v in e.info.items() if not isinstance(v, dict)}},
-                "live": live, "requests": records, "requests_kept": len(hist), "totals": totals,
-                "time": time.time()}
 
     def close(self) -> None:
         self.shutting_down.set()

@@ -7,7 +7,7 @@ metrics, tokenize, web app), write JSON answers and SSE streams (a burst of fram
 `--stream-interval-ms`: `serve/http/pacing.py`), and turn exceptions into error answers at this one
 boundary. It knows nothing of pipes: `Service` and `StrataEngine` own those.
 
-Life cycle (`run_server(opts)`): bind (the port is known before the model loads; `--port 0` picks a free
+Life cycle (`run_server`, serve/http/run.py): bind (the port is known before the model loads; `--port 0` picks a free
 one), serve, start the engine in the background (`/health` is 503 until READY), print
 `strata: listening on http://HOST:PORT` once `/health` answers 200. A model that cannot be loaded ends the
 server: one line `strata: the engine did not start: ...`, exit 1. After that an engine that dies is restarted
@@ -15,18 +15,16 @@ by the Service's supervisor (`/health` returns to 200 by itself). SIGTERM/SIGINT
 running streams with a final event, QUIT the engine (then terminate, kill), exit 0; a second Ctrl+C kills
 the engine and exits at once. `--parent-pid PID`: the same shutdown when that process is gone.
 
-Public surface: `run_server(opts)`, `StrataHTTPServer`, `make_server(service, opts)`, `Options`.
+Public surface: `StrataHTTPServer`, `Handler`, `make_server(service, opts)`, `Options`.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import http.client
 import hmac
 import io
 import json
 import os
-import signal
 import sys
 import threading
 import time
@@ -36,32 +34,24 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from serve.api import openai as openai_api
+from serve.api import anthropic as anthropic_api, lifecycle_routes, llama_routes, openai as openai_api
 from serve.http import access, guard as http_guard, stream_sessions
-from serve.api import embeddings, lifecycle_routes, llama_routes, ollama, responses
-from serve.ops import llama_views, metrics_views, prometheus, telemetry
+from serve.http.routes import (
+    BY_MODEL_ROUTES, DELETE_ROUTES, ERROR_DIALECTS, GET_ROUTES, LEASE_PREFIX, LIFECYCLE_ONLY, MODEL_ROUTES,
+    OVERRIDES, OWN_PAGE_ROUTES, PAGES, POST_ROUTES, PREFIX_ROUTES, PUBLIC_PATHS)
+from serve.ops import metrics_views
 from serve.core.errors import ServiceError, public_text
-from strata_control.runconfig_file import save_shared_settings
 from serve.core.events import BadRequest
 from serve.http.guard import HttpError
 from serve.lifecycle import Lifecycle, LifecycleError
 from serve.api.replies import JsonReply, RequestContext, StreamReply
 from serve.http.pacing import StreamPacer
 
-try:
-    from serve.api import anthropic as anthropic_api
-except ImportError:
-    anthropic_api = None
-
 HTTP_BACKLOG = 256              # listen queue (env STRATA_HTTP_BACKLOG)
-SHUTDOWN_STREAMS_S = 10.0       # running streams get this long to send their final event
 CANCEL_CHECK_S = 0.05           # the socket is probed for a hang-up at most this often
-PARENT_POLL_S = 1.0             # --parent-pid is checked this often
 STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css; charset=utf-8",
                 ".js": "text/javascript; charset=utf-8", ".svg": "image/svg+xml"}
-PAGES = {"/": "index.html", "/chat": "index.html", "/monitor": "monitor.html", "/about": "about.html"}
-PUBLIC_PATHS = ("/health", "/api/health")
 
 
 @dataclass
@@ -162,7 +152,7 @@ class Handler(BaseHTTPRequestHandler):
         for prefix, dialect in ERROR_DIALECTS:
             if path.startswith(prefix):
                 return dialect
-        return anthropic_api if path.startswith("/v1/messages") and anthropic_api is not None else openai_api
+        return anthropic_api if path.startswith("/v1/messages") else openai_api
 
     def _send(self, status, body, content_type="application/json", headers=None):
         data = body if isinstance(body, bytes) else (
@@ -180,10 +170,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _error(self, path, status, err_type, message, param=None, code=None, extra=None):
         api = self._api(path)
-        if path.startswith("/v1/messages") and anthropic_api is None:
-            body = {"type": "error", "error": {"type": err_type, "message": message}}
-        else:
-            body = api.error_body(status, err_type, message, param, code)
+        body = api.error_body(status, err_type, message, param, code)
         if extra and api in (openai_api, llama_routes) and isinstance(body.get("error"), dict):
             body["error"].update(extra)  # llama-server's error figures; Anthropic's fixed shape keeps its own
         metrics_views.note_rejected(self.server.service, getattr(self, "command", None), path, status, message)
@@ -223,7 +210,7 @@ class Handler(BaseHTTPRequestHandler):
         access.check_host(self.headers, opts.host, opts.allowed_hosts, bool(opts.api_keys))
         if path in PUBLIC_PATHS or path in PAGES or path.startswith("/static/"):
             return False
-        lease = path.startswith(lifecycle_routes.LEASE_PREFIX) and isinstance(self.server.service, Lifecycle)
+        lease = path.startswith(LEASE_PREFIX) and isinstance(self.server.service, Lifecycle)
         if lease and self._lease_token_ok():   # the resource lease: the user-only token file's token
             key_checked = False
         elif lease and not opts.api_keys:
@@ -297,11 +284,11 @@ class Handler(BaseHTTPRequestHandler):
             return route(svc, body, ctx)
         if route in LIFECYCLE_ONLY:
             return route(svc, body, ctx)
-        override = lifecycle_routes.OVERRIDES.get(path)
+        override = OVERRIDES.get(path)
         reply = override(svc, body, ctx) if override is not None and method in ("GET", "HEAD") else None
         if reply is not None:
             return reply
-        if method == "POST" and path in lifecycle_routes.MODEL_ROUTES:
+        if method == "POST" and path in MODEL_ROUTES:
             self._ticket = svc.enter(body.get("model") if isinstance(body.get("model"), str) else None)
             reply = route(self._ticket.service, body, ctx)
             # the model is free once the engine's work is done, before the client has the last bytes (so a
@@ -311,7 +298,7 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._leave_model()
             return reply
-        if path in lifecycle_routes.BY_MODEL_ROUTES:   # the named model's tokenizer/template; no engine load
+        if path in BY_MODEL_ROUTES:   # the named model's tokenizer/template; no engine load
             return route(lifecycle_routes.by_model(svc, method, body, ctx), body, ctx)
         return route(svc.view_service(), body, ctx)
 
@@ -335,8 +322,6 @@ class Handler(BaseHTTPRequestHandler):
             if route is None:
                 if method == "GET" and (path in PAGES or path.startswith("/static/")):
                     return self._static(path)
-                if path.startswith("/v1/messages") and anthropic_api is None and method == "POST":
-                    raise HttpError(404, "not_found_error", "the Anthropic API is not available in this build")
                 raise HttpError(404, "not_found_error", f"not found: {method} {path}")
             if method == "POST":
                 access.check_browser_json(self.headers)
@@ -456,234 +441,3 @@ def _release_before_last(frames, release):
             prev = nxt
     finally:
         frames.close()
-
-
-# ---------------------------------------------------------------- plain views
-def _health(svc, body, ctx):
-    status, out = svc.health()
-    if status != 200:
-        return JsonReply(503, {**out, "error": {"code": 503, "type": "unavailable_error",
-                                                "message": "Loading model" if out["status"] == "loading"
-                                                else public_text(svc.death_note())}})
-    return JsonReply(200, out)
-
-
-def _status(svc, body, ctx):
-    """The service's state; a trusted client (access.trusted) also gets the engine's whole death note
-    (its log's last lines, paths) and the engine log's path."""
-    e = svc.engine
-    detail = {"engine_note": None if e.alive() else svc.death_note(),
-              "engine_log": getattr(e, "log_path", None)} if ctx.trusted else {}
-    return JsonReply(200, {**detail, "service": "strata", "model": svc.model_name, "loaded": e.alive(),
-                           "engine": e.info.get("engine"), "started": svc.started,
-                           "uptime_s": round(time.time() - svc.started, 1),
-                           "context": {"max_positions": e.max_context or e.known_ctx,
-                                       "native": e.info.get("n_ctx_train")},
-                           "concurrency": {"serving": llama_views.total_slots(e), "requested": svc.config.get("parallel", 1)},
-                           "dialects": ["/v1/chat/completions", "/v1/completions", "/v1/responses", "/api/chat",
-                                        "/api/generate", "/completion", "/infill"] +
-                           (["/v1/messages"] if anthropic_api is not None else []),
-                           "activity": _activity(svc),
-                           "live": svc.status_view(), "last_timings": svc.last_timings,
-                           "machine": telemetry.machine()})
-
-
-def _activity(svc) -> dict:
-    """Requests served, running (in_flight: being answered or waiting), and how many of those wait."""
-    live = metrics_views.live_counts(svc)
-    return {"requests": svc.totals["requests"], "in_flight": live["running"], "waiting": live["deferred"],
-            "slots_busy": live["slots_busy"], "slots_total": live["slots_total"]}
-
-
-def _metrics(svc, body, ctx):
-    """Prometheus text as llama-server answers GET /metrics (llama.cpp's names, then vLLM's and strata:), with
-    its Process-Start-Time-Unix header; JSON for the Monitor when asked: ?format=json, or an Accept naming
-    application/json and no text form"""
-    accept = (ctx.headers.get("Accept") or "").lower()
-    start = {"Process-Start-Time-Unix": str(int(svc.started))}
-    if ctx.query.get("format") == "json" or (
-            "application/json" in accept and "text/plain" not in accept and "openmetrics" not in accept):
-        return JsonReply(200, metrics_views.metrics_json(svc, all_requests=ctx.query.get("requests") == "all"),
-                         start)
-    return (prometheus.CONTENT_TYPE, prometheus.render_all(svc), start)
-
-
-def _prometheus(svc, body, ctx):
-    """Prometheus text with llama.cpp's names"""
-    return (prometheus.CONTENT_TYPE, prometheus.render(svc))
-
-
-def _settings_get(svc, body, ctx):
-    return JsonReply(200, svc.settings_view())
-
-
-def _settings_post(svc, body, ctx):
-    """POST /settings {"defaults": {...} | null}: the shared Chat settings every request gets for the fields
-    it omits (checked whole: a 400 names the field). Saved beside the run config when there is one."""
-    if "defaults" not in body:
-        raise BadRequest('send {"defaults": {...}} (or {"defaults": null} to clear them)', param="defaults")
-    view = svc.set_settings(body["defaults"])
-    path = getattr(svc, "settings_path", None)
-    if path:
-        try:
-            save_shared_settings(path, view["defaults"])
-        except OSError as e:
-            print(f"strata: shared settings not saved to {path}: {e}", file=sys.stderr)
-    return JsonReply(200, view)
-
-
-def _cors_proxy(svc, body, ctx):
-    """llama-server's web-UI proxy (off there unless --ui-mcp-proxy): never here, it would let any client make
-    the server fetch any URL (SSRF); answered as llama-server answers it when off"""
-    raise HttpError(403, "feature_disabled", "this feature is disabled: Strata has no CORS proxy")
-
-
-def _anthropic(name):
-    def route(svc, body, ctx):
-        return getattr(anthropic_api, name)(svc, body, ctx)
-    return route
-
-
-GET_ROUTES = {"/health": _health, "/api/health": _health, "/v1/health": _health,
-              "/v1/models": openai_api.models, "/models": openai_api.models,
-              "/v1/status": _status, "/status": lambda s, b, c: JsonReply(200, s.status_view()),
-              "/metrics": _metrics, "/metrics/prometheus": _prometheus, "/settings": _settings_get,
-              "/props": llama_routes.props, "/slots": lambda s, b, c: JsonReply(200, llama_views.slots(s))}
-GET_ROUTES["/about.json"] = lambda s, b, c: JsonReply(200, metrics_views.about_view(  # the About page's facts
-    s, metrics_views.routes_view(GET_ROUTES, POST_ROUTES, PAGES)))
-POST_ROUTES = {"/v1/chat/completions": openai_api.chat_completions, "/chat/completions": openai_api.chat_completions,
-               "/v1/completions": openai_api.completions, "/settings": _settings_post}
-GET_ROUTES.update({"/api/version": ollama.version, "/api/tags": ollama.tags, "/api/ps": ollama.ps})
-POST_ROUTES.update({"/v1/responses": responses.responses, "/responses": responses.responses,
-                    "/api/chat": ollama.chat, "/api/generate": ollama.generate, "/api/show": ollama.show,
-                    "/api/pull": ollama.no_hub, "/api/push": ollama.no_hub, "/api/create": ollama.no_hub,
-                    "/api/copy": ollama.no_hub,
-                    "/completion": llama_routes.completion, "/completions": llama_routes.completion,
-                    "/infill": llama_routes.infill, "/apply-template": llama_routes.apply_template,
-                    "/v1/chat/completions/input_tokens": llama_routes.input_tokens,
-                    "/chat/completions/input_tokens": llama_routes.input_tokens,
-                    "/v1/responses/input_tokens": responses.input_tokens,
-                    "/responses/input_tokens": responses.input_tokens,
-                    "/tokenize": llama_routes.tokenize, "/detokenize": llama_routes.detokenize})
-POST_ROUTES.update({"/v1/embeddings": embeddings.openai_embeddings, "/embedding": embeddings.llama_embedding,
-                    "/embeddings": embeddings.llama_embedding, "/api/embed": embeddings.ollama_embed,
-                    "/api/embeddings": embeddings.ollama_embeddings})
-DELETE_ROUTES = {"/api/delete": ollama.no_hub}
-GET_ROUTES["/cors-proxy"] = POST_ROUTES["/cors-proxy"] = _cors_proxy
-GET_ROUTES["/v1/stream"], DELETE_ROUTES["/v1/stream"] = stream_sessions.get_stream, stream_sessions.delete_stream
-POST_ROUTES["/v1/streams/lookup"] = stream_sessions.lookup
-PREFIX_ROUTES = {(m, "/v1/responses/"): responses.get_response for m in ("GET", "POST", "DELETE")}  # nothing stored
-# Error bodies in the dialect of the path (the rest: OpenAI's, or Anthropic's under /v1/messages)
-ERROR_DIALECTS = (("/api/", ollama), ("/completion", llama_routes), ("/infill", llama_routes),
-                  ("/apply-template", llama_routes), ("/tokenize", llama_routes), ("/detokenize", llama_routes),
-                  ("/embedding", llama_routes))
-# Routes that change the server for every client: JSON only, and from this server's own page (or a client
-# that sends no Origin, such as curl), whatever the API key
-OWN_PAGE_ROUTES = {"/settings", "/config"}
-GET_ROUTES.update(lifecycle_routes.GET)    # load/unload, lease, /config: only with a Lifecycle (else 404)
-POST_ROUTES.update(lifecycle_routes.POST)
-LIFECYCLE_ONLY = frozenset([*lifecycle_routes.GET.values(), *lifecycle_routes.POST.values()])
-if anthropic_api is not None:
-    POST_ROUTES["/v1/messages"] = _anthropic("messages")
-    POST_ROUTES["/v1/messages/count_tokens"] = _anthropic("count_tokens")
-
-
-# ---------------------------------------------------------------- life cycle
-def _health_ok(host, port, timeout_s=2.0) -> bool:
-    try:
-        conn = http.client.HTTPConnection("127.0.0.1" if host in ("0.0.0.0", "") else host, port,
-                                          timeout=timeout_s)
-        conn.request("GET", "/health")
-        ok = conn.getresponse().status == 200
-        conn.close()
-        return ok
-    except OSError:
-        return False
-
-
-def run_server(svc, opts: Options, start_engine=True, httpd=None) -> int:
-    """Serve until a signal or the parent's exit; returns the exit code. `svc`: a Service, or a Lifecycle
-    (serve/lifecycle.py: it loads the default model unless lazy, and unloads idle ones). `httpd`: a server
-    bound already (bootstrap.bind: the port is taken before anything loads)."""
-    httpd = httpd or make_server(svc, opts)
-    httpd.service = svc
-    host, port = httpd.server_address[:2]
-    stop = threading.Event()
-    server_thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2},
-                                     daemon=True, name="http-accept")
-    server_thread.start()
-    shown = f"[{host}]" if ":" in host else host
-
-    failed = []
-
-    def boot():
-        # the Monitor's charts have a history from the start (a Lifecycle's views read its loaded model's Service)
-        metrics_views.ensure_sampler(svc.view_service() if hasattr(svc, "view_service") else svc)
-        if start_engine:
-            try:
-                svc.start_engine()  # then its supervisor restarts an engine that dies while idle
-            except ServiceError as e:  # the model cannot be loaded: one clear line, exit 1, no server left
-                print(f"strata: the engine did not start: {e}", file=sys.stderr, flush=True)
-                failed.append(e)
-                stop.set()
-                return
-        for _ in range(50):
-            if stop.is_set() or _health_ok(host, port):
-                break
-            time.sleep(0.1)
-        if not stop.is_set():
-            print(f"strata: listening on http://{shown}:{port}", flush=True)
-
-    threading.Thread(target=boot, daemon=True, name="engine-boot").start()
-    presses = []
-
-    def on_signal(signum, frame):
-        presses.append(signum)
-        if len(presses) > 1 and signum == signal.SIGINT:
-            svc.kill_engine()  # a second Ctrl+C forces it
-            os._exit(130)
-        stop.set()
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    if opts.parent_pid:
-        threading.Thread(target=_watch_parent, args=(opts.parent_pid, stop), daemon=True,
-                         name="parent-watch").start()
-    try:
-        while not stop.wait(0.5):
-            pass
-    finally:
-        shutdown(httpd, svc)
-        for s, h in old.items():
-            signal.signal(s, h)
-    return 1 if failed else 0
-
-
-def _watch_parent(pid, stop):
-    import psutil
-    while not stop.wait(PARENT_POLL_S):
-        if not psutil.pid_exists(pid):
-            print(f"strata: parent process {pid} is gone; shutting down", file=sys.stderr, flush=True)
-            stop.set()
-            return
-
-
-def shutdown(httpd, svc):
-    """Stop accepting, end the streams with a final event, QUIT the engine (terminate, kill)."""
-    print("strata: shutting down", file=sys.stderr, flush=True)
-    httpd.stopping.set()
-    svc.close()
-    t = threading.Thread(target=httpd.shutdown, daemon=True)
-    t.start()
-    t.join(5.0)
-    end = time.monotonic() + SHUTDOWN_STREAMS_S
-    while time.monotonic() < end:
-        with httpd.streams_lock:
-            if httpd.streams == 0:
-                break
-        time.sleep(0.05)
-    with contextlib.suppress(Exception):
-        httpd.server_close()
-    try:
-        svc.stop_engine()
-    except ServiceError as e:
-        print(f"strata: {e}", file=sys.stderr, flush=True)

@@ -9,7 +9,7 @@ import types
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from serve.generation.service import LOOP_PERIOD_MAX, _LoopGuard, loop_need
+from serve.generation.guards import LOOP_PERIOD_MAX, LoopGuard, loop_need
 from tests.serve.conftest import chat
 from tests.serve.engine_client.test_batch import FAKE_SLOTS
 
@@ -93,7 +93,7 @@ def test_messages_requires_a_positive_max_tokens(server, limit):
 
 # ---------------------------------------------------------------- the loop guard
 def _guard_stops_at(ids, limit=256):
-    guard = _LoopGuard(limit)
+    guard = LoopGuard(limit)
     for n, tid in enumerate(ids, 1):
         if guard.looping(tid):
             return n

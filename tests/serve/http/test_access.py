@@ -129,7 +129,7 @@ def test_error_bodies_carry_no_log_tail_or_paths(server, tmp_path, monkeypatch):
 
     def boom(svc, body, ctx):
         raise RuntimeError(f"cannot read {SECRET}")
-    monkeypatch.setitem(sys.modules["serve.http.server"].GET_ROUTES, "/v1/models", boom)
+    monkeypatch.setitem(sys.modules["serve.http.routes"].GET_ROUTES, "/v1/models", boom)
     status, out, _ = s.request("GET", "/v1/models")
     assert status == 500 and "RuntimeError" in out["error"]["message"] and "alice" not in out["error"]["message"]
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from serve.ops import metrics_views
-from serve.http import server as server_mod
+from serve.http import routes as routes_mod
 from tests.serve.conftest import chat
 from tests.serve.http.test_batch_http import slot_server  # noqa: F401  (fixture)
 from tests.serve.ops.test_telemetry import nvml_stub  # noqa: F401  (fixture)
@@ -234,13 +234,13 @@ def test_metrics_json_has_history_hardware_and_cache_card(server):
 
 def test_about_json_lists_every_route_with_its_dialect(server, monkeypatch):
     s = server()
-    monkeypatch.setitem(server_mod.POST_ROUTES, "/api/chat", lambda svc, b, c: None)  # a route added later
+    monkeypatch.setitem(routes_mod.POST_ROUTES, "/api/chat", lambda svc, b, c: None)  # a route added later
     status, a, _ = s.request("GET", "/about.json")
     assert status == 200
     listed = {(r["method"], r["path"]): r["dialect"] for r in a["routes"]}
-    for path in server_mod.GET_ROUTES:
+    for path in routes_mod.GET_ROUTES:
         assert ("GET", path) in listed, path
-    for path in server_mod.POST_ROUTES:
+    for path in routes_mod.POST_ROUTES:
         assert ("POST", path) in listed, path
     assert listed[("POST", "/v1/chat/completions")] == "OpenAI"
     assert listed[("POST", "/api/chat")] == "Ollama"

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from serve.http import server as server_mod
+from serve.http import routes as routes_mod
 from tests.conftest import ENGINE_EXE, model_path
 from tests.serve.conftest import chat, real_server
 
@@ -328,7 +328,7 @@ def test_about_lists_every_route(server, page):
     page.goto(f"http://127.0.0.1:{s.port}/about")
     page.wait_for_selector("#routes tr")
     shown = set(page.locator("#routes td:nth-child(2)").all_inner_texts())
-    assert set(server_mod.GET_ROUTES) | set(server_mod.POST_ROUTES) <= shown
+    assert set(routes_mod.GET_ROUTES) | set(routes_mod.POST_ROUTES) <= shown
     assert "fake-model" in page.inner_text("#model-card")
 
 
