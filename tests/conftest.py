@@ -2,6 +2,7 @@
 import importlib.util
 import json
 import os
+import struct
 import sys
 
 import pytest
@@ -42,3 +43,27 @@ def model_path():
 def fake(tmp_path):
     """fake(script) -> argv of a scripted fake engine."""
     return lambda script=None: fake_argv(tmp_path, script)
+
+
+def write_gguf(path, kvs, version=3, n_tensors=2, magic=b"GGUF"):
+    body = magic + struct.pack("<IQQ", version, n_tensors, len(kvs))
+    for key, type_code, v in kvs:
+        body += gguf_str(key) + struct.pack("<I", type_code) + gguf_value(type_code, v)
+    body += b"\xde\xad" * 64  # stands for the tensor-info table: must never be read
+    path.write_bytes(body)
+    return body
+
+
+def gguf_str(s):
+    b = s.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_value(type_code, v):
+    fmt = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+    if type_code in fmt:
+        return struct.pack("<" + fmt[type_code], v)
+    if type_code == 8:
+        return gguf_str(v)
+    item_type, items = v
+    return struct.pack("<IQ", item_type, len(items)) + b"".join(gguf_value(item_type, x) for x in items)

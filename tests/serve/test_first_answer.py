@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from serve.generation.guards import LOOP_PERIOD_MAX, LoopGuard, loop_need
 from tests.serve.conftest import chat
-from tests.serve.engine_client.test_batch import FAKE_SLOTS
+from tests.serve.conftest import FAKE_SLOTS
 
 
 def _letters(n, seed=3):

@@ -5,16 +5,10 @@ import os
 import threading
 import time
 
-import pytest
 
 from tests.serve.conftest import chat
-from tests.serve.lifecycle_servers import WAIT_S, engine_pid, lifecycle_servers, process_gone, wait_until
+from tests.serve.conftest import WAIT_S, engine_pid, process_gone, wait_until
 
-
-
-@pytest.fixture
-def lifecycle_server(tmp_path):
-    yield from lifecycle_servers(tmp_path)
 
 
 def _answer(run, model=None, **kw):

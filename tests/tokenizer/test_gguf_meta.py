@@ -12,30 +12,7 @@ sys.path.insert(0, str(HERE))
 
 import tokenizer_reference as ref  # noqa: E402
 from tokenizer.gguf_meta import GGUFError, read_header, read_metadata  # noqa: E402
-
-
-def _str(s):
-    b = s.encode("utf-8")
-    return struct.pack("<Q", len(b)) + b
-
-
-def _value(type_code, v):
-    fmt = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-    if type_code in fmt:
-        return struct.pack("<" + fmt[type_code], v)
-    if type_code == 8:
-        return _str(v)
-    item_type, items = v
-    return struct.pack("<IQ", item_type, len(items)) + b"".join(_value(item_type, x) for x in items)
-
-
-def write_gguf(path, kvs, version=3, n_tensors=2, magic=b"GGUF"):
-    body = magic + struct.pack("<IQQ", version, n_tensors, len(kvs))
-    for key, type_code, v in kvs:
-        body += _str(key) + struct.pack("<I", type_code) + _value(type_code, v)
-    body += b"\xde\xad" * 64  # stands for the tensor-info table: must never be read
-    path.write_bytes(body)
-    return body
+from tests.conftest import gguf_str, write_gguf
 
 
 KVS = [("general.architecture", 8, "llama"), ("u8", 0, 255), ("i8", 1, -128), ("u16", 2, 65535),
@@ -73,7 +50,7 @@ def test_bad_files(tmp_path):
     write_gguf(tmp_path / "magic.gguf", KVS, magic=b"GGML")
     write_gguf(tmp_path / "v1.gguf", KVS, version=1)
     (tmp_path / "empty.gguf").write_bytes(b"")
-    body = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _str("weird") + struct.pack("<I", 99)
+    body = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gguf_str("weird") + struct.pack("<I", 99)
     (tmp_path / "type.gguf").write_bytes(body + b"\0" * 16)
     with pytest.raises(GGUFError, match="magic"):
         read_metadata(tmp_path / "magic.gguf")
@@ -86,7 +63,7 @@ def test_bad_files(tmp_path):
 
 
 def test_huge_count_is_refused(tmp_path):
-    body = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _str("tokens") + struct.pack("<IIQ", 9, 8, 2 ** 40)
+    body = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gguf_str("tokens") + struct.pack("<IIQ", 9, 8, 2 ** 40)
     (tmp_path / "h.gguf").write_bytes(body + b"\0" * 64)
     with pytest.raises(GGUFError, match="'tokens'"):
         read_metadata(tmp_path / "h.gguf")

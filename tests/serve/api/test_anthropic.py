@@ -1,6 +1,5 @@
 """serve/api/anthropic.py: request parsing, the stream's event order, and stream == non-stream on the tool-call
 corpus (streamed arguments on and off), checked the way the Anthropic SDK assembles a stream."""
-import json
 
 import pytest
 
@@ -10,78 +9,8 @@ from serve.core.events import BadRequest, Done, Event, KIND_CONTENT
 from serve.generation.output_parser import OutputParser
 from serve.api.replies import JsonReply, RequestContext, StreamReply
 
-from tests.serve.generation.test_toolcalls import SPECIMENS, TOOLS, StubService, counter_ids
-
-
-def sse_events(frames):
-    """SSE text -> [(event name, data)]; comments are skipped as an SSE reader does."""
-    out = []
-    for frame in "".join(frames).split("\n\n"):
-        if not frame or frame.startswith(":"):
-            continue
-        name, data = None, None
-        for line in frame.split("\n"):
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: "):
-                data = json.loads(line[6:])
-        assert name == data["type"], "the event name repeats the data's type"
-        out.append((name, data))
-    return out
-
-
-def assemble(events):
-    """What the SDK's message accumulator builds, with the order checks its state machine relies on."""
-    assert events[0][0] == "message_start"
-    message = events[0][1]["message"]
-    assert message["content"] == [] and message["stop_reason"] is None
-    open_index, partial = None, {}
-    seen_delta = seen_stop = False
-    for name, data in events[1:]:
-        assert not seen_stop, "nothing after message_stop"
-        if name == "ping":
-            continue
-        if name == "content_block_start":
-            assert open_index is None and not seen_delta, "one block at a time, before message_delta"
-            assert data["index"] == len(message["content"]), "block indexes count from 0"
-            block = dict(data["content_block"])
-            assert block["type"] in ("text", "thinking", "tool_use")
-            if block["type"] == "tool_use":
-                assert block["input"] == {} and block["id"] and block["name"]
-                partial[data["index"]] = ""
-            message["content"].append(block)
-            open_index = data["index"]
-        elif name == "content_block_delta":
-            assert data["index"] == open_index, "deltas go to the open block"
-            block, delta = message["content"][open_index], data["delta"]
-            kind = {"text": "text_delta", "thinking": "thinking_delta", "tool_use": "input_json_delta"}
-            assert delta["type"] == kind[block["type"]]
-            if delta["type"] == "text_delta":
-                block["text"] += delta["text"]
-            elif delta["type"] == "thinking_delta":
-                block["thinking"] += delta["thinking"]
-            else:   # the SDK re-parses the buffer after every piece (jiter, partial mode)
-                partial[open_index] += delta["partial_json"]
-                try:
-                    block["input"] = json.loads(partial[open_index])
-                except ValueError:
-                    block["input"] = {"__partial__": partial[open_index]}
-        elif name == "content_block_stop":
-            assert data["index"] == open_index
-            open_index = None
-        elif name == "message_delta":
-            assert open_index is None, "every block is stopped before message_delta"
-            message["stop_reason"] = data["delta"]["stop_reason"]
-            message["stop_sequence"] = data["delta"]["stop_sequence"]
-            message["usage"].update(data["usage"])
-            seen_delta = True
-        elif name == "message_stop":
-            assert seen_delta
-            seen_stop = True
-        else:
-            raise AssertionError(f"unexpected event {name}")
-    assert seen_stop, "the stream ends with message_stop"
-    return message
+from tests.serve.conftest import SPECIMENS, TOOLS, StubService, counter_ids
+from tests.serve.conftest import assemble, sse_events
 
 
 def run_builder(text, pieces, spec, stream_args, finish="stop"):

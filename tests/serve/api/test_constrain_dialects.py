@@ -9,8 +9,6 @@ import pytest
 from serve.generation.json_schema import ANY_OBJECT_GRAMMAR, schema_grammar
 from tests.conftest import ENGINE_EXE, model_path
 from tests.serve.conftest import real_server
-from tests.serve.http.test_batch_http import slot_server  # noqa: F401 (a fixture)
-from tests.serve.generation.test_constrain import cserver  # noqa: F401 (a fixture)
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
                                            "age": {"type": "integer", "minimum": 0, "maximum": 120}},

@@ -14,8 +14,7 @@ from serve.engine_client.engine import StrataEngine
 from serve.generation.service import Service
 from tests.fake_engine import fake_vector_line
 from tests.serve.conftest import start_http, stop_http
-from tests.serve.engine_client.test_batch import FAKE_SLOTS
-from tests.serve.test_lifecycle import lifecycle_server  # noqa: F401 (a fixture)
+from tests.serve.conftest import FAKE_SLOTS
 from tokenizer.bpe import ByteTokenizer
 
 

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from serve.prompt.llama3_gemma import FamilyTemplate
-from tests.serve.lifecycle_servers import lifecycle_servers
+from tests.serve.conftest import lifecycle_servers
 
 
 @pytest.fixture

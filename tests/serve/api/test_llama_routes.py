@@ -8,7 +8,6 @@ from serve.api import llama_routes
 from serve.api.openai import parse_chat
 from serve.prompt.chatml import ChatTemplate
 from tests.serve.conftest import chat
-from tests.serve.http.test_batch_http import slot_server  # noqa: F401  (fixture)
 
 
 def _data(text):

@@ -5,14 +5,14 @@ shape) on /api/chat and /api/generate, JSON and NDJSON; the engine is asked only
 values are a 400 naming the field."""
 import json
 
-from tests.serve.generation.test_logprobs_choices import _keys
+from tests.serve.conftest import gen_keys
 
 H = {"token": "h", "logprob": -0.5, "bytes": [104]}
 I = {"token": "i", "logprob": -0.5, "bytes": [105]}
 
 
 def _asked(record):
-    return [_keys(line).get("logprobs") for line in record.read_text().splitlines()]
+    return [gen_keys(line).get("logprobs") for line in record.read_text().splitlines()]
 
 
 def test_responses_logprobs_json_and_stream(server, tmp_path):
@@ -85,6 +85,6 @@ def test_llama_post_sampling_probs(server, tmp_path):
         ("a", 0.6065), ("b", 0.2231)]
     status, events, _ = s.stream({"prompt": "q", "n_probs": 1, "post_sampling_probs": True}, path="/completion")
     assert [e["completion_probabilities"][0]["top_probs"][0]["token"] for e in events if not e["stop"]] == ["a", "b"]
-    assert [_keys(line).get("lp_post") for line in record.read_text().splitlines()] == ["1", "1"]
+    assert [gen_keys(line).get("lp_post") for line in record.read_text().splitlines()] == ["1", "1"]
     status, body, _ = s.post("/completion", {"prompt": "q", "n_probs": 2, "post_sampling_probs": "yes"})
     assert status == 400 and "post_sampling_probs" in json.dumps(body)

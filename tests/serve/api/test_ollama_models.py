@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.serve.lifecycle_servers import lifecycle_servers
+from tests.serve.conftest import lifecycle_servers
 
 
 @pytest.fixture

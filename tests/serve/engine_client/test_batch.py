@@ -1,76 +1,15 @@
 """The batch path (serve/engine_client/batch.py) on the slot fake engine: canaries, the engine's schedule (a short question
 overtakes a long read), admission order for a free slot, cancel and early close (figures kept, quarantine),
 pick_slot. The schedules that went wrong are forced (slow reads, hooked conditions)."""
-import json
-import os
-import sys
 import threading
 import time
 
-import pytest
 
 from serve.engine_client import batch
 from serve.engine_client.batch import BatchPath, _SlotRequest
 from serve.engine_client.slot_table import SlotTable, pick_slot
 from serve.engine_client.engine import StrataEngine
-from tests.conftest import ROOT
-
-FAKE_SLOTS = os.path.join(ROOT, "tests", "fake_engine_slots.py")
-
-
-def q(text):
-    return [257] + list(text.encode()) + [10]
-
-
-def answer(text, repeat=1):
-    return f"<{text}>".encode() * repeat
-
-
-def text_of(ids):
-    return bytes(t for t in ids if t < 256)
-
-
-@pytest.fixture
-def slots_engine(tmp_path):
-    made = []
-
-    def make(script=None, **kw):
-        script = dict(script or {})
-        script.setdefault("record", str(tmp_path / "rec.txt"))
-        script.setdefault("ctx", 8192)
-        path = tmp_path / f"slots-{len(made)}.json"
-        path.write_text(json.dumps(script))
-        e = StrataEngine([sys.executable, FAKE_SLOTS, "--script", str(path)], [], **kw)
-        e.start()
-        e.record = tmp_path / "rec.txt"
-        made.append(e)
-        return e
-
-    yield make
-    for e in made:
-        e.close()
-
-
-def long_q(text, n):
-    """A prompt of about n tokens whose question (and answer) is short: the filler is an earlier turn."""
-    return [257] + [122] * n + [10] + q(text)
-
-
-def run(e, text, max_new=1000, res=None, cancelled=None, firsts=None, name=None, ids=None):
-    res = {} if res is None else res
-    out = []
-    for t in e.generate(ids or q(text), max_new, cancelled=cancelled, result=res):
-        if t is None:
-            continue
-        if firsts is not None and not out:
-            firsts[text if name is None else name] = time.monotonic()
-        out.append(t)
-    return out
-
-
-def commands(e):
-    return [ln.split(" ", 1)[1] for ln in e.record.read_text().splitlines()] if e.record.exists() else []
-
+from tests.serve.conftest import answer, commands, long_q, q, run, text_of
 
 def test_interleaved_clients_get_their_own_replies(slots_engine):
     e = slots_engine({"slots": 4, "repeat": 4, "step_delay_s": 0.002, "token_delay_s": 0.001,

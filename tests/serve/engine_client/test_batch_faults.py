@@ -10,7 +10,7 @@ import pytest
 
 from serve.engine_client import batch
 from serve.engine_client.engine import EngineDied
-from tests.serve.engine_client.test_batch import answer, commands, long_q, q, run, slots_engine, text_of  # noqa: F401 (fixture)
+from tests.serve.conftest import answer, long_q, q, run, text_of
 
 
 def _pids(e):

@@ -13,7 +13,7 @@ import pytest
 from serve.engine_client import replicas as replicas_mod
 from serve.engine_client.engine import StrataEngine
 from serve.engine_client.replicas import BLOCK_TOKENS, ReplicaEngine, block_hashes
-from tests.serve.engine_client.test_batch import FAKE_SLOTS, answer, text_of
+from tests.serve.conftest import FAKE_SLOTS, answer, text_of
 
 
 @pytest.fixture

@@ -9,29 +9,11 @@ import pytest
 from serve.generation.constrain import auto_tools_grammar, forced_call
 from serve.core.events import BadRequest, ToolSpec
 from serve.generation.json_schema import ANY_OBJECT_GRAMMAR, schema_grammar
-from serve.prompt.chatml import ChatTemplate
 from tests.serve.conftest import chat
-from tests.serve.http.test_batch_http import slot_server  # noqa: F401 (a fixture)
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
           "required": ["name"]}
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-
-
-@pytest.fixture
-def cserver(server, slot_server, tmp_path):
-    """cserver(script, slots=False) -> (Running, recorded grammars()); JSON-form tool calls."""
-    def start(script=None, slots=False):
-        record = tmp_path / f"grammars-{len(list(tmp_path.glob('grammars-*')))}.txt"
-        record.touch()
-        script = {**(script or {}), "record_grammar": str(record)}
-        run = slot_server(script) if slots else server(script, ctx=4096)
-        run.svc.template = ChatTemplate(tool_format="json")
-
-        def grammars():
-            return [json.loads(line) for line in record.read_text().splitlines()]
-        return run, grammars
-    return start
 
 
 def test_response_format_json_schema_and_json_object_send_their_grammars(cserver):

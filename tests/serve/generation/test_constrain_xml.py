@@ -12,8 +12,6 @@ from serve.core.events import ToolSpec
 from serve.prompt.chatml import ChatTemplate
 from tests.conftest import ENGINE_EXE, model_path
 from tests.serve.conftest import chat, real_server
-from tests.serve.generation.test_constrain import cserver  # noqa: F401 (a fixture)
-from tests.serve.http.test_batch_http import slot_server  # noqa: F401 (a fixture)
 
 WEATHER = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 24}, "days": {"type": "integer", "minimum": 1, "maximum": 7},

@@ -8,15 +8,11 @@ import json
 import random
 import time
 from tests.serve.conftest import chat
-from tests.serve.http.test_batch_http import slot_server  # noqa: F401 (a fixture)
+from tests.serve.conftest import gen_keys
 
 
 def _lines(path, word):
     return [line.split(" ", 1)[1] for line in path.read_text().splitlines() if line.split(" ", 2)[1] == word]
-
-
-def _keys(line):
-    return {w.split("=", 1)[0]: w.split("=", 1)[1] for w in line.split()[1:-1] if "=" in w}
 
 
 def test_chat_logprobs_json_and_stream(server, tmp_path):
@@ -39,7 +35,7 @@ def test_chat_logprobs_json_and_stream(server, tmp_path):
     assert status == 200 and "logprobs" not in body["choices"][0]
     status, body, _ = s.post("/v1/chat/completions", chat("q", n_probs=1))  # llama.cpp's name on this route
     assert [len(c["top_logprobs"]) for c in body["choices"][0]["logprobs"]["content"]] == [1, 1]
-    keys = [_keys(line).get("logprobs") for line in record.read_text().splitlines()]
+    keys = [gen_keys(line).get("logprobs") for line in record.read_text().splitlines()]
     assert keys == ["2", "0", None, "1"]  # nothing asked, nothing computed
 
 
@@ -95,7 +91,7 @@ def test_n_choices_on_a_solo_engine_run_one_after_another(server, tmp_path):
     assert [(c["index"], c["message"]["content"]) for c in body["choices"]] == [(0, "one"), (1, "two"),
                                                                                   (2, "three")]
     gens = record.read_text().splitlines()
-    assert [_keys(g)["seed"] for g in gens] == ["41", "42", "43"]
+    assert [gen_keys(g)["seed"] for g in gens] == ["41", "42", "43"]
     assert len({g.split()[-1] for g in gens}) == 1  # one prompt
     assert body["usage"]["completion_tokens"] == 3 + 3 + 5 + 3  # each answer + its end-of-turn token
     assert body["usage"]["prompt_tokens"] == len(gens[0].split()[-1].split(","))

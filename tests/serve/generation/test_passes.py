@@ -14,7 +14,6 @@ import pytest
 from serve.generation.passes import ANSWER_ROOM_MIN_CAP, CLOSE_RETRY_TEXT, WRAP_UP_TEXT, answer_reserve
 from serve.prompt.chatml import ChatTemplate
 from tests.serve.conftest import chat
-from tests.serve.http.test_batch_http import slot_server  # noqa: F401  (fixture)
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "w", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}

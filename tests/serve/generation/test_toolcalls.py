@@ -5,40 +5,20 @@ The corpus holds well-formed calls in both forms, several calls, tags inside val
 outputs truncated at the end and near-misses that must stay content. Each specimen states the content,
 reasoning, finished calls and unfinished (announced, never finished) calls a reader must get.
 """
-import itertools
 import json
-import os
 import random
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from types import SimpleNamespace
 
 from serve.api import openai
-from serve.core.events import Done, Event, KIND_PING, Message, ToolCall, ToolSpec
+from serve.core.events import Message, ToolCall
 from serve.generation.output_parser import OutputParser
 from serve.api.replies import RequestContext
 from serve.prompt.chatml import ChatTemplate
 from serve.prompt.tool_text import arguments_text, forced_opening, new_call_id
-
-DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "data", "toolcall_specimens.json")
-with open(DATA, encoding="utf-8") as _f:
-    SPECIMENS = json.load(_f)
-
-TOOLS = [
-    ToolSpec("get_weather", "Weather for a city", {"type": "object", "properties": {
-        "city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}),
-    ToolSpec("write_file", "Write a file", {"type": "object", "properties": {
-        "path": {"type": "string"}, "content": {"type": "string"}}}),
-    ToolSpec("run", "", {}),
-    ToolSpec("list_files", "", {"type": "object", "properties": {}}),
-]
-
-
-def counter_ids():
-    n = itertools.count()
-    return lambda: f"call_{next(n):024x}"
+from tests.serve.conftest import SPECIMENS, StubService, TOOLS, assemble_openai_stream, counter_ids
 
 
 def parse(pieces, thinking=False, parallel=True, tools=TOOLS, forced=None):
@@ -182,51 +162,6 @@ def test_forced_opening_after_thinking():
     events += parser.feed(text) + parser.feed('city": "Oslo"}}') + parser.finish()
     got = summary(events)
     assert got["reasoning"] == "Need to call." and got["calls"][0]["arguments"] == {"city": "Oslo"}
-
-
-def assemble_openai_stream(deltas):
-    """How the OpenAI SDK's stream accumulator builds message.tool_calls: by index, id/type/name from the
-    first delta that has them, argument strings concatenated."""
-    calls = {}
-    for d in deltas:
-        slot = calls.setdefault(d["index"], {"id": None, "type": None, "function": {"name": None,
-                                                                                  "arguments": ""}})
-        if "id" in d:
-            assert slot["id"] is None, "id only on the first delta of a call"
-            slot["id"], slot["type"] = d["id"], d["type"]
-            slot["function"]["name"] = d["function"]["name"]
-        else:
-            assert slot["id"] is not None, "the first delta of a call carries its id"
-            assert set(d) == {"index", "function"} and set(d["function"]) == {"arguments"}
-        slot["function"]["arguments"] += d["function"].get("arguments", "")
-    return [calls[i] for i in sorted(calls)]
-
-
-class StubService:
-    """The service surface a translator uses, scripted: `run` parses `text` (fed in `pieces`) as the model's
-    output, with deterministic call ids."""
-
-    def __init__(self, text, thinking=False, pieces=None, fail_after=None, prompt_tokens=12, finish="stop"):
-        self.pieces = pieces if pieces is not None else [text]
-        self.thinking, self.fail_after, self.n, self.finish = thinking, fail_after, prompt_tokens, finish
-        self.config, self.model_name = {"aliases": ["claude-x"]}, "smollm2"
-
-    def prepare(self, req):
-        return SimpleNamespace(req=req, prompt_tokens=self.n)
-
-    def count_tokens(self, req):
-        return self.n
-
-    def run(self, prep, cancelled=None, on_wait=None):
-        parser = OutputParser(prep.req.tools, self.thinking, parallel=prep.req.parallel_tool_calls,
-                              new_id=counter_ids())
-        yield Event(KIND_PING)
-        for i, piece in enumerate(self.pieces):
-            if self.fail_after is not None and i == self.fail_after:
-                raise RuntimeError("engine died")
-            yield from parser.feed(piece)
-        yield from parser.finish()
-        yield Done(self.finish, self.n, len(self.pieces), cached_tokens=3)
 
 
 OPENAI_TOOLS = [{"type": "function", "function": {"name": t.name, "description": t.description,

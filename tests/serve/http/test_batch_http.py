@@ -1,47 +1,11 @@
 """The batch path end to end: the HTTP server and Service over the slot fake engine (and over two replicas).
 Interleaved streaming and plain clients, some leaving early: 0 crossed or empty replies."""
 import json
-import sys
 import threading
 import time
 
-import pytest
 
-from serve.engine_client.engine import StrataEngine
-from serve.engine_client.replicas import ReplicaEngine
-from serve.http.server import Options, make_server
-from serve.generation.service import Service
-from tests.serve.conftest import Running, chat
-from tests.serve.engine_client.test_batch import FAKE_SLOTS
-from tokenizer.bpe import ByteTokenizer
-
-
-@pytest.fixture
-def slot_server(tmp_path):
-    started = []
-
-    def start(script, replicas=1, **opts):
-        engines = []
-        for i in range(replicas):
-            path = tmp_path / f"s{i}.json"
-            path.write_text(json.dumps(script))
-            engines.append(StrataEngine([sys.executable, FAKE_SLOTS, "--script", str(path)],
-                                        ["--max-context", "8192"]))
-        engine = engines[0] if replicas == 1 else ReplicaEngine(engines)
-        engine.start()
-        svc = Service(engine, ByteTokenizer(), "fake-model")
-        httpd = make_server(svc, Options(host="127.0.0.1", port=0, quiet=True, **opts))
-        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        run = Running(httpd, svc)
-        started.append(run)
-        return run
-
-    yield start
-    for run in started:
-        run.httpd.stopping.set()
-        run.httpd.shutdown()
-        run.httpd.server_close()
-        run.svc.engine.close()
+from tests.serve.conftest import chat
 
 
 def _clients(s, n_clients, n_each):

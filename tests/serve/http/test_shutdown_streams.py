@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.conftest import ROOT, fake_argv
-from tests.serve.engine_client.test_batch import FAKE_SLOTS
+from tests.serve.conftest import FAKE_SLOTS
 
 SOLO = {"turns": [{"ids": [97 + i % 26 for i in range(50000)], "token_delay_s": 0.005}]}
 SLOTS = {"repeat": 5000, "token_delay_s": 0.005, "step_delay_s": 0.005}

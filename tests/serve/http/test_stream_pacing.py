@@ -12,7 +12,6 @@ from serve.http import guard as http_guard
 from serve.ops.live_figures import LiveFigures
 from serve.http.pacing import HOLD_MAX_BYTES, StreamPacer
 from tests.serve.conftest import chat
-from tests.serve.http.test_batch_http import slot_server  # noqa: F401 (a fixture)
 
 
 class Sink:

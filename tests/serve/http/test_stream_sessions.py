@@ -10,7 +10,7 @@ import pytest
 
 from serve.http.stream_sessions import OffsetLost, SessionStore
 from tests.serve.conftest import chat
-from tests.serve.lifecycle_servers import wait_until as _wait
+from tests.serve.conftest import wait_until as _wait
 
 CONV = "conv-1::org/model:Q8_0"          # slashes and colons, as llama.cpp's web UI makes them
 QS = "conv_id=" + quote(CONV, safe="")

@@ -4,7 +4,6 @@ both Prometheus expositions (strata:drafts_*_total; vLLM's spec_decode_* names) 
 import pytest
 
 from tests.serve.conftest import chat
-from tests.serve.http.test_batch_http import slot_server  # noqa: F401  (fixture)
 
 parser = pytest.importorskip("prometheus_client.parser", reason="prometheus-client (requirements-test.txt) "
                              "is the independent parser every exposition must satisfy")

@@ -4,7 +4,6 @@ import threading
 import time
 
 from tests.serve.conftest import chat
-from tests.serve.http.test_batch_http import slot_server  # noqa: F401  (fixture)
 
 JSON = {"Content-Type": "application/json"}
 

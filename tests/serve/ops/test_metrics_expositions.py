@@ -10,8 +10,6 @@ import pytest
 from serve.ops import metrics_views
 from serve.http import routes as routes_mod
 from tests.serve.conftest import chat
-from tests.serve.http.test_batch_http import slot_server  # noqa: F401  (fixture)
-from tests.serve.ops.test_telemetry import nvml_stub  # noqa: F401  (fixture)
 
 parser = pytest.importorskip("prometheus_client.parser", reason="prometheus-client (requirements-test.txt) "
                              "is the independent parser every exposition must satisfy")

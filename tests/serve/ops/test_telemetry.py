@@ -1,46 +1,12 @@
 """serve/ops/telemetry.py: each reader on a fixture (a stub NVML library built here with the C compiler, a fake
 amdgpu sysfs tree, an ioreg transcript), and the sampler's bounded series."""
 import os
-import shutil
 import subprocess
 import threading
 import time
 
-import pytest
 
 from serve.ops import telemetry
-
-NVML_STUB_C = r"""
-/* A stand-in for libnvidia-ml.so: two GPUs; GPU 1 has no power reading (the call fails). */
-#include <string.h>
-typedef struct { unsigned int gpu, memory; } util_t;
-typedef struct { unsigned long long total, free, used; } mem_t;
-static int inited = 0;
-int nvmlInit_v2(void) { inited = 1; return 0; }
-int nvmlShutdown(void) { inited = 0; return 0; }
-int nvmlDeviceGetCount_v2(unsigned int *n) { if (!inited) return 1; *n = 2; return 0; }
-int nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **h) { *h = (void *)(long)(i + 1); return 0; }
-int nvmlDeviceGetName(void *h, char *name, unsigned int len) {
-    strncpy(name, (long)h == 1 ? "Stub GPU A" : "Stub GPU B", len); return 0; }
-int nvmlDeviceGetUtilizationRates(void *h, util_t *u) { u->gpu = 40 + (unsigned)(long)h; u->memory = 5; return 0; }
-int nvmlDeviceGetMemoryInfo(void *h, mem_t *m) {
-    m->total = 80ull << 30; m->used = (unsigned long long)(long)h << 30; m->free = m->total - m->used; return 0; }
-int nvmlDeviceGetTemperature(void *h, int sensor, unsigned int *t) { *t = sensor == 0 ? 60 + (unsigned)(long)h : 0; return 0; }
-int nvmlDeviceGetPowerUsage(void *h, unsigned int *mw) { if ((long)h == 2) return 3; *mw = 250500; return 0; }
-"""
-
-
-@pytest.fixture(scope="module")
-def nvml_stub(tmp_path_factory):
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler to build the stub NVML library")
-    d = tmp_path_factory.mktemp("nvml")
-    src, lib = d / "nvml_stub.c", d / "libnvidia-ml-stub.so"
-    src.write_text(NVML_STUB_C)
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
-    return str(lib)
-
 
 def test_nvml_reader_reads_every_gpu_through_ctypes(nvml_stub):
     r = telemetry.NvmlReader(nvml_stub)

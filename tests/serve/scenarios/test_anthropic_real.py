@@ -9,19 +9,14 @@ import os
 
 import pytest
 
-from tests.conftest import ENGINE_EXE, model_path
 from tests.serve.conftest import real_server
-from tests.serve.api.test_anthropic import assemble, sse_events
-from tests.serve.generation.test_toolcalls import assemble_openai_stream
+from tests.serve.conftest import assemble, sse_events
+from tests.serve.conftest import assemble_openai_stream
+from tests.serve.scenarios.conftest import ENGINE, MODEL, WEATHER
 
-ENGINE = os.environ.get("STRATA_TEST_ENGINE", ENGINE_EXE)
-MODEL = model_path()
 pytestmark = pytest.mark.skipif(not (os.access(ENGINE, os.X_OK) and MODEL),
                                 reason="needs build/strata-engine and the SmolLM2 model")
 CTX = 1024
-WEATHER = {"name": "get_weather", "description": "Get the current weather for a city",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city"}},
-                          "required": ["city"]}}
 QUESTION = "What is the weather in Paris?"
 
 

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from tests.serve.conftest import real_server
-from tests.serve.scenarios.test_anthropic_real import ENGINE, MODEL
+from tests.serve.scenarios.conftest import ENGINE, MODEL
 
 pytestmark = pytest.mark.skipif(not (os.access(ENGINE, os.X_OK) and MODEL),
                                 reason="needs build/strata-engine and the SmolLM2 model")
