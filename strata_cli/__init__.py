@@ -316,7 +316,7 @@ def load_unload(ns) -> int:
 
 def chat(ns) -> int:
     import os
-    from strata_cli import chat as chat_terminal
+    from strata_cli import chat_terminal
     from strata_cli.client import ClientError, find_servers, pick_server, start_server
     proc = None
     is_file = bool(ns.model) and os.path.isfile(ns.model)
@@ -341,7 +341,7 @@ def chat(ns) -> int:
 
 def bench(ns) -> int:
     import os
-    from strata_cli import bench as benchmark
+    from strata_cli import benchmark
     from strata_cli.client import ClientError, pick_server, start_server
     from strata_control.models import describe, find
     is_file = bool(ns.model) and os.path.isfile(ns.model)
@@ -376,7 +376,7 @@ def bench(ns) -> int:
 def calibrate(ns) -> int:
     import os
     import shlex
-    from strata_cli import calibrate as calibrate_mod
+    from strata_cli import calibration as calibrate_mod
     from serve.bootstrap import ENGINE_EXE, default_model_path
     from strata_control.runconfig_file import default_model_name
     from strata_control import runconfig

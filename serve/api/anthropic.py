@@ -160,7 +160,7 @@ def _message(m, i: int) -> list[Message]:
     return out
 
 
-def parse_tools(raw) -> list[ToolSpec]:
+def _tools(raw) -> list[ToolSpec]:
     if raw is None:
         return []
     if not isinstance(raw, list):
@@ -178,7 +178,7 @@ def parse_tools(raw) -> list[ToolSpec]:
     return out
 
 
-def parse_tool_choice(raw, req: ChatRequest) -> None:
+def _tool_choice(raw, req: ChatRequest) -> None:
     """`{"type": "auto" | "any" | "none" | "tool", "name"?, "disable_parallel_tool_use"?}`; a type naming
     nothing known acts as auto (UPSTREAM §5.3; said in the request's notes); not an object is a 400."""
     if raw is None:
@@ -218,8 +218,8 @@ def parse_messages(body: dict, anthropic_thinking: str = "model") -> ChatRequest
         messages.append(Message("system", system))
     for i, m in enumerate(raw):
         messages += _message(m, i)
-    req = ChatRequest(messages=messages, tools=parse_tools(body.get("tools")), api="anthropic")
-    parse_tool_choice(body.get("tool_choice"), req)
+    req = ChatRequest(messages=messages, tools=_tools(body.get("tools")), api="anthropic")
+    _tool_choice(body.get("tool_choice"), req)
     req.max_new = check_max_tokens(body.get("max_tokens"))
     stream = body.get("stream", False)
     if stream is not None and not isinstance(stream, bool):

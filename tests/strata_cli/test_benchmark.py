@@ -1,4 +1,4 @@
-"""strata_cli/bench.py: the facts block is redacted (host, user, home paths, keys); `strata bench --json` with
+"""strata_cli/benchmark.py: the facts block is redacted (host, user, home paths, keys); `strata bench --json` with
 the real model prints figures and none of those."""
 import getpass
 import json
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from strata_cli.bench import redact
+from strata_cli.benchmark import redact
 from tests.conftest import ENGINE_EXE, ROOT, model_path
 
 

@@ -1,9 +1,9 @@
-"""strata_cli/calibrate.py over the fake engine: every candidate measured, the best written into the run config
+"""strata_cli/calibration.py over the fake engine: every candidate measured, the best written into the run config
 with the old file kept; the engine is started with the settings it measures; bootstrap passes `chunk` on."""
 import json
 import sys
 
-from strata_cli import calibrate
+from strata_cli import calibration as calibrate
 from tests.conftest import fake_argv
 
 

@@ -1,4 +1,4 @@
-"""strata_cli/chat.py: turns, commands and streaming over a fake-engine server; the real `strata chat`
+"""strata_cli/chat_terminal.py: turns, commands and streaming over a fake-engine server; the real `strata chat`
 through a pseudo-terminal with the real model (it starts its own server): streaming, /system, /clear, /save,
 Ctrl+C stopping a reply but not the program."""
 import io
@@ -15,9 +15,10 @@ import time
 
 import pytest
 
-from strata_cli import chat as chat_terminal
+from strata_cli import chat_terminal
 from strata_cli.client import Server
 from tests.conftest import ENGINE_EXE, ROOT, model_path
+from tests.serve.conftest import server  # noqa: F401 (the fake-engine server fixture, shared from tests/serve)
 
 
 def _lines(*items):

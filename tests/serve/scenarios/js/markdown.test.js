@@ -3,7 +3,7 @@
 const test = require("node:test");
 const assert = require("node:assert");
 const path = require("node:path");
-const { renderMarkdown } = require(path.join(__dirname, "..", "..", "..", "serve", "static", "markdown.js"));
+const { renderMarkdown } = require(path.join(__dirname, "..", "..", "..", "..", "serve", "static", "markdown.js"));
 
 const TAGS = new Set(["p", "br", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "del", "code", "pre", "ul", "ol",
   "li", "blockquote", "hr", "table", "thead", "tbody", "tr", "th", "td", "a", "div", "span", "button"]);

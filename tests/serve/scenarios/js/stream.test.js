@@ -3,7 +3,7 @@
 const test = require("node:test");
 const assert = require("node:assert");
 const path = require("node:path");
-const { SSEParser, ChatReply, replyFigures } = require(path.join(__dirname, "..", "..", "..", "serve", "static", "stream.js"));
+const { SSEParser, ChatReply, replyFigures } = require(path.join(__dirname, "..", "..", "..", "..", "serve", "static", "stream.js"));
 
 const chunk = delta => JSON.stringify({ choices: [{ index: 0, delta, finish_reason: null }] });
 const STREAM = [
