@@ -1,5 +1,6 @@
-"""serve/generation/reasoning.py: effort levels from every API's fields, the thinking budget and answer room, and the
-parser's reasoning rules."""
+"""Reasoning, across the modules that hold it: effort levels (serve/core/effort.py) from every API's fields
+(serve/api/wire.py, serve/api/anthropic.py), the thinking budget and answer room (serve/generation/passes.py),
+and the output parser's reasoning rules (serve/generation/output_parser.py)."""
 import pytest
 
 from serve.core.events import BadRequest
