@@ -2,6 +2,7 @@
 import importlib.util
 import json
 import os
+import random
 import struct
 import sys
 
@@ -67,3 +68,18 @@ def gguf_value(type_code, v):
         return gguf_str(v)
     item_type, items = v
     return struct.pack("<IQ", item_type, len(items)) + b"".join(gguf_value(item_type, x) for x in items)
+
+
+def corpus(seed=16, n=160):
+    """Mixed strings: code, prose, CJK, emoji, whitespace runs, rare characters (byte fallback), specials."""
+    rng = random.Random(seed)
+    parts = ["def f(x):\n    return x ** 2\n", "for (int i = 0; i < n; ++i) {\n\tsum += a[i];\n}",
+             "The quick brown fox", " jumps", "  over\t\tthe   lazy dog.", "日本語のテキスト", "中文分词测试",
+             "한국어 문장", "🙂🚀👩‍💻", "naïve café", "\u00a0nbsp", "\x01\x02ctl", "\ue000\U000f0000 private",
+             "ﬁ ligature", "Ünïcödé", "123 4567 89", "\n\n\n", "   ", "\r\n", "<start_of_turn>user\nhi",
+             "<end_of_turn>", "<bos>", "<unused7>", "Zalgo z̷̢a̵l", "ALL CAPS", "mixedCase_snake-kebab",
+             "https://example.com/a?b=c&d=e", "$x^2 + y_1$", "\\n literal", "ⅷ Ⅻ ℃ ㎞"]
+    out = list(parts)
+    for _ in range(n - len(parts)):
+        out.append("".join(rng.choice(parts) for _ in range(rng.randint(2, 5))))
+    return out

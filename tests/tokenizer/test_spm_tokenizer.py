@@ -8,7 +8,6 @@ reason when llama.cpp (the peer interpreter) or the Gemma package is not there.
 """
 
 import pathlib
-import random
 import sys
 
 import pytest
@@ -22,6 +21,7 @@ if str(REPO) not in sys.path:
 from tests import gemma_model, oracle  # noqa: E402
 from tokenizer.prompt_encoder import PromptEncoder  # noqa: E402
 from tokenizer.spm import SpmTokenizer, load_tokenizer  # noqa: E402
+from tests.conftest import corpus  # noqa: E402
 
 N, U, C, UD, B = 1, 2, 3, 4, 6  # GGUF token types: normal, unknown, control, user-defined, byte
 
@@ -104,21 +104,6 @@ def gemma():
 def test_round_trip_gemma(gemma, text):
     _, tok = gemma
     assert tok.decode(tok.encode(text)) == text
-
-
-def corpus(seed=16, n=160):
-    """Mixed strings: code, prose, CJK, emoji, whitespace runs, rare characters (byte fallback), specials."""
-    rng = random.Random(seed)
-    parts = ["def f(x):\n    return x ** 2\n", "for (int i = 0; i < n; ++i) {\n\tsum += a[i];\n}",
-             "The quick brown fox", " jumps", "  over\t\tthe   lazy dog.", "日本語のテキスト", "中文分词测试",
-             "한국어 문장", "🙂🚀👩‍💻", "naïve café", "\u00a0nbsp", "\x01\x02ctl", "\ue000\U000f0000 private",
-             "ﬁ ligature", "Ünïcödé", "123 4567 89", "\n\n\n", "   ", "\r\n", "<start_of_turn>user\nhi",
-             "<end_of_turn>", "<bos>", "<unused7>", "Zalgo z̷̢a̵l", "ALL CAPS", "mixedCase_snake-kebab",
-             "https://example.com/a?b=c&d=e", "$x^2 + y_1$", "\\n literal", "ⅷ Ⅻ ℃ ㎞"]
-    out = list(parts)
-    for _ in range(n - len(parts)):
-        out.append("".join(rng.choice(parts) for _ in range(rng.randint(2, 5))))
-    return out
 
 
 @pytest.mark.parametrize("parse_special", [False, True])
