@@ -3,7 +3,8 @@ tools), every import counted (deferred ones inside functions too, read with ast)
 - each module sits on a floor (FLOORS, bottom to top) and imports only from its own package or from floors
   below it; packages on the same floor are siblings and do not import each other;
 - no module imports another module's `_private` name;
-- no module imports another that imports it back, directly or through others.
+- no module imports another that imports it back, directly or through others;
+- no test module imports another (shared fixtures live in conftest.py files).
 The checker is plain functions over source text, so a test can plant an upward import and watch it fail."""
 import ast
 import pathlib
@@ -214,3 +215,30 @@ def test_the_http_layer_sees_neither_the_command_line_nor_the_engine_client():
     for mod in [m for m in g if m.startswith(("serve.http", "serve.api"))]:
         bad = {t for t, _ in g[mod] if t.startswith(("strata_cli", "serve.engine_client"))}
         assert not bad, f"{mod} imports {sorted(bad)}"
+
+
+def imported_test_modules(tree: ast.AST) -> list[str]:
+    """The test modules (`test_*`) an AST imports: `from tests.x.test_y import ...`, `import tests.x.test_y`."""
+    found = []
+    for node in ast.walk(tree):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else (
+            [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+        if isinstance(node, ast.ImportFrom):
+            names += [f"{node.module}.{a.name}" for a in node.names]
+        found += [n for n in names if n.startswith("tests.") and n.split(".")[-1].startswith("test_")]
+    return found
+
+
+
+
+def test_no_test_module_imports_another():
+    """Shared fixtures and helpers live in conftest.py files (or the helper modules beside them), so a test
+    file moves without breaking another."""
+    bad = {}
+    for path in (ROOT / "tests").rglob("*.py"):
+        hits = imported_test_modules(ast.parse(path.read_text(encoding="utf-8")))
+        if hits:
+            bad[str(path.relative_to(ROOT))] = hits
+    assert not bad, f"test modules imported by others: {bad}"
+    assert imported_test_modules(ast.parse("from tests.serve.test_batch import q\nimport tests.engine.test_x as t\n")) == \
+        ["tests.serve.test_batch", "tests.engine.test_x"]
