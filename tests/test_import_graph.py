@@ -240,5 +240,5 @@ def test_no_test_module_imports_another():
         if hits:
             bad[str(path.relative_to(ROOT))] = hits
     assert not bad, f"test modules imported by others: {bad}"
-    assert imported_test_modules(ast.parse("from tests.serve.test_batch import q\nimport tests.engine.test_x as t\n")) == \
-        ["tests.serve.test_batch", "tests.engine.test_x"]
+    planted = ast.parse("from tests.serve.test_batch import q\nimport tests.engine.test_x as t\n")
+    assert imported_test_modules(planted) == ["tests.serve.test_batch", "tests.engine.test_x"]
