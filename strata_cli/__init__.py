@@ -1,7 +1,7 @@
 """The `strata` command: argument parsing only; the work is done by library functions.
 
-serve -> serve.bootstrap + serve.server.run_server; models, plan -> strata_control; ps, load, unload ->
-serve.client (a running server, found through its activity record). (`./strata test` is the bootstrap
+serve -> serve.bootstrap + serve.http.run.run_server; models, plan -> strata_control; ps, load, unload ->
+strata_cli.client (a running server, found through its activity record). (`./strata test` is the bootstrap
 script's own job: it needs the virtualenv and the build before Python runs.) Heavy modules are imported
 inside the commands, so `strata --help` and `strata CMD --help` answer at once.
 """
@@ -182,13 +182,13 @@ def _fail(message: str, code: int = 2) -> int:
 def serve(ns) -> int:
     if ns.calibrate:
         return calibrate(ns)
-    from serve.nonblocking_out import NonBlockingOut
+    from strata_cli.console import NonBlockingOut
     out = NonBlockingOut().install()
     record = None
     try:
         from serve.bootstrap import SetupError, bind, build_lifecycle, check_flags, load_config, options
-        from serve.config import ConfigError
-        from serve.server import run_server
+        from strata_control.runconfig_file import ConfigError
+        from serve.http.run import run_server
         from strata_control import activity
         try:
             check_flags(ns)
@@ -218,7 +218,7 @@ def _discover(ns):
 
 
 def models(ns) -> int:
-    from strata_control.report import size_text, table
+    from strata_cli.tables import size_text, table
     rows = [m.row() for m in _discover(ns)]
     if ns.json:
         print(json.dumps({"models": rows}, indent=1))
@@ -283,8 +283,8 @@ def drafting(ns) -> int:
 
 
 def ps(ns) -> int:
-    from serve.client import server_rows
-    from strata_control.report import size_text, table
+    from strata_cli.client import server_rows
+    from strata_cli.tables import size_text, table
     rows = server_rows(ns.api_key)
     if ns.json:
         print(json.dumps({"servers": rows}, indent=1))
@@ -300,7 +300,7 @@ def ps(ns) -> int:
 
 
 def load_unload(ns) -> int:
-    from serve.client import LOAD_TIMEOUT_S, ClientError, pick_server
+    from strata_cli.client import LOAD_TIMEOUT_S, ClientError, pick_server
     try:
         server = pick_server(ns.port, ns.api_key)
         status, body = server.call("POST", f"/v1/{ns.command}", {"model": ns.model} if ns.model else {},
@@ -316,8 +316,8 @@ def load_unload(ns) -> int:
 
 def chat(ns) -> int:
     import os
-    from serve import chat_terminal
-    from serve.client import ClientError, find_servers, pick_server, start_server
+    from strata_cli import chat_terminal
+    from strata_cli.client import ClientError, find_servers, pick_server, start_server
     proc = None
     is_file = bool(ns.model) and os.path.isfile(ns.model)
     try:
@@ -341,8 +341,8 @@ def chat(ns) -> int:
 
 def bench(ns) -> int:
     import os
-    from serve import benchmark
-    from serve.client import ClientError, pick_server, start_server
+    from strata_cli import benchmark
+    from strata_cli.client import ClientError, pick_server, start_server
     from strata_control.models import describe, find
     is_file = bool(ns.model) and os.path.isfile(ns.model)
     ns.models_dir, ns.command = None, "bench"
@@ -376,9 +376,9 @@ def bench(ns) -> int:
 def calibrate(ns) -> int:
     import os
     import shlex
-    from serve import calibrate as calibrate_mod
+    from strata_cli import calibration as calibrate_mod
     from serve.bootstrap import ENGINE_EXE, default_model_path
-    from serve.config import default_model_name
+    from strata_control.runconfig_file import default_model_name
     from strata_control import runconfig
     from strata_control.plan import machine_facts
     model = ns.model or default_model_path()

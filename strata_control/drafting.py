@@ -56,7 +56,7 @@ class DraftingPlan:
 
 def vocab_fingerprint(path: str) -> str | None:
     """sha256 of the GGUF's token texts in order (tokenizer.ggml.tokens), None when it has none."""
-    from tools.gguf_meta import read_metadata
+    from tokenizer.gguf_meta import read_metadata
     tokens = read_metadata(path).get("tokenizer.ggml.tokens")
     if not tokens:
         return None

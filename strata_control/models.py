@@ -1,6 +1,6 @@
 """Which models this machine has: the embedded default, `--model FILE`, and every GGUF under the models folders.
 
-Role: describe each model from its GGUF metadata only (tools/gguf_meta.py; tensor data is never read): an id,
+Role: describe each model from its GGUF metadata only (tokenizer/gguf_meta.py; tensor data is never read): an id,
 its aliases (from its run config), architecture, quantization, file size, context, chat-template family and the
 shape figures a launch plan needs (layers, KV heads, head size). A file Strata cannot serve is still listed,
 with the reason. Pure: no HTTP, no processes; the only input/output is reading the files it is given.
@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from serve.config import default_model_name
-from serve.template import RENDERED_FAMILIES
-from serve.template import template_family as _family_of_text
-from tools.gguf_meta import GGUFError, read_metadata
+from strata_control.runconfig_file import default_model_name
+from strata_control.families import FAMILIES
+from strata_control.families import template_family as _family_of_text
+from tokenizer.gguf_meta import GGUFError, read_metadata
 
 DEFAULT_MODELS_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
                                   "strata", "models")
@@ -69,7 +69,7 @@ class ModelInfo:
 
 
 def template_family(text) -> str | None:
-    """The family of a GGUF's chat-template text, as the server detects it (serve/template.py: "chatml",
+    """The family of a GGUF's chat-template text, as the server detects it (serve/prompt/chatml.py: "chatml",
     "llama3", "gemma", "mistral", ..., "unknown"); None when the GGUF has no template."""
     if not isinstance(text, str) or not text:
         return None
@@ -82,8 +82,8 @@ def _problem(info: ModelInfo) -> str | None:
                 f"({', '.join(SUPPORTED_ARCHS)})")
     if info.quant is not None and info.quant not in SUPPORTED_QUANTS:
         return f"quantization {info.quant} is not one the engine reads ({', '.join(SUPPORTED_QUANTS)})"
-    if info.template is not None and info.template not in RENDERED_FAMILIES:
-        return f"chat template family {info.template!r} is not one Strata renders ({', '.join(RENDERED_FAMILIES)})"
+    if info.template is not None and info.template not in FAMILIES:
+        return f"chat template family {info.template!r} is not one Strata renders ({', '.join(FAMILIES)})"
     if info.n_layer <= 0 or info.n_head <= 0:
         return "the metadata lacks the layer or head counts"
     return None

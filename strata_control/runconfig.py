@@ -1,7 +1,7 @@
 """Run configs: one JSON file per model, the one key table, and the merge card -> run config -> flags.
 
 Role: find a model's run config (`strata-<model>.json` beside the model file, else in the config folder),
-read it (UTF-8, BOM tolerated: serve/config.py's `read_config`, which also mends the usual mistakes), report
+read it (UTF-8, BOM tolerated: strata_control/runconfig_file.py's `read_config`, which also mends the usual mistakes), report
 unknown keys by name, check each key's type and range against `KEYS`, and merge the layers into one dict
 with the source of every value. Per-request values come last and are merged by the server
 (`Service`: card -> run config `sampling` -> shared settings -> request). Pure: it reads files, never writes
@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from serve.config import ConfigError, check_config, read_config, write_private_json
+from strata_control.runconfig_file import ConfigError, check_config, read_config, write_private_json
 
 CONFIG_DIR = os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "strata")
 
@@ -140,7 +140,7 @@ def _expect(kind: str) -> str:
 def check_keys(cfg: dict, where: str = "config") -> tuple[dict, list[str]]:
     """Check every known key's type and range; unknown keys are kept (another version may know them) with a
     notice naming each.
-    Raises ConfigError naming the first bad key. Then serve/config.py's own checks (args, sampling, ...)."""
+    Raises ConfigError naming the first bad key. Then strata_control/runconfig_file.py's own checks (args, sampling, ...)."""
     out, notices = {}, []
     for name, value in cfg.items():
         key = KEYS.get(name)

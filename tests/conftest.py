@@ -2,6 +2,8 @@
 import importlib.util
 import json
 import os
+import random
+import struct
 import sys
 
 import pytest
@@ -42,3 +44,42 @@ def model_path():
 def fake(tmp_path):
     """fake(script) -> argv of a scripted fake engine."""
     return lambda script=None: fake_argv(tmp_path, script)
+
+
+def write_gguf(path, kvs, version=3, n_tensors=2, magic=b"GGUF"):
+    body = magic + struct.pack("<IQQ", version, n_tensors, len(kvs))
+    for key, type_code, v in kvs:
+        body += gguf_str(key) + struct.pack("<I", type_code) + gguf_value(type_code, v)
+    body += b"\xde\xad" * 64  # stands for the tensor-info table: must never be read
+    path.write_bytes(body)
+    return body
+
+
+def gguf_str(s):
+    b = s.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_value(type_code, v):
+    fmt = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+    if type_code in fmt:
+        return struct.pack("<" + fmt[type_code], v)
+    if type_code == 8:
+        return gguf_str(v)
+    item_type, items = v
+    return struct.pack("<IQ", item_type, len(items)) + b"".join(gguf_value(item_type, x) for x in items)
+
+
+def corpus(seed=16, n=160):
+    """Mixed strings: code, prose, CJK, emoji, whitespace runs, rare characters (byte fallback), specials."""
+    rng = random.Random(seed)
+    parts = ["def f(x):\n    return x ** 2\n", "for (int i = 0; i < n; ++i) {\n\tsum += a[i];\n}",
+             "The quick brown fox", " jumps", "  over\t\tthe   lazy dog.", "日本語のテキスト", "中文分词测试",
+             "한국어 문장", "🙂🚀👩‍💻", "naïve café", "\u00a0nbsp", "\x01\x02ctl", "\ue000\U000f0000 private",
+             "ﬁ ligature", "Ünïcödé", "123 4567 89", "\n\n\n", "   ", "\r\n", "<start_of_turn>user\nhi",
+             "<end_of_turn>", "<bos>", "<unused7>", "Zalgo z̷̢a̵l", "ALL CAPS", "mixedCase_snake-kebab",
+             "https://example.com/a?b=c&d=e", "$x^2 + y_1$", "\\n literal", "ⅷ Ⅻ ℃ ㎞"]
+    out = list(parts)
+    for _ in range(n - len(parts)):
+        out.append("".join(rng.choice(parts) for _ in range(rng.randint(2, 5))))
+    return out

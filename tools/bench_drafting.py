@@ -25,10 +25,10 @@ import threading
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from serve.events import Message  # noqa: E402
-from serve.template import ChatTemplate  # noqa: E402
+from serve.core.events import Message  # noqa: E402
+from serve.prompt.chatml import ChatTemplate  # noqa: E402
 from tools.bench_engine import REPO_ROOT, Engine, ban_eos_bias, default_model  # noqa: E402
-from tools.strata_tokenizer import Tokenizer  # noqa: E402
+from tokenizer.bpe import Tokenizer  # noqa: E402
 
 N_CTX = 8192
 MODES = ("off", "lookup", "model")

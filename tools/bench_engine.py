@@ -142,7 +142,7 @@ def ban_eos_bias(model):
     -100; the default model's fixed ids when the metadata cannot be read."""
     sys.path.insert(0, REPO_ROOT)
     try:
-        from tools import gguf_meta
+        from tokenizer import gguf_meta
         meta = gguf_meta.read_metadata(model, keys=("tokenizer.ggml.tokens", "tokenizer.ggml.eos_token_id",
                                                     "tokenizer.ggml.eot_token_id"))
     except (OSError, ValueError):
@@ -330,7 +330,7 @@ def weight_traffic(model, kernels="?"):
     kernels: the engine's kernel set (INFO kernels=), which decides how Q5_0, Q4_K and Q6_K are held."""
     type_bytes = {**ENGINE_TYPE_BYTES, **KERNEL_SET_BYTES.get(kernels, {})}
     sys.path.insert(0, REPO_ROOT)
-    from tools import gguf_meta
+    from tokenizer import gguf_meta
     infos = gguf_meta.read_tensor_infos(model)
     names = {n for n, _, _ in infos}
     head = "output.weight" if "output.weight" in names else "token_embd.weight"

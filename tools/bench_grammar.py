@@ -3,7 +3,7 @@
 Role: a benchmark, run by hand (`python3 tools/bench_grammar.py [--model M] [--threads T] [--runs R]`). One
 engine (`build/strata-engine`, driven through its line protocol as tools/bench_engine.py does); one chat
 prompt asking for a long JSON list; DECODE_TOKENS tokens generated unconstrained (end-of-turn banned so both
-runs are the same length) and under the grammar of SCHEMA (serve/json_schema.py; its minItems keeps it from
+runs are the same length) and under the grammar of SCHEMA (serve/generation/json_schema.py; its minItems keeps it from
 ending first). Decode tok/s from the DONE line (decode_ms covers the tokens after the first). The first
 constrained run meets every grammar state for the first time (each mask is one walk of the token trie);
 later runs with the same grammar text reuse the engine's cached masks. Runs alternate (the machine is
@@ -16,12 +16,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from serve.constrain import grammar_key  # noqa: E402
-from serve.json_schema import schema_grammar  # noqa: E402
-from serve.template import ChatTemplate  # noqa: E402
-from serve.events import Message  # noqa: E402
+from serve.generation.constrain import grammar_key  # noqa: E402
+from serve.generation.json_schema import schema_grammar  # noqa: E402
+from serve.prompt.chatml import ChatTemplate  # noqa: E402
+from serve.core.events import Message  # noqa: E402
 from tools.bench_engine import BAN_EOS_BIAS, Engine, engine_bench_args  # noqa: E402
-from tools.strata_tokenizer import Tokenizer  # noqa: E402
+from tokenizer.bpe import Tokenizer  # noqa: E402
 
 DECODE_TOKENS = 256
 QUESTION = "Write a JSON list of 40 fictional people, each with a name, a city and an age."

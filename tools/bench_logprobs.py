@@ -16,7 +16,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tools.bench_engine import BAN_EOS_BIAS, Engine, engine_bench_args  # noqa: E402
-from tools.strata_tokenizer import Tokenizer  # noqa: E402
+from tokenizer.bpe import Tokenizer  # noqa: E402
 
 DECODE_TOKENS = 128
 PROMPT = "<|im_start|>user\nTell me a long story about a lighthouse keeper.<|im_end|>\n<|im_start|>assistant\n"

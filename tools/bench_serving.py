@@ -1,4 +1,4 @@
-"""Benchmark parallel serving: Strata's decode slots (serve/batch.py over `strata-engine --batch N`).
+"""Benchmark parallel serving: Strata's decode slots (serve/engine_client/batch.py over `strata-engine --batch N`).
 
 Figures (a readable table, then one JSON line):
   decode_tok_s[c]   aggregate decode tokens/s with c = 1, 2, 4, 8 concurrent clients (each its own prompt,
@@ -41,8 +41,8 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from serve.engine import StrataEngine  # noqa: E402
-from serve.batch import eos_ids  # noqa: E402
+from serve.engine_client.engine import StrataEngine  # noqa: E402
+from serve.engine_client.batch import eos_ids  # noqa: E402
 from serve.bootstrap import ENGINE_EXE, default_model_path  # noqa: E402
 from tools.bench_server_overhead import server_over_raw  # noqa: E402
 

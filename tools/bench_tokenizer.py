@@ -1,4 +1,4 @@
-"""Benchmark tools/strata_tokenizer.py on the default model's vocabulary.
+"""Benchmark tokenizer/bpe.py on the default model's vocabulary.
 
 Figures printed (one JSON line at the end, plus a readable table):
   cold_mb_s     encode MB/s of a 1 MB mixed text with an empty piece cache (fresh Tokenizer)
@@ -24,8 +24,8 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from tools.strata_prompt_encoder import PromptEncoder  # noqa: E402
-from tools.strata_tokenizer import Tokenizer  # noqa: E402
+from tokenizer.prompt_encoder import PromptEncoder  # noqa: E402
+from tokenizer.bpe import Tokenizer  # noqa: E402
 
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 COLD_MB_S_BAR = 1.0

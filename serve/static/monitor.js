@@ -1,5 +1,5 @@
 // Strata web app: the Monitor page. Polls GET /metrics (JSON) once a second and draws its `history` (one
-// sample a second per series, serve/telemetry.py) as small SVG line charts drawn here, plus the live cards,
+// sample a second per series, serve/ops/telemetry.py) as small SVG line charts drawn here, plus the live cards,
 // the conversation-cache card and the recent requests (rejected ones too).
 "use strict";
 

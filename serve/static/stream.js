@@ -1,6 +1,6 @@
 // Strata web app: the stream parser. Turns the bytes of an OpenAI chat-completions SSE stream into one
 // reply object (content, reasoning, tool calls, usage, timings, error, finish), whatever way the network
-// cut the bytes. No DOM; runs in the browser and under node (tests/serve/test_web_js.py).
+// cut the bytes. No DOM; runs in the browser and under node (tests/serve/scenarios/test_web_js.py).
 "use strict";
 
 // SSE framing: events end with a blank line (LF or CRLF); only `data:` fields matter here. Comment lines

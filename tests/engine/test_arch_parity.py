@@ -21,16 +21,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tests import gguf_writer, oracle  # noqa: E402
-from tools import gguf_meta  # noqa: E402
+from tests.engine.conftest import LOGIT_TOL_FLOAT, PROMPT, check_logits  # noqa: E402
+from tokenizer import gguf_meta  # noqa: E402
 
-LOGIT_TOL_FLOAT = 0.01   # of the logit spread: f16 weights, f16 KV on both sides
 LOGIT_TOL_QUANT = 0.03   # of the logit spread: llama.cpp's 8-bit activations on quantised weights
-GREEDY_MARGIN = 0.1      # top-two logit gap under which a greedy step may go either way
-N_GEN = 16
-PROMPT = ("The quick brown fox jumps over the lazy dog. def fib(n):\n    return n if n < 2 else fib(n-1) + "
-          "fib(n-2)\n")
-
-
 @pytest.fixture(scope="module")
 def vocab_meta(model_path):
     meta = gguf_meta.read_metadata(str(model_path))
@@ -42,24 +36,11 @@ def prompt_ids(tok):
     return tok.encode(PROMPT)
 
 
-def _check(path, ids, tol):
-    oracle.require_oracle()
-    theirs, their_tokens = oracle.oracle_logits(path, ids, N_GEN)
-    ours, our_tokens = oracle.engine_logits(path, ids, N_GEN, len(theirs[0]))
-    # rows after the first step where the greedy tokens differ were fed different tokens: not comparable
-    same = next((i for i, (a, b) in enumerate(zip(our_tokens, their_tokens)) if a != b), N_GEN)
-    worst, spread = oracle.compare_logits(ours[:len(ids) + same], theirs[:len(ids) + same])
-    print(f"{path.name}: max |diff| {worst:.4g}, spread {spread:.4g} ({worst / spread:.2%}); "
-          f"greedy ours {our_tokens} llama.cpp {their_tokens}")
-    assert worst <= tol * spread, f"logits differ by {worst:.4g} (spread {spread:.4g}, tolerance {tol:.0%})"
-    assert oracle.greedy_agree(our_tokens, their_tokens, theirs, len(ids), GREEDY_MARGIN), (our_tokens, their_tokens)
-
-
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 def test_architecture_matches_llama_cpp(arch, vocab_meta, prompt_ids, tmp_path):
     path = gguf_writer.random_model(tmp_path / f"{arch}.gguf", arch, vocab_meta, wtype="F16", seed=7,
                                     tied=arch == "qwen3")
-    _check(path, prompt_ids, LOGIT_TOL_FLOAT)
+    check_logits(path, prompt_ids, LOGIT_TOL_FLOAT)
 
 
 NEW_TYPES = ["Q5_0", "Q5_1", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"]
@@ -69,7 +50,7 @@ OLD_TYPES = ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
 @pytest.mark.parametrize("wtype", NEW_TYPES + OLD_TYPES)
 def test_weight_type_matches_llama_cpp(wtype, vocab_meta, prompt_ids, tmp_path):
     path = gguf_writer.random_model(tmp_path / f"llama-{wtype}.gguf", "llama", vocab_meta, wtype=wtype, seed=11)
-    _check(path, prompt_ids, LOGIT_TOL_QUANT)
+    check_logits(path, prompt_ids, LOGIT_TOL_QUANT)
 
 
 @pytest.mark.parametrize("wtype", NEW_TYPES)

@@ -9,7 +9,7 @@ import pytest
 from conftest import chat
 
 from tests import gguf_writer
-from tools import gguf_meta
+from tokenizer import gguf_meta
 
 NO_EOS = "logit_bias=0:-inf,2:-inf"
 N_NEW = 32

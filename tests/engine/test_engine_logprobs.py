@@ -77,7 +77,7 @@ def test_a_slot_reports_what_the_solo_path_reports(start_engine, tok):
 
 
 def test_a_bgen_reuses_the_prefix_of_a_busy_slot(start_engine, tok):
-    """Several choices of one prompt (serve/choices.py): once slot 0 has read the prompt and decodes, a BGEN of
+    """Several choices of one prompt (serve/generation/choices.py): once slot 0 has read the prompt and decodes, a BGEN of
     the same prompt into slot 1 takes its prefix from slot 0 and reads one token; both then decode, and at
     temperature 0 they agree (the copy is exact)."""
     e = start_engine("--max-context", "1024", "--threads", "2", "--batch", "2")

@@ -22,8 +22,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tests import gemma_model, gguf_writer, oracle  # noqa: E402
-from tests.engine.test_arch_parity import LOGIT_TOL_FLOAT, PROMPT, _check  # noqa: E402
-from tools import gguf_meta  # noqa: E402
+from tests.engine.conftest import LOGIT_TOL_FLOAT, PROMPT, check_logits  # noqa: E402
+from tokenizer import gguf_meta  # noqa: E402
 
 GREEDY_STEPS = 64
 GREEDY_MARGIN = 0.1
@@ -39,7 +39,7 @@ def test_random_gemma3_matches_llama_cpp(model_path, tok, tmp_path):
              if k.startswith("tokenizer.") and k != "tokenizer.chat_template"}
     path = gguf_writer.random_model(tmp_path / "gemma3.gguf", "gemma3", vocab, wtype="F16", seed=3,
                                     shapes=dict(n_layer=6, head_dim=128))
-    _check(path, tok.encode(PROMPT), LOGIT_TOL_FLOAT)
+    check_logits(path, tok.encode(PROMPT), LOGIT_TOL_FLOAT)
 
 
 def test_random_gemma3_same_bits_at_any_thread_count(model_path, tok, tmp_path):
@@ -93,7 +93,7 @@ def _prompts(tok):
 
 @pytest.mark.parametrize("which", ["story", "code", "facts", "long"])
 def test_gemma_270m_greedy_matches_llama_cpp(which):
-    from tools.strata_spm import load_tokenizer
+    from tokenizer.spm import load_tokenizer
     path = gemma_model.gemma_path()
     oracle.require_oracle()
     tok = load_tokenizer(path)
@@ -131,7 +131,7 @@ def test_gemma_270m_prefix_reuse_and_slots(engine_path):
     greedy tokens as one solo run (context 2048 with the default chunk: the window layers are rings of
     512 + 520 - 1 cells, which this run does not lap; test_gemma3_ring.py laps them)."""
     from tests.engine.conftest import Engine  # by package path: a bare `conftest` may be another folder's
-    from tools.strata_spm import load_tokenizer
+    from tokenizer.spm import load_tokenizer
     path = gemma_model.gemma_path()
     tok = load_tokenizer(path)
     ids = [tok.special_ids["bos"]] + tok.encode(dict(_prompts(tok))["long"])[:600]

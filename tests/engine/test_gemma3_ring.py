@@ -21,7 +21,7 @@ if str(REPO) not in sys.path:
 
 from tests import gguf_writer  # noqa: E402
 from tests.engine.conftest import Engine  # noqa: E402
-from tools import gguf_meta  # noqa: E402
+from tokenizer import gguf_meta  # noqa: E402
 
 N_SWA = 16
 RING = N_SWA + 17 - 1  # n_swa + n_batch - 1 under RING_FLAGS

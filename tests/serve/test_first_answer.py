@@ -1,6 +1,6 @@
 """The first answer (issue 10): reply limits and their validation, the loop guard's reach, a forced call that
 ends the turn, the default lanes, the chat template's own system prompt and the family refusal.
-Fake engine throughout (the real model's side is tests/serve/test_first_answer_real.py)."""
+Fake engine throughout (the real model's side is tests/serve/scenarios/test_first_answer_real.py)."""
 import json
 import random
 import sys
@@ -9,9 +9,9 @@ import types
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from serve.service import LOOP_PERIOD_MAX, _LoopGuard, loop_need
+from serve.generation.guards import LOOP_PERIOD_MAX, LoopGuard, loop_need
 from tests.serve.conftest import chat
-from tests.serve.test_batch import FAKE_SLOTS
+from tests.serve.conftest import FAKE_SLOTS
 
 
 def _letters(n, seed=3):
@@ -41,7 +41,7 @@ def test_props_reports_the_default_cap(server):
 
 
 def test_config_default_max_tokens_is_checked():
-    from serve.config import ConfigError, check_config
+    from strata_control.runconfig_file import ConfigError, check_config
     assert check_config({"default_max_tokens": 512})[0]["default_max_tokens"] == 512
     for bad in (0, -1, 1.5, "4096", True):
         with pytest.raises(ConfigError, match="default_max_tokens"):
@@ -93,7 +93,7 @@ def test_messages_requires_a_positive_max_tokens(server, limit):
 
 # ---------------------------------------------------------------- the loop guard
 def _guard_stops_at(ids, limit=256):
-    guard = _LoopGuard(limit)
+    guard = LoopGuard(limit)
     for n, tid in enumerate(ids, 1):
         if guard.looping(tid):
             return n
@@ -192,9 +192,9 @@ def test_a_forced_call_ends_the_turn_anthropic(server, choice):
 
 
 def test_a_forced_call_may_be_followed_by_another_call_only():
-    from serve.reasoning import OutputParser
-    from serve.toolcalls import forced_opening
-    from serve.events import ToolSpec
+    from serve.generation.output_parser import OutputParser
+    from serve.prompt.tool_text import forced_opening
+    from serve.core.events import ToolSpec
     tools = [ToolSpec("get_weather", "", WEATHER[0]["function"]["parameters"])]
     opening = forced_opening("required", tools, "xml")
     second = "\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>"
@@ -246,7 +246,7 @@ def _template(text, **flags):
 
 
 def test_the_template_s_own_system_prompt_is_the_default():
-    from serve.events import Message
+    from serve.core.events import Message
     default = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
     assert _template(SMOL_TEMPLATE).default_system == default
     text = _template(SMOL_TEMPLATE).render([Message("user", "Hi")]).text
@@ -274,7 +274,7 @@ def test_a_template_of_another_family_is_refused_by_name():
 def test_serve_refuses_a_model_of_another_family(tmp_path, monkeypatch):
     from serve import bootstrap
     from strata_cli import parser
-    from tools import strata_tokenizer
+    from tokenizer import bpe as strata_tokenizer
 
     class MistralTok(strata_tokenizer.ByteTokenizer):
         def __init__(self, *a, **kw):

@@ -5,16 +5,10 @@ import os
 import threading
 import time
 
-import pytest
 
 from tests.serve.conftest import chat
-from tests.serve.lifecycle_servers import WAIT_S, engine_pid, lifecycle_servers, process_gone, wait_until
+from tests.serve.conftest import WAIT_S, engine_pid, process_gone, wait_until
 
-
-
-@pytest.fixture
-def lifecycle_server(tmp_path):
-    yield from lifecycle_servers(tmp_path)
 
 
 def _answer(run, model=None, **kw):
@@ -33,7 +27,7 @@ def test_lazy_load_health_says_not_loaded_until_the_first_request(lifecycle_serv
 
 
 def test_idle_unload_ends_the_engine_process(lifecycle_server):
-    from serve import telemetry
+    from serve.ops import telemetry
     run = lifecycle_server(idle_s=0.5)
     run.svc.start_idle_thread()
     assert _answer(run, "alpha")[0] == 200

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.serve.lifecycle_servers import lifecycle_servers
+from tests.serve.conftest import lifecycle_servers
 
 
 @pytest.fixture

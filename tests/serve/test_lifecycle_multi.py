@@ -9,7 +9,7 @@ import pytest
 
 from serve.bootstrap import model_limits
 from tests.serve.conftest import chat
-from tests.serve.lifecycle_servers import engine_pid, lifecycle_servers, process_gone, wait_until
+from tests.serve.conftest import engine_pid, lifecycle_servers, process_gone, wait_until
 
 
 @pytest.fixture

@@ -135,7 +135,7 @@ def test_activity_record_ps_and_the_loaded_line(tmp_path):
 
 
 def test_lazy_serves_health_before_any_engine_starts(tmp_path):
-    from serve.client import Server
+    from strata_cli.client import Server
     env = {"XDG_RUNTIME_DIR": str(tmp_path)}
     proc = _spawn(tmp_path, env, "--lazy")
     lines = []

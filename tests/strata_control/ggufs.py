@@ -1,5 +1,5 @@
 """Small model files for the strata_control tests: GGUF metadata only (no tensors), written here."""
-from tests.tools.test_gguf_meta import write_gguf
+from tests.conftest import write_gguf
 
 CHATML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
 LLAMA3 = "<|start_header_id|>{{ role }}<|end_header_id|>"

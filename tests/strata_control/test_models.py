@@ -52,11 +52,11 @@ def test_template_family():
 
 
 def test_the_lists_of_what_strata_serves_have_one_source():
-    """The architectures are the engine's model files; the rendered families are serve/template.py's own."""
+    """The architectures are the engine's model files; the rendered families are strata_control/families.py's one list."""
     import pathlib
-    from serve import template
+    from strata_control import families
     from strata_control import models
     root = pathlib.Path(__file__).resolve().parents[2]
     assert sorted(models.SUPPORTED_ARCHS) == sorted(p.stem for p in (root / "engine" / "models").glob("*.cpp"))
-    assert models.RENDERED_FAMILIES is template.RENDERED_FAMILIES
-    assert template_family("{{ '<|start_header_id|>' }}") == template.template_family("<|start_header_id|>")
+    assert models.FAMILIES is families.FAMILIES
+    assert template_family("{{ '<|start_header_id|>' }}") == families.template_family("<|start_header_id|>")

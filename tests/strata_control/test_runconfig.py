@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from serve.config import ConfigError
+from strata_control.runconfig_file import ConfigError
 from strata_control import runconfig as rc
 
 

@@ -1,0 +1,1 @@
+"""serve.api (floor 6): one translator per dialect over the one internal request and a neutral `wire` module."""

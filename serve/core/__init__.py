@@ -1,0 +1,1 @@
+"""serve.core (floor 1): the one internal request, its values and its errors; imports no other serve floor."""

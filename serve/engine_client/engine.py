@@ -1,0 +1,551 @@
+"""StrataEngine: the one owner of the engine child process (docs/PROTOCOL.md).
+
+Role: start `strata-engine --serve <args>`, wait for READY, and turn token-id prompts into a stream of token
+ids. Each started process is an `EngineProcess` (serve/engine_client/protocol.py: its pipes, its pump, its queues);
+a request is bound to the process it was sent on and reads only that process's queues. A solo engine runs one
+`GEN` at a time under `ctl` (the one place solo requests are serialised); an engine with decode slots runs
+requests concurrently through serve/engine_client/batch.py. It knows nothing of HTTP, templates or text.
+
+Public surface (implements serve.engine_client.protocol.EngineClient):
+- `StrataEngine(argv, args, log_path=None, env=None, cwd=None, silence_s=..., on_line=None)`; `start()` (spawn
+  + READY handshake), `restart(tries)`, `ensure_running()` (restart a dead engine once, not while one starts),
+  `close()` (QUIT -> terminate -> kill; `closed` until the next start), `kill_now()`, `alive()`, `death_note()`, `current()` (the process),
+  `info`, `max_context`, `known_ctx`, `can_stop`, `progress`, `prefill_tok_s`, `gen`, `queued`, `batch`.
+- `generate(ids, max_new, keys, cancelled, result)`: yields token ids, and `None` as a heartbeat; `result` (a
+  dict the caller owns) gets the figures. Closing it early stops the request (STOP / BSTOP) and drains it, so
+  the next request never reads this one's lines.
+- `vram(reserve_mib)`, `session_file("SAVE"|"RESTORE", path)`: control commands under `ctl`.
+- Exceptions (serve/engine_client/protocol.py, re-exported): EngineDied, EngineSilent, EngineStarting, EngineBadLine,
+  EngineNonFinite, EngineStuck, EngineRefused.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import subprocess
+import threading
+import time
+
+from serve.engine_client.batch import BatchPath
+from serve.engine_client.protocol import (
+    ENGINE_SILENCE_S, HEARTBEAT_S, MAX_LINE_BYTES, POLL_S, Allowance, EngineBadLine, EngineDied, EngineNonFinite,
+    EngineProcess, EngineRefused, EngineSilent, EngineStarting, EngineStuck, parse_done, parse_kv, parse_progress,
+    parse_token, start_pump)
+from serve.engine_client.slot_table import SlotTable
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+ENGINE_READY_S = 900.0       # a large model on a slow disk can take minutes; env STRATA_ENGINE_READY_S, 0 = forever
+ENGINE_STALL_S = 90.0        # silent AND not using CPU/IO this long = frozen; env STRATA_ENGINE_STALL_S, 0 = off
+CLOSE_WAIT_S = 20.0          # each of QUIT, terminate, kill gets this long
+RESTART_RETRY_S = 15.0       # pause between start attempts
+LOG_TAIL_LINES = 20          # log lines quoted when a start fails
+CONTROL_WAIT_S = 300.0       # a control command waits this long for the control lines
+
+
+class StrataEngine:
+    """The engine child: spawn, handshake, the solo path, control commands, life cycle."""
+
+    def __init__(self, argv: list[str], args: list[str], log_path: str | None = None,
+                 env: dict | None = None, cwd: str | None = None, silence_s: float = ENGINE_SILENCE_S,
+                 on_line=None):
+        self.argv = list(argv)
+        self.args = list(args)
+        self.log_path = log_path
+        self.env = env
+        self.cwd = cwd
+        self.silence_s = float(silence_s)
+        self.on_line = on_line          # debug hook: called with every stdout line (pump thread)
+        self.ready_s = _env_float("STRATA_ENGINE_READY_S", ENGINE_READY_S)
+        self.stall_s = _env_float("STRATA_ENGINE_STALL_S", ENGINE_STALL_S)
+        self.ctl = threading.Lock()     # the control lines: one solo GEN, one BGEN exchange or one command
+        self.slot_cv = threading.Condition()  # every process's slot table and the admission queue (batch.py)
+        self._state = threading.Lock()  # guards _cur, gen, starting, info, max_context, known_ctx, queued
+        self._life = threading.Lock()   # one start / restart / close at a time
+        self._cur: EngineProcess | None = None
+        self.gen = 0
+        self.starting = False
+        self.info: dict = {}
+        self.max_context = 0
+        self.known_ctx = 0
+        self.can_stop = False
+        self.progress = (0, 0)          # (reached, total) of the last PP/BPP line (for /metrics)
+        self.prefill_tok_s = None
+        self.queued = 0                 # solo requests waiting for ctl
+        self.closed = False             # close() was called (no supervisor restarts it); a start clears it
+        self._log_start = 0
+        self._log = None
+        self.batch = BatchPath(self)
+
+    # ---------------------------------------------------------------- life cycle
+    def current(self) -> EngineProcess | None:
+        return self._cur
+
+    def alive(self) -> bool:
+        p = self._cur
+        return p is not None and not p.ended and p.popen.poll() is None
+
+    def batched(self) -> bool:
+        """Whether the current process has decode slots (then requests run concurrently)."""
+        p = self._cur
+        return p is not None and p.slots is not None
+
+    def start(self) -> None:
+        """Spawn one process and wait for READY; on failure that process is cleaned up, EngineDied raised."""
+        with self._life:
+            self._set_starting(True)
+            try:
+                self._start_once()
+            finally:
+                self._set_starting(False)
+
+    def _set_starting(self, value: bool) -> None:
+        with self._state:
+            self.starting = value
+
+    def _open_log(self):
+        if not self.log_path:
+            return subprocess.DEVNULL
+        os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
+        log = open(self.log_path, "ab")
+        self._log_start = log.tell()
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        log.write(f"[strata] {stamp} engine started: {' '.join(self.argv)} --serve "
+                  f"{' '.join(self.args)}\n".encode())
+        log.flush()
+        return log
+
+    def _start_once(self) -> None:
+        self.closed = False
+        log = self._open_log()
+        cmd = [*self.argv, "--serve", *self.args]
+        try:
+            popen = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                     cwd=self.cwd, env=self.env, bufsize=0)
+        except OSError as e:
+            if log is not subprocess.DEVNULL:
+                log.close()
+            raise EngineDied(f"the engine could not be started ({cmd[0]}: {e})") from None
+        with self._state:
+            self.gen += 1
+            proc = EngineProcess(popen, self.gen, self.slot_cv)
+        try:
+            info, ctx, can_stop = self._handshake(proc)
+        except BaseException:
+            self._end_process(proc, polite=False)  # the process of *this* start, never the current one
+            if log is not subprocess.DEVNULL:
+                log.close()
+            raise
+        proc.n_vocab = int(info.get("n_vocab") or 0)
+        n_slots = max(0, min(8, int(info.get("batch_slots") or 0)))
+        if n_slots:
+            proc.slots = SlotTable(n_slots, int(info.get("batch_groups") or 1))
+        with self._state:
+            self.info.update(info)
+            self.max_context = ctx
+            self.known_ctx = ctx
+            self.can_stop = can_stop
+            self._log = log if log is not subprocess.DEVNULL else None
+            self._cur = proc
+        start_pump(proc, self.on_line)
+        with self.slot_cv:
+            self.slot_cv.notify_all()
+
+    def _handshake(self, proc: EngineProcess):
+        """INFO lines then `READY <ctx> [stop]`, read on a helper thread within `ready_s`."""
+        box: dict = {}
+
+        def read():
+            info = {}
+            try:
+                while True:
+                    raw = proc.out.readline(MAX_LINE_BYTES)
+                    if not raw:
+                        box["eof"] = True
+                        return
+                    line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                    if line.startswith("INFO "):
+                        info.update(parse_kv(line.split()[1:]))
+                    elif line.startswith("READY"):
+                        words = line.split()
+                        box["ready"] = (info, int(words[1]), "stop" in words[2:])
+                        return
+            except (ValueError, IndexError, OSError) as e:
+                box["error"] = f"a malformed start line ({e})"
+
+        t = threading.Thread(target=read, daemon=True, name=f"engine-ready-{proc.gen}")
+        t.start()
+        t.join(self.ready_s if self.ready_s > 0 else None)
+        if "ready" in box:
+            return box["ready"]
+        if t.is_alive():
+            why = f"did not report READY within {self.ready_s:g} s (STRATA_ENGINE_READY_S)"
+        elif "error" in box:
+            why = box["error"]
+        else:
+            code = proc.popen.wait(timeout=CLOSE_WAIT_S)
+            why = f"exited before READY (exit code {code})"
+        raise EngineDied(f"the engine {why}{self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        if not self.log_path:
+            return ""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_start)
+                text = f.read()[-65536:].decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+        lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("[strata]")]
+        return ("; log: " + " | ".join(lines[-LOG_TAIL_LINES:])) if lines else ""
+
+    def restart(self, tries: int = 3, retry_s: float = RESTART_RETRY_S) -> None:
+        """close() the old process, then up to `tries` starts `retry_s` apart."""
+        with self._life:
+            self._set_starting(True)
+            try:
+                self._close()
+                err = None
+                for i in range(max(1, tries)):
+                    if i:
+                        time.sleep(retry_s)
+                    try:
+                        self._start_once()
+                        return
+                    except EngineDied as e:
+                        err = e
+                raise err
+            finally:
+                self._set_starting(False)
+
+    def ensure_running(self) -> None:
+        """A dead engine is started again (once; never while another start runs)."""
+        if self.alive() or self.starting:
+            return
+        if not self._life.acquire(timeout=POLL_S):
+            return  # a start, restart or close is under way
+        self._life.release()
+        if not self.alive() and not self.starting:
+            self.restart(tries=1)
+
+    def _end_process(self, proc: EngineProcess, polite: bool = True) -> None:
+        """QUIT (closing stdin), then terminate, then kill; each waits CLOSE_WAIT_S."""
+        p = proc.popen
+        proc.ended = True
+        if polite and p.poll() is None:
+            with contextlib.suppress(EngineDied):
+                proc.write("QUIT")
+        with contextlib.suppress(OSError, ValueError):
+            p.stdin.close()
+        for step in (None, p.terminate, p.kill):
+            if step is not None and p.poll() is None:
+                with contextlib.suppress(OSError):
+                    step()
+            if step is None and not polite:
+                continue
+            try:
+                p.wait(timeout=CLOSE_WAIT_S)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        if p.poll() is None:
+            raise EngineStuck("the engine is still releasing memory; retry after it exits")
+        if proc.pump is not None and proc.pump is not threading.current_thread():
+            proc.pump.join(timeout=CLOSE_WAIT_S)
+        with contextlib.suppress(OSError):
+            p.stdout.close()
+
+    def close(self) -> None:
+        """End the current process (QUIT -> terminate -> kill); safe to call twice. A closed engine stays
+        down until start()/restart() (the supervisor leaves it alone)."""
+        with self._life:
+            self.closed = True
+            self._close()
+
+    def _close(self) -> None:
+        with self._state:
+            proc, self._cur = self._cur, None
+            self.max_context = 0
+            self.progress = (0, 0)
+        if proc is not None:
+            self._end_process(proc)
+        if self._log is not None:
+            with contextlib.suppress(OSError):
+                self._log.close()
+            self._log = None
+
+    def kill_now(self) -> None:
+        """Last resort (a second Ctrl+C): kill without waiting for QUIT."""
+        proc = self._cur
+        if proc is not None and proc.popen.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.popen.kill()
+
+    def death_note(self) -> str:
+        """Why the current (or last) process is not running, in one sentence."""
+        proc = self._cur
+        if proc is None:
+            return "the engine is not running"
+        if proc.note:
+            return proc.note
+        code = proc.popen.poll()
+        if code is None and proc.ended:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = proc.popen.wait(timeout=1.0)  # stdout closed; the exit follows at once
+        if code is None:
+            return "the engine is running"
+        if proc.last_err:
+            return f"the engine stopped (exit code {code}) after: {proc.last_err}"
+        tail = self._log_tail()
+        if code == -9:
+            return f"the engine was killed (signal 9; out of memory?){tail}"
+        return f"the engine stopped unexpectedly (exit code {code}){tail}"
+
+    def gone(self, proc: EngineProcess) -> str:
+        """Why a request bound to `proc` cannot go on."""
+        return ("the engine stopped while this request ran (it restarts for the next one)"
+                if proc is not self._cur else self.death_note())
+
+    # ---------------------------------------------------------------- the solo path
+    def generate(self, ids: list[int], max_new: int, keys: str = "", cancelled=None,
+                 result: dict | None = None, embed: bool = False, on_wait=None):
+        """Yields token ids, and None as heartbeats; `result` gets the figures. `embed`: an embedding
+        (EMB / BEMB: no tokens; `result["embedding"]` gets the vector's `<n_embd> <base64>`). `on_wait()` is
+        called on this thread right before each wait for the engine with nothing to read
+        (serve/http/pacing.py)."""
+        result = {} if result is None else result
+        if not self.alive():
+            raise EngineDied("the engine is unavailable; this request was not sent")
+        if self.batched():
+            yield from self.batch.generate(ids, max_new, keys, cancelled, result, embed, on_wait)
+            return
+        if not (yield from self._take_ctl(cancelled, on_wait)):
+            result["finish"] = "cancel"
+            return
+        try:
+            proc = self._cur
+            if proc is None or proc.ended:
+                raise EngineDied("the engine is unavailable; this request was not sent")
+            yield from _SoloRequest(self, proc, ids, keys, cancelled, result, embed, on_wait).run(max_new)
+        finally:
+            self.ctl.release()
+
+    def _take_ctl(self, cancelled, on_wait=None):
+        """Wait for the control lines, yielding heartbeats; False when the caller left meanwhile. `on_wait()`
+        before each wait: what the caller holds (a heartbeat's keep-alive) goes out."""
+        with self._state:
+            self.queued += 1
+        try:
+            beat = time.monotonic()
+            while True:
+                if on_wait is not None:
+                    on_wait()
+                if self.ctl.acquire(timeout=POLL_S):
+                    return True
+                if cancelled is not None and cancelled():
+                    return False
+                if time.monotonic() - beat >= HEARTBEAT_S:
+                    beat = time.monotonic()
+                    yield None
+        finally:
+            with self._state:
+                self.queued -= 1
+
+    # ---------------------------------------------------------------- control commands
+    @contextlib.contextmanager
+    def _exclusive_control(self, timeout_s: float = CONTROL_WAIT_S):
+        """Hold the control lines for one command; no request's lines can be taken meanwhile."""
+        if not self.ctl.acquire(timeout=timeout_s):
+            raise EngineDied("the engine stayed busy; the command was not sent")
+        try:
+            proc = self._cur
+            if proc is None or proc.ended:
+                raise EngineDied("the engine is unavailable; the command was not sent")
+            end = time.monotonic() + timeout_s
+            while proc.admissions and time.monotonic() < end:  # an ERR then answers this command alone
+                time.sleep(POLL_S / 10)
+            if proc.admissions:
+                raise EngineDied("admissions stayed unanswered; the command was not sent")
+            yield proc
+        finally:
+            self.ctl.release()
+
+    def _read_control(self, proc: EngineProcess, deadline_s: float, accept):
+        """Lines until `accept(line)` returns a value; ERR -> EngineRefused; EOF -> EngineDied."""
+        end = time.monotonic() + deadline_s
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                proc.kill("the engine did not answer a control command")
+                raise EngineSilent("the engine did not answer a control command")
+            try:
+                line = proc.lines.get(timeout=min(POLL_S, left))
+            except queue.Empty:
+                continue
+            if line is None:
+                raise EngineDied(self.death_note())
+            if line.startswith("ERR "):
+                raise EngineRefused(line[4:])
+            value = accept(line)
+            if value is not None:
+                return value
+            if line.startswith(("INFO", "WARN", "SESSION")):
+                end = time.monotonic() + deadline_s
+
+    def vram(self, reserve_mib: int | None = None) -> dict:
+        with self._exclusive_control() as proc:
+            proc.write("VRAM" if reserve_mib is None else f"VRAM {int(reserve_mib)}")
+            figures = self._read_control(
+                proc, 120.0, lambda ln: parse_kv(ln.split()[1:]) if ln.startswith("VRAM") else None)
+            self.info["vram"] = figures
+            return figures
+
+    def session_file(self, action: str, path: str) -> dict:
+        if action not in ("SAVE", "RESTORE") or any(c in path for c in "\r\n\0"):
+            raise ValueError("a session file action is SAVE or RESTORE with a plain path")
+        answer = "SAVED" if action == "SAVE" else "RESTORED"
+
+        def accept(line):
+            words = line.split()
+            if words[0] == "SERR":
+                raise EngineRefused(" ".join(words[1:]))
+            if words[0] == answer and len(words) == 4:
+                return {"tokens": int(words[1]), "bytes": int(words[2]), "ms": float(words[3])}
+            return None
+
+        with self._exclusive_control() as proc:
+            proc.write(f"{action} {path}")
+            return self._read_control(proc, max(self.silence_s, 60.0), accept)
+
+
+class _SoloRequest:
+    """One GEN on a solo engine, read from the control lines while `ctl` is held."""
+
+    def __init__(self, engine: StrataEngine, proc: EngineProcess, ids, keys, cancelled, result, embed=False,
+                 on_wait=None):
+        self.e, self.proc, self.ids, self.result = engine, proc, list(ids), result
+        self.on_wait = on_wait or (lambda: None)   # before each wait with nothing to read (stream_pacing)
+        self.embed = embed
+        self.keys = (" " + keys.strip()) if keys and keys.strip() else ""
+        self.cancelled = cancelled or (lambda: False)
+        self.clock = Allowance(engine.silence_s, len(ids), engine.stall_s, proc.popen.pid)
+        self.done = False
+
+    def run(self, max_new: int):
+        ids = ','.join(map(str, self.ids))
+        self.proc.write(f"EMB {ids}" if self.embed else f"GEN {max_new}{self.keys} {ids}")
+        try:
+            beat = time.monotonic()
+            while True:
+                line = self._line()
+                now = time.monotonic()
+                if not line:
+                    if self.cancelled():
+                        self.result["finish"] = "cancel"
+                        return
+                    if now - beat >= HEARTBEAT_S:
+                        beat = now
+                        yield None
+                    continue
+                kind, _, rest = line.partition(" ")
+                if kind == "T":
+                    self.clock.token(now)
+                    yield parse_token(rest, self.proc.n_vocab, line)
+                elif kind == "PP":
+                    beat = now
+                    self._progress(rest, line, now)
+                    yield None
+                elif kind == "VEC":
+                    self.result["embedding"] = rest
+                elif kind == "RESUME":
+                    word = (rest.split() or ["-"])[0]
+                    self.result["reused"] = int(word) if word.isdigit() else None
+                    self.clock.chunk(now, self.result["reused"] or 0, 0.0)
+                elif kind == "DONE":
+                    self.done = True
+                    self.result.update(parse_done(line))
+                    if self.result.get("finish") == "nonfinite":
+                        raise EngineNonFinite("the engine produced non-finite logits")
+                    return
+                elif kind == "ERR":
+                    self.done = True
+                    raise EngineRefused(rest)
+                else:
+                    continue  # INFO / WARN / anything else: log-like
+                if self.cancelled():
+                    self.result["finish"] = "cancel"
+                    return
+        except EngineBadLine as e:
+            self.done = True
+            self.proc.kill(str(e))  # out of step: the process goes, the next request gets a new one
+            raise
+        finally:
+            if not self.done:
+                self._drain()
+
+    def _line(self) -> str:
+        """The next control line, or "" after POLL_S of quiet; raises on EOF and past the allowance."""
+        if self.proc.lines.empty():
+            self.on_wait()
+        try:
+            line = self.proc.lines.get(timeout=POLL_S)
+        except queue.Empty:
+            why = self.clock.expired(time.monotonic())
+            if why:
+                self.done = True
+                self.proc.kill(why)
+                raise EngineSilent(why) from None
+            return ""
+        if line is None:
+            self.done = True
+            raise EngineDied(self.e.gone(self.proc))
+        self.clock.heard(time.monotonic())
+        return line
+
+    def _progress(self, rest: str, line: str, now: float) -> None:
+        reached, total, rate = parse_progress(rest.split(), line)
+        self.clock.chunk(now, reached, rate)
+        self.e.progress = (reached, total)
+        if rate > 0:
+            self.e.prefill_tok_s = rate
+        self.result["prompt_reached"] = reached
+
+    def _drain(self) -> None:
+        """The consumer left early: STOP, then read to DONE/ERR so the next request starts clean; the
+        request keeps the DONE's figures (finish `cancel`)."""
+        proc = self.proc
+        if proc.ended or proc.popen.poll() is not None:
+            return
+        try:
+            if self.e.can_stop:
+                proc.write("STOP")
+        except EngineDied:
+            return
+        self.clock.heard(time.monotonic())
+        while True:
+            try:
+                line = proc.lines.get(timeout=POLL_S)
+            except queue.Empty:
+                why = self.clock.expired(time.monotonic())
+                if why:
+                    proc.kill("the engine did not answer STOP; " + why)
+                    return
+                continue
+            if line is None or line.startswith("ERR"):
+                return
+            self.clock.heard(time.monotonic())
+            if not self.e.can_stop:
+                self.clock.token(time.monotonic())
+            if line.startswith("DONE"):
+                with contextlib.suppress(EngineDied):
+                    figures = parse_done(line)
+                    figures["finish"] = "cancel"
+                    self.result.update(figures)
+                return

@@ -1,0 +1,443 @@
+"""The HTTP server: a threaded standard-library server, its routes, security checks and life cycle.
+
+Role: accept connections (one thread each, at most `max_connections`; read deadlines, bodies and the raw
+socket rules are `serve/http/guard.py`'s), check Host / API key / Origin (`serve/http/access.py`), route to the
+API translators (`serve/api/openai.py`, `serve/api/anthropic.py`) and to the plain views (health, models, status,
+metrics, tokenize, web app), write JSON answers and SSE streams (a burst of frames a write, at most one every
+`--stream-interval-ms`: `serve/http/pacing.py`), and turn exceptions into error answers at this one
+boundary. It knows nothing of pipes: `Service` and `StrataEngine` own those.
+
+Life cycle (`run_server`, serve/http/run.py): bind (the port is known before the model loads; `--port 0` picks a free
+one), serve, start the engine in the background (`/health` is 503 until READY), print
+`strata: listening on http://HOST:PORT` once `/health` answers 200. A model that cannot be loaded ends the
+server: one line `strata: the engine did not start: ...`, exit 1. After that an engine that dies is restarted
+by the Service's supervisor (`/health` returns to 200 by itself). SIGTERM/SIGINT: stop accepting, end the
+running streams with a final event, QUIT the engine (then terminate, kill), exit 0; a second Ctrl+C kills
+the engine and exits at once. `--parent-pid PID`: the same shutdown when that process is gone.
+
+Public surface: `StrataHTTPServer`, `Handler`, `make_server(service, opts)`, `Options`.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hmac
+import io
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from serve.api import anthropic as anthropic_api, lifecycle_routes, llama_routes, openai as openai_api
+from serve.http import access, guard as http_guard, stream_sessions
+from serve.http.routes import (
+    BY_MODEL_ROUTES, DELETE_ROUTES, ERROR_DIALECTS, GET_ROUTES, LEASE_PREFIX, LIFECYCLE_ONLY, MODEL_ROUTES,
+    OVERRIDES, OWN_PAGE_ROUTES, PAGES, POST_ROUTES, PREFIX_ROUTES, PUBLIC_PATHS)
+from serve.ops import metrics_views
+from serve.core.errors import ServiceError, public_text
+from serve.core.events import BadRequest
+from serve.http.guard import HttpError
+from serve.lifecycle import Lifecycle, LifecycleError
+from serve.api.replies import JsonReply, RequestContext, StreamReply
+from serve.http.pacing import StreamPacer
+
+HTTP_BACKLOG = 256              # listen queue (env STRATA_HTTP_BACKLOG)
+CANCEL_CHECK_S = 0.05           # the socket is probed for a hang-up at most this often
+STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
+STATIC_TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css; charset=utf-8",
+                ".js": "text/javascript; charset=utf-8", ".svg": "image/svg+xml"}
+
+
+@dataclass
+class Options:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    api_keys: list = field(default_factory=list)
+    cors_origins: list = field(default_factory=list)
+    allowed_hosts: list = field(default_factory=list)
+    parent_pid: int | None = None
+    quiet: bool = False
+    stream_interval_ms: float | None = None   # None: $STRATA_STREAM_INTERVAL_MS or the default (http_guard)
+
+
+class StrataHTTPServer(http_guard.GuardedServer, ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False  # server_close() must not join handler threads: shutdown() bounds its own waits
+    allow_reuse_address = True
+    request_queue_size = int(http_guard.env_float("STRATA_HTTP_BACKLOG", HTTP_BACKLOG))
+
+    def __init__(self, addr, service, opts: Options):
+        self.service = service
+        self.opts = opts
+        self.streams = 0                     # streams being written (guarded by streams_lock)
+        self.streams_lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.stream_sessions = stream_sessions.SessionStore()   # X-Conversation-Id replies (its own lock)
+        limits = http_guard.Limits.from_env()  # timeouts, body limit, connection cap (serve/http/guard.py)
+        if opts.stream_interval_ms is not None:
+            limits = dataclasses.replace(limits,
+                                         stream_interval_s=http_guard.stream_interval_s(opts.stream_interval_ms))
+        self.guard_init(limits)
+        super().__init__(addr, Handler)
+
+
+def make_server(service, opts: Options) -> StrataHTTPServer:
+    return StrataHTTPServer((opts.host, opts.port), service, opts)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+    server_version = "strata"
+    # TCP_NODELAY: a stream is one small write a token; with Nagle on, a write waits for the previous one's ACK,
+    # which a remote client may delay (delayed ACK, up to ~40 ms), and tokens would arrive in bursts
+    disable_nagle_algorithm = True
+
+    def log_message(self, fmt, *args):  # one line per request, on our own (non-blocking) stderr
+        if not self.server.opts.quiet:
+            sys.stderr.write(f"strata: {self.address_string()} {fmt % args}\n")
+
+    # ---------------------------------------------------------------- the connection (serve/http/guard.py)
+    def setup(self):
+        super().setup()
+        self.rfile.close()  # replaced by a reader with a deadline per phase (idle, headers, body)
+        self._reader = http_guard.DeadlineReader(self.connection, self.server.limits)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def handle_one_request(self):
+        try:
+            super().handle_one_request()
+        except http_guard.ReadDeadline as e:  # idle: nothing was asked, so nothing is answered
+            self.close_connection = True
+            if e.phase != "idle":
+                self.send_error(408, e.message)
+
+    def parse_request(self):
+        line = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        if len(line.split()) == 2:  # HTTP/0.9 ("GET /path"): no headers follow, and its answer has no status
+            self.requestline, self.command, self.request_version = line, None, "HTTP/1.0"
+            self.send_error(505, "HTTP/0.9 requests are not served; send HTTP/1.0 or HTTP/1.1")
+            return False
+        if not super().parse_request():
+            return False
+        self._reader.start_body()
+        return True
+
+    def send_error(self, code, message=None, explain=None):
+        """http.server's own refusals (bad request line 400, 414, 431, 501, 505) and 408, as OpenAI JSON
+        with a status line (an HTTP/0.9-looking request line would get neither)."""
+        self.close_connection = True
+        if self.request_version in ("HTTP/0.9", ""):
+            self.request_version = "HTTP/1.0"
+        text = message or HTTPStatus(code).phrase
+        if explain and explain not in text:
+            text += f" ({explain})"
+        data = json.dumps(http_guard.error_json(code, text)).encode()
+        with contextlib.suppress(OSError):
+            self.send_response(code)  # the standard reason phrase; the detail is in the body
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+
+    # ---------------------------------------------------------------- plumbing
+    def _api(self, path):
+        for prefix, dialect in ERROR_DIALECTS:
+            if path.startswith(prefix):
+                return dialect
+        return anthropic_api if path.startswith("/v1/messages") else openai_api
+
+    def _send(self, status, body, content_type="application/json", headers=None):
+        data = body if isinstance(body, bytes) else (
+            body.encode() if isinstance(body, str) else json.dumps(body, ensure_ascii=False).encode())
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        for k, v in {**self._cors_headers(), **(headers or {})}.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            with contextlib.suppress(OSError):  # the client left before its answer: nothing to tell it
+                self.wfile.write(data)
+
+    def _error(self, path, status, err_type, message, param=None, code=None, extra=None):
+        api = self._api(path)
+        body = api.error_body(status, err_type, message, param, code)
+        if extra and api in (openai_api, llama_routes) and isinstance(body.get("error"), dict):
+            body["error"].update(extra)  # llama-server's error figures; Anthropic's fixed shape keeps its own
+        metrics_views.note_rejected(self.server.service, getattr(self, "command", None), path, status, message)
+        self._send(status, body)
+
+    def _cancelled(self):
+        """True when the client hung up (a readable socket with nothing to read) or we are stopping."""
+        if self.server.stopping.is_set():
+            return True
+        session = getattr(self, "_session", None)
+        if session is not None:   # a resumable reply outlives its client: only a stop ends it
+            return session.cancelled()
+        pacer = getattr(self, "_pacer", None)
+        if pacer is not None and pacer.gone:   # a held burst's write failed
+            return True
+        now = time.monotonic()
+        if now - getattr(self, "_probe_at", 0.0) < CANCEL_CHECK_S:
+            return getattr(self, "_gone", False)
+        self._probe_at = now
+        self._gone = getattr(self, "_gone", False) or http_guard.peer_gone(self.connection)
+        return self._gone
+
+    def _on_wait(self):
+        """The engine client is about to wait (on this thread): a stream's held frames go out (StreamPacer)."""
+        pacer = getattr(self, "_pacer", None)
+        if pacer is not None:
+            pacer.on_wait()
+
+    def _json_body(self):
+        raw = http_guard.read_body(self.rfile, self.headers, self._reader, self.server.limits.max_body_bytes)
+        return http_guard.parse_json(raw)
+
+    # ---------------------------------------------------------------- security (serve/http/access.py)
+    def _check_access(self, method, path):
+        """Host, key and Origin; True when the request gave a valid API key."""
+        opts = self.server.opts
+        access.check_host(self.headers, opts.host, opts.allowed_hosts, bool(opts.api_keys))
+        if path in PUBLIC_PATHS or path in PAGES or path.startswith("/static/"):
+            return False
+        lease = path.startswith(LEASE_PREFIX) and isinstance(self.server.service, Lifecycle)
+        if lease and self._lease_token_ok():   # the resource lease: the user-only token file's token
+            key_checked = False
+        elif lease and not opts.api_keys:
+            raise HttpError(401, "authentication_error", "a lease needs the API key or the token from the "
+                            "server's lease token file (strata ps --json shows where it is)")
+        else:
+            key_checked = access.check_key(self.headers, opts.api_keys)
+        access.check_origin(self.headers, method, opts.cors_origins, bool(opts.api_keys))
+        return key_checked
+
+    def _lease_token_ok(self) -> bool:
+        token = getattr(self.server.service, "lease_token", None)
+        auth = self.headers.get("Authorization") or ""
+        got = auth[7:].strip() if auth.lower().startswith("bearer ") else (self.headers.get("X-Api-Key") or "")
+        return bool(token) and hmac.compare_digest(got.encode("utf-8", "surrogateescape"), token.encode("utf-8"))
+
+    def _check_own_page(self):
+        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            raise HttpError(415, "invalid_request_error", "send this request as Content-Type: application/json")
+        origin = self.headers.get("Origin")
+        if origin and urlsplit(origin).netloc != (self.headers.get("Host") or "") and \
+                origin not in self.server.opts.cors_origins:
+            raise HttpError(403, "forbidden", f"only this server's own page may change its settings, not {origin!r}")
+
+    def _cors_headers(self, preflight=False):
+        """CORS headers on every API route (serve/http/access.py), none on the pages (same origin)."""
+        if not (hasattr(self, "headers") and self.headers):
+            return {}
+        path = urlsplit(self.path).path
+        if path in PAGES or path.startswith("/static/"):
+            return {}
+        return access.cors_headers(self.headers, self.server.opts.cors_origins, preflight)
+
+    # ---------------------------------------------------------------- dispatch
+    def do_OPTIONS(self):
+        self.send_response(200)  # llama-server's preflight answer; no key asked (browsers send none)
+        for k, v in self._cors_headers(preflight=True).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_HEAD(self):
+        self.do_GET()
+
+    def do_GET(self):
+        try:
+            self._dispatch("GET")
+        finally:
+            self._leave_model()
+
+    def do_POST(self):
+        try:
+            self._dispatch("POST")
+        finally:
+            self._leave_model()
+
+    def _leave_model(self):
+        """The reply has ended: the model it ran on may be unloaded or switched now (serve/lifecycle.py)."""
+        ticket, self._ticket = getattr(self, "_ticket", None), None
+        if ticket is not None:
+            ticket.release()
+
+    def _route(self, route, path, method, body, ctx, svc):
+        """With a Lifecycle: its own routes get it; a model route runs on the model its body names (loaded on
+        demand, counted until the reply ends); a tokenizer/template route reads the named model's Service without
+        loading it; every other route reads the loaded (or default) model's Service."""
+        if not isinstance(svc, Lifecycle):
+            if route in LIFECYCLE_ONLY:
+                raise HttpError(404, "not_found_error", f"{path}: this server has no model lifecycle")
+            return route(svc, body, ctx)
+        if route in LIFECYCLE_ONLY:
+            return route(svc, body, ctx)
+        override = OVERRIDES.get(path)
+        reply = override(svc, body, ctx) if override is not None and method in ("GET", "HEAD") else None
+        if reply is not None:
+            return reply
+        if method == "POST" and path in MODEL_ROUTES:
+            self._ticket = svc.enter(body.get("model") if isinstance(body.get("model"), str) else None)
+            reply = route(self._ticket.service, body, ctx)
+            # the model is free once the engine's work is done, before the client has the last bytes (so a
+            # client's next call, an unload say, never finds its own finished request still running)
+            if isinstance(reply, StreamReply):
+                reply.before_last = self._leave_model
+            else:
+                self._leave_model()
+            return reply
+        if path in BY_MODEL_ROUTES:   # the named model's tokenizer/template; no engine load
+            return route(lifecycle_routes.by_model(svc, method, body, ctx), body, ctx)
+        return route(svc.view_service(), body, ctx)
+
+    def do_DELETE(self):
+        try:
+            self._dispatch("DELETE")
+        finally:
+            self._leave_model()
+
+    def _dispatch(self, method):
+        self._session = None   # this request's resumable stream session, if it opens one
+        parts = urlsplit(self.path)
+        path = parts.path.rstrip("/") or "/"
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        svc = self.server.service
+        try:
+            key_checked = self._check_access(method, path)
+            routes = GET_ROUTES if method in ("GET", "HEAD") else DELETE_ROUTES if method == "DELETE" else POST_ROUTES
+            route = routes.get(path) or next((r for (m, prefix), r in PREFIX_ROUTES.items()
+                                              if m == method and path.startswith(prefix)), None)
+            if route is None:
+                if method == "GET" and (path in PAGES or path.startswith("/static/")):
+                    return self._static(path)
+                raise HttpError(404, "not_found_error", f"not found: {method} {path}")
+            if method == "POST":
+                access.check_browser_json(self.headers)
+            if method == "POST" and path in OWN_PAGE_ROUTES:
+                self._check_own_page()
+            body = self._json_body() if method == "POST" else {}
+            if method == "DELETE":
+                http_guard.read_body(self.rfile, self.headers, self._reader,  # read, so the answer is not
+                                     self.server.limits.max_body_bytes)    # cut off by a reset
+            ctx = RequestContext(cancelled=self._cancelled, on_wait=self._on_wait,
+                                 shutting_down=self.server.stopping.is_set,
+                                 headers=self.headers, path=path, query=query, trusted=access.trusted(
+                                     self.server.opts.api_keys, key_checked, self.client_address[0]),
+                                 sessions=self.server.stream_sessions)
+            conv_id = stream_sessions.conversation_id(self.headers) if method == "POST" else None
+            reply = self._route(route, path, method, body, ctx, svc)
+            if conv_id and isinstance(reply, StreamReply) and reply.content_type.startswith("text/event-stream"):
+                self._session = self.server.stream_sessions.open(conv_id)
+        except (HttpError, LifecycleError) as e:
+            return self._error(path, e.status, e.err_type, e.message, e.param, e.code)
+        except BadRequest as e:
+            return self._error(path, e.status, "invalid_request_error", e.message, e.param, e.code, e.extra)
+        except ServiceError as e:  # the Service turned every engine failure into one (503 / 502)
+            return self._error(path, e.status, e.err_type, public_text(e.message))
+        except ValueError as e:  # an engine ERR, or a value the translator refused
+            return self._error(path, 400, "invalid_request_error", public_text(str(e)))
+        except RecursionError:  # a body nested deeper than a walk over it can go
+            return self._error(path, 400, "invalid_request_error", "the request is nested too deeply")
+        except (TypeError, KeyError, AttributeError) as e:
+            traceback.print_exc()
+            return self._error(path, 400, "invalid_request_error", f"the request is malformed ({e})")
+        except Exception as e:  # the one place an unexpected failure becomes a 500 (its detail: the log)
+            traceback.print_exc()
+            return self._error(path, 500, "server_error", f"internal error ({type(e).__name__}); see the "
+                               "server log")
+        if isinstance(reply, StreamReply):
+            return self._stream(reply)
+        if isinstance(reply, JsonReply):
+            return self._send(reply.status, reply.body, headers=reply.headers)
+        content_type, text, *headers = reply   # (content type, text[, headers])
+        self._send(200, text, content_type, headers[0] if headers else None)
+
+    def _static(self, path):
+        name = PAGES.get(path) or path[len("/static/"):]
+        if "/" in name or "\\" in name or name.startswith("."):
+            raise HttpError(404, "not_found_error", "not found")
+        full = os.path.join(STATIC_DIR, name)
+        ext = os.path.splitext(name)[1]
+        if ext not in STATIC_TYPES or not os.path.isfile(full):
+            raise HttpError(404, "not_found_error", "not found")
+        with open(full, "rb") as f:
+            self._send(200, f.read(), STATIC_TYPES[ext], {"Cache-Control": "no-cache"})
+
+    def _stream(self, reply: StreamReply):
+        srv = self.server
+        with srv.streams_lock:
+            srv.streams += 1
+        frames = reply.frames
+        try:
+            self.send_response(reply.status)
+            self.send_header("Content-Type", reply.content_type)
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("X-Accel-Buffering", "no")
+            self.send_header("Connection", "close")
+            for k, v in self._cors_headers().items():
+                self.send_header(k, v)
+            self.end_headers()
+            # a moderate send buffer, so a client that stops reading blocks the write within a few hundred
+            # tokens and the write timeout (sendall's total limit) ends the stream and the engine request
+            http_guard.limit_send_buffer(self.connection, srv.limits)
+            timeout = srv.limits.write_s
+            self.connection.settimeout(timeout if timeout > 0 else None)
+            session = getattr(self, "_session", None)
+            if session is not None:   # written frame by frame (the session keeps each): released before the last
+                return self._tee(_release_before_last(frames, reply.before_last) if reply.before_last else frames,
+                                 session)
+            # frames are held and written a burst at a time: at the engine client's next wait (ctx.on_wait)
+            self._pacer = pacer = StreamPacer(self.wfile.write, srv.limits.stream_interval_s)
+            for frame in frames:
+                pacer.hold(frame if isinstance(frame, bytes) else frame.encode("utf-8"))
+                if pacer.gone:
+                    break
+            pacer.finish(reply.before_last)
+        except (OSError, ValueError):  # the client hung up or stopped reading past the limit
+            self._gone = True
+        finally:
+            self._pacer = None
+            frames.close()  # stops the engine (STOP + drain) if the stream did not finish
+            with srv.streams_lock:
+                srv.streams -= 1
+
+    def _tee(self, frames, session):
+        """A resumable reply (serve/http/stream_sessions.py): every frame into its session, and to the client while
+        it listens; the reply runs to its end after a hang-up unless stopped (ctx.cancelled: _cancelled)."""
+        try:
+            for frame in frames:
+                data = frame.encode("utf-8")
+                session.append(data)
+                if not getattr(self, "_gone", False):
+                    try:
+                        self.wfile.write(data)
+                    except (OSError, ValueError):
+                        self._gone = True
+        finally:
+            session.finish()
+
+
+def _release_before_last(frames, release):
+    """`frames`, with `release()` called once the last frame is known (before it is written)."""
+    try:
+        prev = next(frames, None)
+        while prev is not None:
+            nxt = next(frames, None)
+            if nxt is None:
+                release()
+            yield prev
+            prev = nxt
+    finally:
+        frames.close()

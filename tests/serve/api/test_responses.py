@@ -1,0 +1,134 @@
+"""OpenAI Responses over the fake engine: request parsing, refusals, the in-progress beat, failures.
+The exact event sequences are golden files (tests/serve/api/test_dialect_golden.py)."""
+import json
+import time
+
+import pytest
+
+from serve.api import responses
+from serve.core.events import BadRequest, Event, KIND_CONTENT
+
+
+def _events(text):
+    out = []
+    for block in text.split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines() if not line.startswith(":") and ": " in line)
+        if "data" in lines:
+            out.append(json.loads(lines["data"]))
+    return out
+
+
+def test_function_call_round_trip_input_becomes_one_assistant_turn_and_its_result():
+    req = responses.parse_responses({"instructions": "Be brief.", "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "need the tool"}]},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+        {"type": "function_call", "call_id": "call_2", "name": "get_weather", "arguments": '{"city": "Rome"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+        {"type": "function_call_output", "call_id": "call_2", "output": "rain"},
+        {"type": "message", "role": "developer", "content": "Answer in French."}],
+        "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}},
+                  {"type": "web_search"}]})
+    assert [m.role for m in req.messages] == ["system", "user", "assistant", "tool", "tool", "system"]
+    turn = req.messages[2]
+    assert [c.arguments for c in turn.tool_calls] == [{"city": "Paris"}, {"city": "Rome"}]
+    assert turn.reasoning == "need the tool"
+    assert req.messages[3].tool_call_id == "call_1" and req.messages[3].name == "get_weather"
+    assert [t.name for t in req.tools] == ["get_weather"] and "web_search" in req.notes[0]
+
+
+@pytest.mark.parametrize("body,status,param,code", [
+    ({"input": "x", "previous_response_id": "resp_1"}, 400, "previous_response_id", "previous_response_not_found"),
+    ({"input": "x", "background": True}, 400, "background", None),
+    ({"input": "x", "text": {"format": {"type": "json_schema", "schema": {"pattern": "a"}}}}, 400,
+     "text.format.schema", None),
+    ({"input": "x", "text": {"format": {"type": "yaml"}}}, 400, "text.format", None),
+    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, 400, "input", None),
+    ({"input": [{"type": "computer_call"}]}, 400, "input", None),
+    ({"input": 3}, 400, "input", None),
+    ({"input": "x", "max_output_tokens": "many"}, 400, "max_output_tokens", None),
+])
+def test_refusals_in_openai_error_shape(server, body, status, param, code):
+    s = server()
+    got, err, _ = s.post("/v1/responses", body)
+    assert got == status and err["error"]["param"] == param and err["error"]["code"] == code
+    assert err["error"]["type"] == "invalid_request_error" and err["error"]["message"]
+
+
+def test_get_a_response_is_404_nothing_is_stored(server):
+    s = server()
+    status, err, _ = s.request("GET", "/v1/responses/resp_abc")
+    assert status == 404 and "stateless" in err["error"]["message"] and err["error"]["code"] == "response_not_found"
+    assert s.request("DELETE", "/v1/responses/resp_abc")[0] == 404
+    assert s.request("POST", "/v1/responses/resp_abc/cancel", {})[0] == 404
+    assert s.request("GET", "/v1/responses/resp_abc/input_items")[0] == 404
+
+
+def test_in_progress_beat_while_the_prompt_is_read(server, monkeypatch):
+    # every ping becomes a response.in_progress when the gap is 0: one per prompt chunk here (pp_chunk 16)
+    monkeypatch.setattr(responses, "IN_PROGRESS_EVERY_S", 0.0)
+    s = server({"turns": [{"text": "ok", "pp_chunk": 16}]})
+    _, text, _ = s.post("/v1/responses", {"input": "x" * 100, "stream": True})
+    evs = _events(text)
+    n_chunks = -(-evs[-1]["response"]["usage"]["input_tokens"] // 16)
+    kinds = [e["type"] for e in evs]
+    first_item = kinds.index("response.output_item.added")
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[:first_item].count("response.in_progress") == 1 + n_chunks
+    assert [e["sequence_number"] for e in evs] == list(range(len(evs)))
+
+
+def test_ping_gives_in_progress_only_after_the_quiet_gap():
+    b = responses.ResponseBuilder({"id": "resp_x"})
+    b.start()
+    assert b.ping() == []  # an event just went out
+    b.last_frame_at = time.monotonic() - responses.IN_PROGRESS_EVERY_S - 0.1
+    [frame] = b.ping()
+    assert frame.startswith("event: response.in_progress\n") and '"sequence_number": 2' in frame
+    assert responses.IN_PROGRESS_EVERY_S < 15.0 - 10.0 + 1e-9  # pings come every <= 10 s: gaps stay under 15 s
+
+
+def test_stream_that_fails_after_the_headers_ends_with_response_failed(server):
+    s = server({"turns": [{"text": "abcdef", "die_after": 2}]})
+    _, text, _ = s.post("/v1/responses", {"input": "x", "stream": True})
+    last = _events(text)[-1]
+    assert last["type"] == "response.failed" and last["response"]["status"] == "failed"
+    assert last["response"]["error"]["message"]
+
+
+def test_non_stream_and_stream_carry_the_same_output(server):
+    s = server({"turns": [{"text": "<think>Hm.</think>Yes."}]})
+    _, one, _ = s.post("/v1/responses", {"input": "q", "reasoning": {"effort": "high"}})
+    _, text, _ = s.post("/v1/responses", {"input": "q", "stream": True, "reasoning": {"effort": "high"}})
+    streamed = _events(text)[-1]["response"]
+    strip = lambda out: [{k: v for k, v in it.items() if k != "id"} for it in out]
+    assert strip(one["output"]) == strip(streamed["output"])
+    assert one["reasoning"]["effort"] == "high" and one["usage"]["output_tokens_details"]["reasoning_tokens"] > 0
+
+
+def test_builder_skips_an_unfinished_call_and_empty_text():
+    b = responses.ResponseBuilder({})
+    assert b.feed(Event(KIND_CONTENT, "")) == []
+    b.feed(Event("tool_start", index=0, call_id="call_1", name="f"))
+    from serve.core.events import Done
+    b.finish(Done("length", 3, 3))
+    assert b.output == []
+
+
+def test_llama_telemetry_progress_and_timings_per_token(server, monkeypatch):
+    # llama-server's return_progress / timings_per_token on /v1/responses (its suite's telemetry test)
+    monkeypatch.setattr(responses, "IN_PROGRESS_EVERY_S", 1000.0)  # only the progress reports, no beats
+    s = server({"turns": [{"text": "abc", "pp_chunk": 16}]})
+    body = {"input": "y" * 60, "stream": True, "return_progress": True, "timings_per_token": True}
+    _, text, _ = s.post("/v1/responses", body)
+    evs = _events(text)
+    progress = [e["prompt_progress"] for e in evs if "prompt_progress" in e]
+    assert progress and all(e["type"] == "response.in_progress" for e in evs if "prompt_progress" in e)
+    assert progress[-1]["processed"] == progress[-1]["total"] == evs[-1]["response"]["usage"]["input_tokens"]
+    deltas = [e for e in evs if e["type"] == "response.output_text.delta"]
+    assert [d["timings"]["predicted_n"] for d in deltas] == [1, 2, 3]
+    assert all("prompt_per_second" in d["timings"] and "predicted_per_second" in d["timings"] for d in deltas)
+    assert evs[-1]["type"] == "response.completed" and evs[-1]["timings"] == evs[-1]["response"]["timings"]
+    _, text, _ = s.post("/v1/responses", {"input": "y", "stream": True})  # without them: neither
+    assert not any("prompt_progress" in e or "timings" in e for e in _events(text)[:-1])
+    assert s.post("/v1/responses", {"input": "y", "stream": True, "return_progress": "yes"})[0] == 400

@@ -1,0 +1,114 @@
+"""serve/generation/json_schema.py without a model: keywords outside the subset are refused by name, and the grammar of a
+non-recursive schema, inlined into a Python regex, accepts exactly what it should (integer ranges checked
+value by value, property order and optionality, item counts, formats, lengths)."""
+import json
+import re
+
+import pytest
+
+from serve.generation.json_schema import SchemaError, schema_grammar
+
+TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|\{\d+(?:,\d*)?\}|[A-Za-z0-9_-]+|::=|[()|*+?]|\s+')
+
+
+def gbnf_regex(grammar: str) -> re.Pattern:
+    """The grammar as a regex (rules inlined; fails on recursion, which these schemas do not have)."""
+    rules = dict(line.split(" ::= ", 1) for line in grammar.splitlines() if line)
+
+    def expr(name, depth=0):
+        assert depth < 50, "recursive grammar"
+        out = []
+        for tok in TOKEN.findall(rules[name]):
+            if tok.isspace():
+                continue
+            if tok.startswith('"'):
+                out.append(re.escape(json.loads(tok.replace("\\x", "\\u00"))))
+            elif tok.startswith("[") or tok.startswith("{") or tok in "|*+?)":
+                out.append(tok)
+            elif tok == "(":
+                out.append("(?:")
+            else:
+                out.append(f"(?:{expr(tok, depth + 1)})")
+        return "".join(out)
+    return re.compile(expr("root"), re.S)
+
+
+def accepts(schema, text) -> bool:
+    return gbnf_regex(schema_grammar(schema)).fullmatch(text) is not None
+
+
+@pytest.mark.parametrize("lo, hi", [(0, 120), (-3, 7), (-250, -17), (5, None), (None, -5), (1, 1), (99, 1001)])
+def test_integer_ranges_are_exact(lo, hi):
+    schema = {"type": "integer"}
+    if lo is not None:
+        schema["minimum"] = lo
+    if hi is not None:
+        schema["maximum"] = hi
+    rx = gbnf_regex(schema_grammar(schema))
+    for v in range(-1200, 1200):
+        inside = (lo is None or v >= lo) and (hi is None or v <= hi)
+        assert (rx.fullmatch(str(v)) is not None) == inside, (v, lo, hi)
+    assert not rx.fullmatch("007") and not rx.fullmatch("1.5")
+
+
+def test_exclusive_bounds_on_integers_and_number_sign():
+    assert accepts({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 3}, "2")
+    assert not accepts({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 3}, "3")
+    assert accepts({"type": "number", "minimum": 0}, "0.5e3") and not accepts({"type": "number", "minimum": 0}, "-1")
+
+
+def test_objects_keep_order_required_and_no_extras():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"},
+                                               "c": {"type": "null"}}, "required": ["b"]}
+    for text, ok in (('{"b":true}', True), ('{"a":1,"b":false}', True), ('{ "a": 1 ,"b":true,"c":null }', True),
+                     ('{"a":1}', False), ('{"b":true,"a":1}', False), ('{"b":true,"d":1}', False),
+                     ('{"b":true,}', False), ('{,"b":true}', False)):
+        assert accepts(schema, text) == ok, text
+
+
+def test_arrays_counts_prefix_items_and_formats():
+    arr = {"type": "array", "items": {"enum": ["x", 1]}, "minItems": 1, "maxItems": 3}
+    assert [accepts(arr, t) for t in ("[]", '["x"]', '["x",1,1]', '["x",1,1,1]', '[2]')] == \
+        [False, True, True, False, False]
+    pre = {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": False}
+    assert [accepts(pre, t) for t in ("[]", "[1]", '[1,"a"]', '[1,"a",2]', '["a"]')] == \
+        [True, True, True, False, False]
+    # draft 4's tuple form (llama.cpp's suite sends {"items": [{"type": "integer"}]}): those elements, no more
+    tup = {"items": [{"type": "integer"}]}
+    assert [accepts(tup, t) for t in ("[]", "[-3000]", "[1,2]", '["a"]')] == [True, True, False, False]
+    assert accepts({"type": "string", "format": "date"}, '"2024-02-28"')
+    assert not accepts({"type": "string", "format": "date"}, '"2024-13-01"')
+    assert accepts({"type": "string", "format": "uuid"}, '"123e4567-e89b-12d3-a456-426614174000"')
+    assert accepts({"type": "string", "format": "date-time"}, '"2024-01-02T03:04:05Z"')
+    s = {"type": "string", "minLength": 2, "maxLength": 3}
+    assert [accepts(s, t) for t in ('"a"', '"ab"', '"a\\nc"', '"abcd"')] == [False, True, True, False]
+
+
+def test_type_lists_anyof_const_and_local_refs():
+    assert accepts({"type": ["string", "null"]}, "null") and accepts({"type": ["string", "null"]}, '"x"')
+    assert accepts({"anyOf": [{"const": "a"}, {"type": "integer"}]}, "12")
+    ref = {"$defs": {"p": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}},
+           "type": "array", "items": {"$ref": "#/$defs/p"}, "maxItems": 2}
+    assert accepts(ref, '[{"n":1},{"n":2}]') and not accepts(ref, '[{"m":1}]')
+
+
+def test_whitespace_is_bounded():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert accepts(schema, "{" + " " * 20 + "}") and not accepts(schema, "{" + " " * 21 + "}")
+
+
+@pytest.mark.parametrize("schema, word", [
+    ({"type": "string", "pattern": "a"}, "'pattern'"),
+    ({"allOf": [{"type": "string"}]}, "'allOf'"),
+    ({"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}, "'uniqueItems'"),
+    ({"type": "number", "maximum": 3.5}, "minimum/maximum on a number"),
+    ({"type": "string", "format": "email"}, "'email'"),
+    ({"$ref": "https://example.com/s.json"}, "local refs"),
+    ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "required"),
+    ({"type": "integer", "minimum": 5, "maximum": 2}, "no integer fits"),
+    ({"type": "thing"}, "type"),
+])
+def test_outside_the_subset_is_refused_by_name(schema, word):
+    with pytest.raises(SchemaError) as e:
+        schema_grammar(schema)
+    assert word in str(e.value)
