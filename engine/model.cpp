@@ -249,12 +249,7 @@ bool model_read_common_hparams(strata_model* m, const std::string& arch, std::st
         *err = file_err(m, "implausible rope.freq_base or rms epsilon");
         return false;
     }
-    if (const gguf_value* s = gguf_find(m->file, a + "rope.scaling.type")) {
-        if (s->type == GGUF_TYPE_STRING && s->str != "none") {
-            *err = file_err(m, "unsupported rope scaling '" + gguf_printable(s->str) + "'");
-            return false;
-        }
-    }
+    if (!rope_scaling_read(m->file, arch, hp.n_ctx_train, &hp.rope, err)) return false;
     const gguf_tensor* emb = gguf_find_tensor(m->file, "token_embd.weight");
     if (!emb) {
         *err = file_err(m, "tensor 'token_embd.weight': missing");
@@ -323,6 +318,8 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
         ok = build_qwen3(m, err);
     } else if (arch_name == "gemma3") {
         ok = build_gemma3(m, err);
+    } else if (arch_name == "phi3") {
+        ok = build_phi3(m, err);
     } else {
         *err = f->path + ": unsupported architecture '" + gguf_printable(arch_name) + "'";
     }
@@ -331,14 +328,16 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
         return nullptr;
     }
     const model_hparams& hp = m->hp;
-    m->rope_inv_freq.resize(size_t(hp.n_rot / 2));
-    m->rope_inv_freq_swa.resize(size_t(hp.n_rot / 2));
-    for (int32_t i = 0; i < hp.n_rot / 2; ++i) {
-        double f = std::pow(double(hp.rope_base), -2.0 * i / hp.n_rot);
-        if (!m->rope_freq_factors.empty()) f /= double(m->rope_freq_factors[size_t(i)]);
-        m->rope_inv_freq[size_t(i)] = static_cast<float>(f);
-        m->rope_inv_freq_swa[size_t(i)] = static_cast<float>(std::pow(double(hp.rope_base_swa), -2.0 * i / hp.n_rot));
+    // window layers keep their frequencies (freq_scale 1) and factors-free, as llama.cpp runs them
+    const float* factors = m->rope_freq_factors.empty() ? nullptr : m->rope_freq_factors.data();
+    rope_scaling_inv_freq(hp.rope, hp.n_rot, hp.rope_base, factors, hp.rope.freq_scale, &m->rope_inv_freq);
+    rope_scaling_inv_freq(hp.rope, hp.n_rot, hp.rope_base_swa, nullptr, 1.0f, &m->rope_inv_freq_swa);
+    if (!m->rope_freq_factors_long.empty()) {
+        rope_scaling_inv_freq(hp.rope, hp.n_rot, hp.rope_base, m->rope_freq_factors_long.data(), hp.rope.freq_scale,
+                              &m->rope_inv_freq_long);
     }
+    m->hp.rope_mscale = rope_scaling_mscale(hp.rope, hp.rope.freq_scale);
+    m->hp.rope_mscale_swa = rope_scaling_mscale(hp.rope, 1.0f);
     m->n_batch = params.n_batch;
     const int n_threads = params.n_threads > 0 ? params.n_threads : threadpool_physical_cores();
     m->pool = threadpool_init(n_threads);
@@ -513,8 +512,18 @@ void rope_table_range(void* ctx, int64_t i0, int64_t i1, int) {
     const int32_t n_rot = m->hp.n_rot;
     for (int64_t i = i0; i < i1; ++i) {
         float* cs = m->s.rope_cs.data() + size_t(i) * 2 * size_t(n_rot);
-        rope_cos_sin(n_rot, f.b->pos[i], m->rope_inv_freq.data(), cs);
-        if (m->hp.n_swa > 0) rope_cos_sin(n_rot, f.b->pos[i], m->rope_inv_freq_swa.data(), cs + n_rot);
+        // LongRoPE: a cache longer than the original context takes the long factors
+        const bool long_rope = !m->rope_inv_freq_long.empty() && f.b->kvs[f.b->seq[i]]->n_ctx > m->hp.rope.n_ctx_orig;
+        rope_cos_sin(n_rot, f.b->pos[i], long_rope ? m->rope_inv_freq_long.data() : m->rope_inv_freq.data(), cs);
+        if (m->hp.rope_mscale != 1.0f) {
+            for (int32_t j = 0; j < n_rot; ++j) cs[j] *= m->hp.rope_mscale;
+        }
+        if (m->hp.n_swa > 0) {
+            rope_cos_sin(n_rot, f.b->pos[i], m->rope_inv_freq_swa.data(), cs + n_rot);
+            if (m->hp.rope_mscale_swa != 1.0f) {
+                for (int32_t j = n_rot; j < 2 * n_rot; ++j) cs[j] *= m->hp.rope_mscale_swa;
+            }
+        }
     }
 }
 

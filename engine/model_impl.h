@@ -13,6 +13,7 @@
 #include "gguf.h"
 #include "kernels.h"
 #include "model.h"
+#include "rope_scaling.h"
 
 struct threadpool;
 
@@ -35,6 +36,9 @@ struct model_hparams {
     int32_t n_swa = 0;        // sliding window of the window layers (a query sees its last n_swa positions)
     float rope_base_swa = 10000.0f;  // RoPE base of the window layers
     float logit_softcap = 0.0f;      // logits = c * tanh(logits / c) when > 0
+    rope_scaling rope;               // rope.scaling.* (engine/rope_scaling.h)
+    float rope_mscale = 1.0f;        // multiplier of the rotation's cos and sin (full layers, window layers)
+    float rope_mscale_swa = 1.0f;
     int32_t n_embd_q() const { return n_head * head_dim; }
     int32_t n_embd_kv() const { return n_head_kv * head_dim; }
 };
@@ -72,9 +76,14 @@ struct strata_model {
     weight_view output;                       // (n_vocab, n_embd); == tok_embd when tied
     std::vector<float> output_norm;           // (n_embd)
     std::vector<layer_weights> layers;
-    std::vector<float> rope_inv_freq;         // (n_rot / 2) base^(-2i / n_rot) / rope_freq_factors[i]
+    std::vector<float> rope_inv_freq;         // (n_rot / 2) base^(-2i / n_rot) / rope_freq_factors[i], scaled
+                                              // (hp.rope: linear or YaRN)
     std::vector<float> rope_freq_factors;     // (n_rot / 2) from rope_freqs.weight (Llama 3.1+), empty if absent
     std::vector<float> rope_inv_freq_swa;     // (n_rot / 2) base_swa^(-2i / n_rot), for the window layers
+    // LongRoPE (phi3): rope_freq_factors holds the short factors; these, the long ones and their frequencies,
+    // which the entries of a cache of more than hp.rope.n_ctx_orig positions take; empty when absent
+    std::vector<float> rope_freq_factors_long;  // (n_rot / 2)
+    std::vector<float> rope_inv_freq_long;      // (n_rot / 2)
     int32_t n_batch = 512;
     threadpool* pool = nullptr;
     const kernel_set* ks = nullptr;
@@ -92,6 +101,7 @@ bool build_llama(strata_model* m, std::string* err);
 bool build_qwen2(strata_model* m, std::string* err);
 bool build_qwen3(strata_model* m, std::string* err);
 bool build_gemma3(strata_model* m, std::string* err);
+bool build_phi3(strata_model* m, std::string* err);
 
 // Helpers for builders (model.cpp). All set *err to "<file>: tensor '<name>': <reason>" on failure.
 bool model_read_u32(const strata_model* m, const std::string& key, int32_t* out, bool required, std::string* err);

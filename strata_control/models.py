@@ -20,7 +20,8 @@ from tools.gguf_meta import GGUFError, read_metadata
 
 DEFAULT_MODELS_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
                                   "strata", "models")
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")  # engine/models/<arch>.cpp (a test keeps them equal)
+# engine/models/<arch>.cpp (a test keeps them equal)
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3")
 MAX_WALK_FILES = 10000                               # a models folder with more files is the wrong folder
 
 # llama.cpp's `general.file_type` (LLAMA_FTYPE_*) values -> the quantization name
