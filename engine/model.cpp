@@ -60,11 +60,19 @@ int32_t read_id(const gguf_file* f, const char* key, int32_t n_vocab) {
     return v->i >= 0 && v->i < n_vocab ? static_cast<int32_t>(v->i) : -1;
 }
 
-// The matrices the forward pass multiplies by, for packing.
-std::vector<weight_view*> matmul_weights(strata_model* m) {
+// The matrices the forward pass multiplies by, for packing (experts: also the MoE routers and experts).
+std::vector<weight_view*> matmul_weights(strata_model* m, bool experts = true) {
     std::vector<weight_view*> ws;
     for (layer_weights& l : m->layers) {
-        for (weight_view* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) ws.push_back(w);
+        for (weight_view* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+            if (w->data) ws.push_back(w);  // a MoE layer without a shared expert has no dense FFN
+        }
+        if (experts) {
+            if (l.ffn_gate_inp.data) ws.push_back(&l.ffn_gate_inp);
+            for (auto* v : {&l.exp_gate, &l.exp_up, &l.exp_down}) {
+                for (weight_view& w : *v) ws.push_back(&w);
+            }
+        }
     }
     ws.push_back(&m->output);
     return ws;
@@ -263,7 +271,7 @@ bool model_read_common_hparams(strata_model* m, const std::string& arch, std::st
     return true;
 }
 
-bool model_load_common_tensors(strata_model* m, std::string* err) {
+bool model_load_common_tensors(strata_model* m, std::string* err, bool dense_ffn) {
     const model_hparams& hp = m->hp;
     if (!model_weight(m, "token_embd.weight", hp.n_embd, hp.n_vocab, true, &m->tok_embd, err) ||
         !model_vector(m, "output_norm.weight", hp.n_embd, true, &m->output_norm, err) ||
@@ -281,9 +289,9 @@ bool model_load_common_tensors(strata_model* m, std::string* err) {
             !model_weight(m, p + "attn_v.weight", hp.n_embd, hp.n_embd_kv(), true, &l.wv, err) ||
             !model_weight(m, p + "attn_output.weight", hp.n_embd_q(), hp.n_embd, true, &l.wo, err) ||
             !model_vector(m, p + "ffn_norm.weight", hp.n_embd, true, &l.ffn_norm, err) ||
-            !model_weight(m, p + "ffn_gate.weight", hp.n_embd, hp.n_ff, true, &l.w_gate, err) ||
-            !model_weight(m, p + "ffn_up.weight", hp.n_embd, hp.n_ff, true, &l.w_up, err) ||
-            !model_weight(m, p + "ffn_down.weight", hp.n_ff, hp.n_embd, true, &l.w_down, err)) {
+            (dense_ffn && (!model_weight(m, p + "ffn_gate.weight", hp.n_embd, hp.n_ff, true, &l.w_gate, err) ||
+                           !model_weight(m, p + "ffn_up.weight", hp.n_embd, hp.n_ff, true, &l.w_up, err) ||
+                           !model_weight(m, p + "ffn_down.weight", hp.n_ff, hp.n_embd, true, &l.w_down, err)))) {
             return false;
         }
     }
@@ -318,6 +326,10 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
         ok = build_qwen3(m, err);
     } else if (arch_name == "gemma3") {
         ok = build_gemma3(m, err);
+    } else if (arch_name == "qwen3moe") {
+        ok = build_qwen3moe(m, err);
+    } else if (arch_name == "qwen2moe") {
+        ok = build_qwen2moe(m, err);
     } else if (arch_name == "phi3") {
         ok = build_phi3(m, err);
     } else {
@@ -384,6 +396,7 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     s.up.resize(nb * size_t(hp.n_ff));
     s.kv_rows.resize(size_t(info.n_threads) * 2 * size_t(hp.head_dim));
     s.kv_f16.resize(size_t(hp.n_embd_kv()));
+    if (hp.n_expert > 0) moe_scratch_init(m);
     return m;
 }
 
@@ -401,10 +414,10 @@ const char* model_kernel_name() { return kernels_get().name; }
 
 size_t model_decode_bytes(const strata_model* m) {
     size_t n = m->tok_embd.row_bytes;
-    for (weight_view* w : matmul_weights(const_cast<strata_model*>(m))) {
+    for (weight_view* w : matmul_weights(const_cast<strata_model*>(m), false)) {
         n += w->packed ? weight_packed_bytes(w->type, w->n_cols, w->n_rows) : size_t(w->n_rows) * w->row_bytes;
     }
-    return n;
+    return n + moe_decode_bytes(m);
 }
 
 size_t model_kv_bytes_per_pos(const strata_model* m) {
@@ -765,6 +778,15 @@ int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string*
         if (!l.attn_post_norm.empty()) run_entries(m, n, post_norm_range, &f);
         run_entries(m, n, add_range, &f);
         run_entries(m, n, ffn_norm_range, &f);
+        if (!l.exp_gate.empty()) {
+            step_mark(step_phase_of(l.exp_gate[0].type));
+            moe_ffn(m, l, n);  // engine/moe.h: s.tmp = the experts' (and shared expert's) sum
+            step_mark(STEP_NORMS);
+            f.post_ffn = true;
+            if (!l.ffn_post_norm.empty()) run_entries(m, n, post_norm_range, &f);
+            run_entries(m, n, add_range, &f);
+            continue;
+        }
         const weight_view* gu[2] = {&l.w_gate, &l.w_up};
         float* gu_out[2] = {s.gate.data(), s.up.data()};
         step_mark(step_phase_of(l.w_gate.type));

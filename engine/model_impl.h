@@ -13,6 +13,7 @@
 #include "gguf.h"
 #include "kernels.h"
 #include "model.h"
+#include "moe.h"
 #include "rope_scaling.h"
 
 struct threadpool;
@@ -39,6 +40,11 @@ struct model_hparams {
     rope_scaling rope;               // rope.scaling.* (engine/rope_scaling.h)
     float rope_mscale = 1.0f;        // multiplier of the rotation's cos and sin (full layers, window layers)
     float rope_mscale_swa = 1.0f;
+    // mixture of experts (engine/moe.h); n_expert 0 = a dense FFN
+    int32_t n_expert = 0;
+    int32_t n_expert_used = 0;
+    int32_t n_ff_exp = 0;            // each expert's FFN width
+    bool expert_weights_norm = false;  // the chosen experts' weights are divided by their sum
     int32_t n_embd_q() const { return n_head * head_dim; }
     int32_t n_embd_kv() const { return n_head_kv * head_dim; }
 };
@@ -52,6 +58,10 @@ struct layer_weights {
     weight_view w_gate, w_up, w_down;         // (n_ff, n_embd) x2, (n_embd, n_ff)
     std::vector<float> attn_post_norm, ffn_post_norm;  // (n_embd) norms of the block outputs, empty when absent
     bool swa = false;                         // a sliding-window layer (hp.n_swa, rope_inv_freq_swa)
+    // MoE layers (engine/moe.h): w_gate / w_up / w_down then hold the shared expert when there is one
+    weight_view ffn_gate_inp;                 // (n_expert, n_embd) router
+    std::vector<weight_view> exp_gate, exp_up, exp_down;  // n_expert slices: (n_ff_exp, n_embd) x2, (n_embd, n_ff_exp)
+    std::vector<float> shexp_gate;            // (n_embd) the shared expert's gate (qwen2moe), empty when absent
 };
 
 struct model_scratch {
@@ -66,6 +76,7 @@ struct model_scratch {
     mm_scratch mm;
     std::vector<int32_t> seq_pos, seq_idx;   // model_eval_seq's batch (reused: no allocation per call)
     std::vector<uint8_t> seq_want;
+    moe_scratch moe;                          // MoE layers' step (engine/moe.h)
 };
 
 struct strata_model {
@@ -101,6 +112,8 @@ bool build_llama(strata_model* m, std::string* err);
 bool build_qwen2(strata_model* m, std::string* err);
 bool build_qwen3(strata_model* m, std::string* err);
 bool build_gemma3(strata_model* m, std::string* err);
+bool build_qwen3moe(strata_model* m, std::string* err);
+bool build_qwen2moe(strata_model* m, std::string* err);
 bool build_phi3(strata_model* m, std::string* err);
 
 // Helpers for builders (model.cpp). All set *err to "<file>: tensor '<name>': <reason>" on failure.
@@ -115,4 +128,5 @@ bool model_vector(const strata_model* m, const std::string& name, int64_t n, boo
 // Reads the hyperparameters every decoder here shares (arch is the GGUF key prefix).
 bool model_read_common_hparams(strata_model* m, const std::string& arch, std::string* err);
 // Loads the per-layer tensors common to llama/qwen2/qwen3 (norms, q/k/v/o, ffn) plus the embedding and head.
-bool model_load_common_tensors(strata_model* m, std::string* err);
+// dense_ffn false: without ffn_gate / ffn_up / ffn_down (MoE layers load their own, engine/moe.h).
+bool model_load_common_tensors(strata_model* m, std::string* err, bool dense_ffn = true);
