@@ -28,9 +28,10 @@ bool expert_views(const strata_model* m, const std::string& name, int64_t n_cols
         return false;
     }
     if (t->n_dims != 3 || t->ne[0] != n_cols || t->ne[1] != n_rows || t->ne[2] != n_expert) {
-        *err = file_err(m, "tensor '" + name + "': shape [" + std::to_string(t->ne[0]) + ", " + std::to_string(t->ne[1]) +
-                               ", " + std::to_string(t->ne[2]) + "], expected [" + std::to_string(n_cols) + ", " +
-                               std::to_string(n_rows) + ", " + std::to_string(n_expert) + "]");
+        *err = file_err(m, "tensor '" + name + "': shape [" + std::to_string(t->ne[0]) + ", " +
+                               std::to_string(t->ne[1]) + ", " + std::to_string(t->ne[2]) + "], expected [" +
+                               std::to_string(n_cols) + ", " + std::to_string(n_rows) + ", " +
+                               std::to_string(n_expert) + "]");
         return false;
     }
     if (n_cols % QK32 != 0 && kernels_uses_q16(t->type)) {

@@ -4,8 +4,9 @@ Contract: `GGUFWriter` collects metadata pairs and tensors and writes one GGUF v
 aligned to 32 bytes). `random_model(path, arch, vocab_meta, wtype=...)` writes a small decoder of the given
 architecture ("llama", "qwen2", "qwen3", "gemma3", and the mixtures of experts "qwen3moe", "qwen2moe": stacked
 3-D expert tensors ffn_{gate,up,down}_exps, an F32 router, qwen2moe's shared expert; "phi3": fused attn_qkv and
-gate/up ffn_up, LongRoPE factors rope_factors_short / rope_factors_long) with random weights and the vocabulary metadata it is given (a real
-tokenizer taken from a shipped model, so token ids mean something to both sides). Everything is standard
+gate/up ffn_up, LongRoPE factors rope_factors_short / rope_factors_long) with random weights and the vocabulary
+metadata it is given (a real tokenizer taken from a shipped model, so token ids mean something to both sides).
+Everything is standard
 library: random half floats and quant blocks are made from random bytes whose scale fields are rewritten
 through byte tables, so a 50K-row embedding costs milliseconds, not a Python loop per element.
 

@@ -64,4 +64,5 @@ def test_phi3_matches_llama_cpp(wtype, n_ctx, vocab_meta, prompt_ids, tmp_path):
     print(f"phi3 {wtype} n_ctx {n_ctx}: max |diff| {worst:.4g}, spread {spread:.4g} ({worst / spread:.2%}); "
           f"greedy ours {our_tokens} llama.cpp {their_tokens}")
     assert worst <= tol * spread, f"logits differ by {worst:.4g} (spread {spread:.4g})"
-    assert oracle.greedy_agree(our_tokens, their_tokens, theirs, len(prompt_ids), GREEDY_MARGIN), (our_tokens, their_tokens)
+    assert oracle.greedy_agree(our_tokens, their_tokens, theirs, len(prompt_ids), GREEDY_MARGIN), \
+        (our_tokens, their_tokens)

@@ -81,7 +81,8 @@ def test_rope_scaling_matches_llama_cpp(case, vocab_meta, prompt_ids, tmp_path):
     print(f"{case}: max |diff| {worst:.4g}, spread {spread:.4g} ({worst / spread:.2%}); scaling moves llama.cpp's "
           f"logits by {effect:.4g}; greedy ours {our_tokens} llama.cpp {their_tokens}")
     assert worst <= LOGIT_TOL_FLOAT * spread, f"logits differ by {worst:.4g} (spread {spread:.4g})"
-    assert oracle.greedy_agree(our_tokens, their_tokens, theirs, len(prompt_ids), GREEDY_MARGIN), (our_tokens, their_tokens)
+    assert oracle.greedy_agree(our_tokens, their_tokens, theirs, len(prompt_ids), GREEDY_MARGIN), \
+        (our_tokens, their_tokens)
 
 
 def test_unknown_rope_scaling_is_refused_by_name(vocab_meta, tmp_path):
