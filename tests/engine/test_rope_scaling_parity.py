@@ -41,6 +41,8 @@ CASES = {
                                   "rope.scaling.original_context_length": N_ORIG,
                                   "rope.scaling.attn_factor": 0.9}),
     "qwen2-factor-only": ("qwen2", {"rope.scaling.factor": 2.0}),  # no type: llama.cpp reads it as linear
+    "qwen3moe-yarn": ("qwen3moe", {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
+                                   "rope.scaling.original_context_length": N_ORIG}),  # Qwen3-30B-A3B's long form
     # six layers: five window layers (never scaled, only the attention factor applies) and one global
     "gemma3-yarn": ("gemma3", {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
                                "rope.scaling.original_context_length": N_ORIG, "rope.scaling.attn_factor": 1.1}),
