@@ -545,3 +545,67 @@ void rope_row_cs(float* x, int32_t n_heads, int32_t head_dim, int32_t n_rot, boo
         }
     }
 }
+
+// ---- matmul_runs (kernels.h): a MoE layer's experts in one job ---------------------------------------
+
+namespace {
+
+struct mm_runs_job {
+    const kernel_set* ks;
+    const mm_run* runs;
+    int n_runs;
+    const int64_t* first;  // (n_runs + 1) each run's first item (rows, or groups when grouped)
+    act_q16 act;           // all n_x rows
+    bool grouped;
+};
+
+// run i's view of the activations: its rows start at token 0
+act_q16 act_from(const act_q16& a, int64_t t0) {
+    const int64_t k = a.k, nb = k / QK32;
+    return act_q16{a.qs + t0 * k, a.d + t0 * nb, a.dsum + t0 * nb, k, a.isum + t0 * nb, a.qs8 ? a.qs8 + t0 * k : nullptr};
+}
+
+void mm_runs_range(void* ctx, int64_t i0, int64_t i1, int) {
+    const mm_runs_job& j = *static_cast<mm_runs_job*>(ctx);
+    // the first run touching [i0, i1): binary search over first[]
+    int lo = 0, hi = j.n_runs - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (j.first[mid] <= i0) lo = mid;
+        else hi = mid - 1;
+    }
+    for (int r = lo; r < j.n_runs && j.first[r] < i1; ++r) {
+        const int64_t a = i0 > j.first[r] ? i0 : j.first[r], b = i1 < j.first[r + 1] ? i1 : j.first[r + 1];
+        if (a >= b) continue;
+        const mm_run& run = j.runs[r];
+        const act_q16 act = act_from(j.act, run.t0);
+        if (j.grouped) mm_groups(*run.w, packed_fn(*j.ks, *run.w), act, run.n_tok, run.y, a - j.first[r], b - j.first[r]);
+        else mm_rows(*run.w, row_fn(*j.ks, run.w->type), act, run.n_tok, run.y, a - j.first[r], b - j.first[r]);
+    }
+}
+
+}  // namespace
+
+void matmul_runs(threadpool* pool, const kernel_set& ks, const mm_run* runs, int n_runs, const float* x,
+                 int64_t x_stride, int64_t n_x, mm_scratch* scratch) {
+    if (n_runs < 1) return;
+    bool all_rows = true, all_packed = true, same = true;
+    for (int i = 0; i < n_runs; ++i) {
+        const weight_view& w = *runs[i].w;
+        all_rows = all_rows && kernels_uses_q16(w.type);
+        all_packed = all_packed && packed_fn(ks, w) != nullptr;
+        same = same && w.n_cols == runs[0].w->n_cols && w.act_bits == runs[0].w->act_bits;
+    }
+    if (!same || !(all_rows || all_packed)) {
+        for (int i = 0; i < n_runs; ++i) {
+            matmul(pool, ks, *runs[i].w, x + runs[i].t0 * x_stride, x_stride, runs[i].n_tok, runs[i].y, scratch);
+        }
+        return;
+    }
+    mm_job q{&ks, runs[0].w, x, x_stride, n_x, nullptr, act_q16{}, scratch, nullptr, nullptr};
+    std::vector<int64_t> first(size_t(n_runs) + 1, 0);
+    const int64_t unit = all_packed ? MM_GROUP_ROWS : 1;
+    for (int i = 0; i < n_runs; ++i) first[size_t(i) + 1] = first[size_t(i)] + runs[i].w->n_rows / unit;
+    mm_runs_job j{&ks, runs, n_runs, first.data(), quantize_acts(pool, &q), all_packed};
+    threadpool_run(pool, first[size_t(n_runs)], mm_runs_range, &j);
+}

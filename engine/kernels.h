@@ -177,3 +177,18 @@ silu_mul_fn kernels_silu_mul_avx512();  // nullptr when not compiled in
 // to the pool as one job (one fork/join instead of n_w); each output is computed exactly as by matmul.
 void matmul_fused(threadpool* pool, const kernel_set& ks, const weight_view* const* ws, float* const* ys, int n_w,
                   const float* x, int64_t x_stride, int64_t n_tok, mm_scratch* scratch);
+
+// Several products over runs of one activation matrix, in one pool job (a MoE layer's experts, each over the
+// tokens routed to it): run i computes y_i (n_tok_i, N_i) = x rows [t0_i, t0_i + n_tok_i) @ W_i^T. x's n_x
+// rows (x_stride floats apart) are quantised once for all runs, then every run's rows (row groups when all
+// are packed) form one item space split over the pool: one fork/join for the whole layer's experts instead of
+// one per expert. Each output is computed exactly as matmul computes it. Runs whose weights mix kernel paths
+// (float weights, packed with unpacked, another K or activation width) fall back to one matmul per run.
+struct mm_run {
+    const weight_view* w = nullptr;
+    int64_t t0 = 0;
+    int64_t n_tok = 0;
+    float* y = nullptr;  // (n_tok, w->n_rows)
+};
+void matmul_runs(threadpool* pool, const kernel_set& ks, const mm_run* runs, int n_runs, const float* x,
+                 int64_t x_stride, int64_t n_x, mm_scratch* scratch);

@@ -60,11 +60,19 @@ int32_t read_id(const gguf_file* f, const char* key, int32_t n_vocab) {
     return v->i >= 0 && v->i < n_vocab ? static_cast<int32_t>(v->i) : -1;
 }
 
-// The matrices the forward pass multiplies by, for packing.
-std::vector<weight_view*> matmul_weights(strata_model* m) {
+// The matrices the forward pass multiplies by, for packing (experts: also the MoE routers and experts).
+std::vector<weight_view*> matmul_weights(strata_model* m, bool experts = true) {
     std::vector<weight_view*> ws;
     for (layer_weights& l : m->layers) {
-        for (weight_view* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) ws.push_back(w);
+        for (weight_view* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+            if (w->data) ws.push_back(w);  // a MoE layer without a shared expert has no dense FFN
+        }
+        if (experts) {
+            if (l.ffn_gate_inp.data) ws.push_back(&l.ffn_gate_inp);
+            for (auto* v : {&l.exp_gate, &l.exp_up, &l.exp_down}) {
+                for (weight_view& w : *v) ws.push_back(&w);
+            }
+        }
     }
     ws.push_back(&m->output);
     return ws;
@@ -249,12 +257,7 @@ bool model_read_common_hparams(strata_model* m, const std::string& arch, std::st
         *err = file_err(m, "implausible rope.freq_base or rms epsilon");
         return false;
     }
-    if (const gguf_value* s = gguf_find(m->file, a + "rope.scaling.type")) {
-        if (s->type == GGUF_TYPE_STRING && s->str != "none") {
-            *err = file_err(m, "unsupported rope scaling '" + gguf_printable(s->str) + "'");
-            return false;
-        }
-    }
+    if (!rope_scaling_read(m->file, arch, hp.n_ctx_train, &hp.rope, err)) return false;
     const gguf_tensor* emb = gguf_find_tensor(m->file, "token_embd.weight");
     if (!emb) {
         *err = file_err(m, "tensor 'token_embd.weight': missing");
@@ -268,7 +271,7 @@ bool model_read_common_hparams(strata_model* m, const std::string& arch, std::st
     return true;
 }
 
-bool model_load_common_tensors(strata_model* m, std::string* err) {
+bool model_load_common_tensors(strata_model* m, std::string* err, bool dense_ffn) {
     const model_hparams& hp = m->hp;
     if (!model_weight(m, "token_embd.weight", hp.n_embd, hp.n_vocab, true, &m->tok_embd, err) ||
         !model_vector(m, "output_norm.weight", hp.n_embd, true, &m->output_norm, err) ||
@@ -286,9 +289,9 @@ bool model_load_common_tensors(strata_model* m, std::string* err) {
             !model_weight(m, p + "attn_v.weight", hp.n_embd, hp.n_embd_kv(), true, &l.wv, err) ||
             !model_weight(m, p + "attn_output.weight", hp.n_embd_q(), hp.n_embd, true, &l.wo, err) ||
             !model_vector(m, p + "ffn_norm.weight", hp.n_embd, true, &l.ffn_norm, err) ||
-            !model_weight(m, p + "ffn_gate.weight", hp.n_embd, hp.n_ff, true, &l.w_gate, err) ||
-            !model_weight(m, p + "ffn_up.weight", hp.n_embd, hp.n_ff, true, &l.w_up, err) ||
-            !model_weight(m, p + "ffn_down.weight", hp.n_ff, hp.n_embd, true, &l.w_down, err)) {
+            (dense_ffn && (!model_weight(m, p + "ffn_gate.weight", hp.n_embd, hp.n_ff, true, &l.w_gate, err) ||
+                           !model_weight(m, p + "ffn_up.weight", hp.n_embd, hp.n_ff, true, &l.w_up, err) ||
+                           !model_weight(m, p + "ffn_down.weight", hp.n_ff, hp.n_embd, true, &l.w_down, err)))) {
             return false;
         }
     }
@@ -323,6 +326,12 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
         ok = build_qwen3(m, err);
     } else if (arch_name == "gemma3") {
         ok = build_gemma3(m, err);
+    } else if (arch_name == "qwen3moe") {
+        ok = build_qwen3moe(m, err);
+    } else if (arch_name == "qwen2moe") {
+        ok = build_qwen2moe(m, err);
+    } else if (arch_name == "phi3") {
+        ok = build_phi3(m, err);
     } else {
         *err = f->path + ": unsupported architecture '" + gguf_printable(arch_name) + "'";
     }
@@ -331,14 +340,16 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
         return nullptr;
     }
     const model_hparams& hp = m->hp;
-    m->rope_inv_freq.resize(size_t(hp.n_rot / 2));
-    m->rope_inv_freq_swa.resize(size_t(hp.n_rot / 2));
-    for (int32_t i = 0; i < hp.n_rot / 2; ++i) {
-        double f = std::pow(double(hp.rope_base), -2.0 * i / hp.n_rot);
-        if (!m->rope_freq_factors.empty()) f /= double(m->rope_freq_factors[size_t(i)]);
-        m->rope_inv_freq[size_t(i)] = static_cast<float>(f);
-        m->rope_inv_freq_swa[size_t(i)] = static_cast<float>(std::pow(double(hp.rope_base_swa), -2.0 * i / hp.n_rot));
+    // window layers keep their frequencies (freq_scale 1) and factors-free, as llama.cpp runs them
+    const float* factors = m->rope_freq_factors.empty() ? nullptr : m->rope_freq_factors.data();
+    rope_scaling_inv_freq(hp.rope, hp.n_rot, hp.rope_base, factors, hp.rope.freq_scale, &m->rope_inv_freq);
+    rope_scaling_inv_freq(hp.rope, hp.n_rot, hp.rope_base_swa, nullptr, 1.0f, &m->rope_inv_freq_swa);
+    if (!m->rope_freq_factors_long.empty()) {
+        rope_scaling_inv_freq(hp.rope, hp.n_rot, hp.rope_base, m->rope_freq_factors_long.data(), hp.rope.freq_scale,
+                              &m->rope_inv_freq_long);
     }
+    m->hp.rope_mscale = rope_scaling_mscale(hp.rope, hp.rope.freq_scale);
+    m->hp.rope_mscale_swa = rope_scaling_mscale(hp.rope, 1.0f);
     m->n_batch = params.n_batch;
     const int n_threads = params.n_threads > 0 ? params.n_threads : threadpool_physical_cores();
     m->pool = threadpool_init(n_threads);
@@ -385,6 +396,7 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     s.up.resize(nb * size_t(hp.n_ff));
     s.kv_rows.resize(size_t(info.n_threads) * 2 * size_t(hp.head_dim));
     s.kv_f16.resize(size_t(hp.n_embd_kv()));
+    if (hp.n_expert > 0) moe_scratch_init(m);
     return m;
 }
 
@@ -402,10 +414,10 @@ const char* model_kernel_name() { return kernels_get().name; }
 
 size_t model_decode_bytes(const strata_model* m) {
     size_t n = m->tok_embd.row_bytes;
-    for (weight_view* w : matmul_weights(const_cast<strata_model*>(m))) {
+    for (weight_view* w : matmul_weights(const_cast<strata_model*>(m), false)) {
         n += w->packed ? weight_packed_bytes(w->type, w->n_cols, w->n_rows) : size_t(w->n_rows) * w->row_bytes;
     }
-    return n;
+    return n + moe_decode_bytes(m);
 }
 
 size_t model_kv_bytes_per_pos(const strata_model* m) {
@@ -513,8 +525,18 @@ void rope_table_range(void* ctx, int64_t i0, int64_t i1, int) {
     const int32_t n_rot = m->hp.n_rot;
     for (int64_t i = i0; i < i1; ++i) {
         float* cs = m->s.rope_cs.data() + size_t(i) * 2 * size_t(n_rot);
-        rope_cos_sin(n_rot, f.b->pos[i], m->rope_inv_freq.data(), cs);
-        if (m->hp.n_swa > 0) rope_cos_sin(n_rot, f.b->pos[i], m->rope_inv_freq_swa.data(), cs + n_rot);
+        // LongRoPE: a cache longer than the original context takes the long factors
+        const bool long_rope = !m->rope_inv_freq_long.empty() && f.b->kvs[f.b->seq[i]]->n_ctx > m->hp.rope.n_ctx_orig;
+        rope_cos_sin(n_rot, f.b->pos[i], long_rope ? m->rope_inv_freq_long.data() : m->rope_inv_freq.data(), cs);
+        if (m->hp.rope_mscale != 1.0f) {
+            for (int32_t j = 0; j < n_rot; ++j) cs[j] *= m->hp.rope_mscale;
+        }
+        if (m->hp.n_swa > 0) {
+            rope_cos_sin(n_rot, f.b->pos[i], m->rope_inv_freq_swa.data(), cs + n_rot);
+            if (m->hp.rope_mscale_swa != 1.0f) {
+                for (int32_t j = n_rot; j < 2 * n_rot; ++j) cs[j] *= m->hp.rope_mscale_swa;
+            }
+        }
     }
 }
 
@@ -756,6 +778,15 @@ int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string*
         if (!l.attn_post_norm.empty()) run_entries(m, n, post_norm_range, &f);
         run_entries(m, n, add_range, &f);
         run_entries(m, n, ffn_norm_range, &f);
+        if (!l.exp_gate.empty()) {
+            step_mark(step_phase_of(l.exp_gate[0].type));
+            moe_ffn(m, l, n);  // engine/moe.h: s.tmp = the experts' (and shared expert's) sum
+            step_mark(STEP_NORMS);
+            f.post_ffn = true;
+            if (!l.ffn_post_norm.empty()) run_entries(m, n, post_norm_range, &f);
+            run_entries(m, n, add_range, &f);
+            continue;
+        }
         const weight_view* gu[2] = {&l.w_gate, &l.w_up};
         float* gu_out[2] = {s.gate.data(), s.up.data()};
         step_mark(step_phase_of(l.w_gate.type));

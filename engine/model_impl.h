@@ -13,6 +13,8 @@
 #include "gguf.h"
 #include "kernels.h"
 #include "model.h"
+#include "moe.h"
+#include "rope_scaling.h"
 
 struct threadpool;
 
@@ -35,6 +37,14 @@ struct model_hparams {
     int32_t n_swa = 0;        // sliding window of the window layers (a query sees its last n_swa positions)
     float rope_base_swa = 10000.0f;  // RoPE base of the window layers
     float logit_softcap = 0.0f;      // logits = c * tanh(logits / c) when > 0
+    rope_scaling rope;               // rope.scaling.* (engine/rope_scaling.h)
+    float rope_mscale = 1.0f;        // multiplier of the rotation's cos and sin (full layers, window layers)
+    float rope_mscale_swa = 1.0f;
+    // mixture of experts (engine/moe.h); n_expert 0 = a dense FFN
+    int32_t n_expert = 0;
+    int32_t n_expert_used = 0;
+    int32_t n_ff_exp = 0;            // each expert's FFN width
+    bool expert_weights_norm = false;  // the chosen experts' weights are divided by their sum
     int32_t n_embd_q() const { return n_head * head_dim; }
     int32_t n_embd_kv() const { return n_head_kv * head_dim; }
 };
@@ -48,6 +58,10 @@ struct layer_weights {
     weight_view w_gate, w_up, w_down;         // (n_ff, n_embd) x2, (n_embd, n_ff)
     std::vector<float> attn_post_norm, ffn_post_norm;  // (n_embd) norms of the block outputs, empty when absent
     bool swa = false;                         // a sliding-window layer (hp.n_swa, rope_inv_freq_swa)
+    // MoE layers (engine/moe.h): w_gate / w_up / w_down then hold the shared expert when there is one
+    weight_view ffn_gate_inp;                 // (n_expert, n_embd) router
+    std::vector<weight_view> exp_gate, exp_up, exp_down;  // n_expert slices: (n_ff_exp, n_embd) x2, (n_embd, n_ff_exp)
+    std::vector<float> shexp_gate;            // (n_embd) the shared expert's gate (qwen2moe), empty when absent
 };
 
 struct model_scratch {
@@ -62,6 +76,7 @@ struct model_scratch {
     mm_scratch mm;
     std::vector<int32_t> seq_pos, seq_idx;   // model_eval_seq's batch (reused: no allocation per call)
     std::vector<uint8_t> seq_want;
+    moe_scratch moe;                          // MoE layers' step (engine/moe.h)
 };
 
 struct strata_model {
@@ -72,9 +87,14 @@ struct strata_model {
     weight_view output;                       // (n_vocab, n_embd); == tok_embd when tied
     std::vector<float> output_norm;           // (n_embd)
     std::vector<layer_weights> layers;
-    std::vector<float> rope_inv_freq;         // (n_rot / 2) base^(-2i / n_rot) / rope_freq_factors[i]
+    std::vector<float> rope_inv_freq;         // (n_rot / 2) base^(-2i / n_rot) / rope_freq_factors[i], scaled
+                                              // (hp.rope: linear or YaRN)
     std::vector<float> rope_freq_factors;     // (n_rot / 2) from rope_freqs.weight (Llama 3.1+), empty if absent
     std::vector<float> rope_inv_freq_swa;     // (n_rot / 2) base_swa^(-2i / n_rot), for the window layers
+    // LongRoPE (phi3): rope_freq_factors holds the short factors; these, the long ones and their frequencies,
+    // which the entries of a cache of more than hp.rope.n_ctx_orig positions take; empty when absent
+    std::vector<float> rope_freq_factors_long;  // (n_rot / 2)
+    std::vector<float> rope_inv_freq_long;      // (n_rot / 2)
     int32_t n_batch = 512;
     threadpool* pool = nullptr;
     const kernel_set* ks = nullptr;
@@ -92,6 +112,9 @@ bool build_llama(strata_model* m, std::string* err);
 bool build_qwen2(strata_model* m, std::string* err);
 bool build_qwen3(strata_model* m, std::string* err);
 bool build_gemma3(strata_model* m, std::string* err);
+bool build_qwen3moe(strata_model* m, std::string* err);
+bool build_qwen2moe(strata_model* m, std::string* err);
+bool build_phi3(strata_model* m, std::string* err);
 
 // Helpers for builders (model.cpp). All set *err to "<file>: tensor '<name>': <reason>" on failure.
 bool model_read_u32(const strata_model* m, const std::string& key, int32_t* out, bool required, std::string* err);
@@ -105,4 +128,5 @@ bool model_vector(const strata_model* m, const std::string& name, int64_t n, boo
 // Reads the hyperparameters every decoder here shares (arch is the GGUF key prefix).
 bool model_read_common_hparams(strata_model* m, const std::string& arch, std::string* err);
 // Loads the per-layer tensors common to llama/qwen2/qwen3 (norms, q/k/v/o, ffn) plus the embedding and head.
-bool model_load_common_tensors(strata_model* m, std::string* err);
+// dense_ffn false: without ffn_gate / ffn_up / ffn_down (MoE layers load their own, engine/moe.h).
+bool model_load_common_tensors(strata_model* m, std::string* err, bool dense_ffn = true);

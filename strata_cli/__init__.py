@@ -226,8 +226,9 @@ def models(ns) -> int:
     for r in rows:
         r["size"], r["names"] = size_text(r["size_bytes"]), ", ".join([r["id"], *r["aliases"]])
         r["status"] = "ok" if r["problem"] is None else f"unsupported: {r['problem']}"
-    print(table(rows, [("names", "MODEL"), ("architecture", "ARCH"), ("quant", "QUANT"), ("size", "SIZE"),
-                       ("context", "CONTEXT"), ("template", "TEMPLATE"), ("status", "STATUS")]))
+        r["experts_text"] = r["experts"] and "{active} of {total}".format(**r["experts"])
+    print(table(rows, [("names", "MODEL"), ("architecture", "ARCH"), ("experts_text", "EXPERTS"), ("quant", "QUANT"),
+                       ("size", "SIZE"), ("context", "CONTEXT"), ("template", "TEMPLATE"), ("status", "STATUS")]))
     return 0
 
 

@@ -20,7 +20,8 @@ from tokenizer.gguf_meta import GGUFError, read_metadata
 
 DEFAULT_MODELS_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
                                   "strata", "models")
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")  # engine/models/<arch>.cpp (a test keeps them equal)
+# engine/models/<arch>.cpp (a test keeps them equal)
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen2moe", "phi3")
 MAX_WALK_FILES = 10000                               # a models folder with more files is the wrong folder
 
 # llama.cpp's `general.file_type` (LLAMA_FTYPE_*) values -> the quantization name
@@ -32,7 +33,7 @@ FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9:
 SUPPORTED_QUANTS = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_S", "Q3_K_M",
                     "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS")
 _SHAPE_KEYS = ("context_length", "block_count", "embedding_length", "attention.head_count",
-               "attention.head_count_kv", "attention.key_length")
+               "attention.head_count_kv", "attention.key_length", "expert_count", "expert_used_count")
 
 
 @dataclass
@@ -51,6 +52,8 @@ class ModelInfo:
     n_head: int = 0
     n_head_kv: int = 0
     head_dim: int = 0
+    n_expert: int = 0                # mixture of experts: experts per layer, and those each token uses (0: dense)
+    n_expert_used: int = 0
     problem: str | None = None       # why Strata cannot serve it (None = it can)
 
     @property
@@ -65,6 +68,7 @@ class ModelInfo:
         return {"id": self.id, "aliases": list(self.aliases), "architecture": self.architecture,
                 "quant": self.quant, "size_bytes": self.size_bytes, "context": self.n_ctx_train,
                 "template": self.template, "path": self.path, "source": self.source,
+                "experts": {"total": self.n_expert, "active": self.n_expert_used} if self.n_expert else None,
                 "status": "ok" if self.usable else "unsupported", "problem": self.problem}
 
 
@@ -110,6 +114,7 @@ def describe(path: str, source: str = "--model", aliases=()) -> ModelInfo:
     info.n_head = whole(shape["attention.head_count"])
     info.n_head_kv = whole(shape["attention.head_count_kv"]) or info.n_head
     info.head_dim = whole(shape["attention.key_length"]) or (info.n_embd // info.n_head if info.n_head else 0)
+    info.n_expert, info.n_expert_used = whole(shape["expert_count"]), whole(shape["expert_used_count"])
     info.problem = _problem(info)
     return info
 

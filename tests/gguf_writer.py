@@ -2,8 +2,11 @@
 
 Contract: `GGUFWriter` collects metadata pairs and tensors and writes one GGUF v3 file (little-endian, data
 aligned to 32 bytes). `random_model(path, arch, vocab_meta, wtype=...)` writes a small decoder of the given
-architecture ("llama", "qwen2", "qwen3", "gemma3") with random weights and the vocabulary metadata it is given (a real
-tokenizer taken from a shipped model, so token ids mean something to both sides). Everything is standard
+architecture ("llama", "qwen2", "qwen3", "gemma3", and the mixtures of experts "qwen3moe", "qwen2moe": stacked
+3-D expert tensors ffn_{gate,up,down}_exps, an F32 router, qwen2moe's shared expert; "phi3": fused attn_qkv and
+gate/up ffn_up, LongRoPE factors rope_factors_short / rope_factors_long) with random weights and the vocabulary
+metadata it is given (a real tokenizer taken from a shipped model, so token ids mean something to both sides).
+Everything is standard
 library: random half floats and quant blocks are made from random bytes whose scale fields are rewritten
 through byte tables, so a 50K-row embedding costs milliseconds, not a Python loop per element.
 
@@ -145,12 +148,20 @@ def norm_weights(rng, n):
     return struct.pack(f"<{n}f", *(1.0 + rng.uniform(-0.2, 0.2) for _ in range(n)))
 
 
-ARCH_SHAPES = dict(n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_layer=2, n_ctx=512, n_swa=16)
+ARCH_SHAPES = dict(n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_layer=2, n_ctx=512, n_swa=16,
+                   n_expert=16, n_expert_used=4, n_ff_exp=128, n_ff_shexp=256, n_rot=None)
+MOE_ARCHS = ("qwen3moe", "qwen2moe")
 
 
-def random_model(path, arch, vocab_meta, wtype="F16", embd_type="Q8_0", seed=1, tied=True, shapes=None):
+def _gauss_f32(rng, n, sigma):
+    return struct.pack(f"<{n}f", *(rng.gauss(0.0, sigma) for _ in range(n)))
+
+
+def random_model(path, arch, vocab_meta, wtype="F16", embd_type="Q8_0", seed=1, tied=True, shapes=None,
+                 arch_kv=None):
     """Writes a random-weight decoder of `arch` with the tokenizer pairs of `vocab_meta` ({key: value} as
-    tools/gguf_meta.read_metadata returns them); every layer matrix is of type wtype."""
+    tools/gguf_meta.read_metadata returns them); every layer matrix is of type wtype. arch_kv: more metadata
+    under the architecture's prefix ({"rope.scaling.type": "yarn", ...}; int -> u32, float -> f32)."""
     sh = dict(ARCH_SHAPES, **(shapes or {}))
     rng = random.Random(seed)
     tokens = vocab_meta["tokenizer.ggml.tokens"]
@@ -158,17 +169,27 @@ def random_model(path, arch, vocab_meta, wtype="F16", embd_type="Q8_0", seed=1, 
     nq, nkv, F = sh["n_head"] * hd, sh["n_head_kv"] * hd, sh["n_ff"]
     w = GGUFWriter()
     w.add("general.architecture", arch)
-    w.add("general.name", f"random-{arch}-{wtype}")
+    # llama.cpp sets token attributes by model name: a name with "phi3" in it wants "</s>" in the vocabulary
+    w.add("general.name", f"random-{arch.replace('phi3', 'phi-three')}-{wtype}")
     w.add("general.alignment", ALIGNMENT)
     a = arch + "."
     for key, val in (("context_length", sh["n_ctx"]), ("embedding_length", E), ("block_count", sh["n_layer"]),
                      ("feed_forward_length", F), ("attention.head_count", sh["n_head"]),
-                     ("attention.head_count_kv", sh["n_head_kv"]), ("rope.dimension_count", hd)):
+                     ("attention.head_count_kv", sh["n_head_kv"]), ("rope.dimension_count", sh["n_rot"] or hd)):
         w.add(a + key, val)
     if arch != "gemma3":
         w.add(a + "rope.freq_base", 10000.0)
     w.add(a + "attention.layer_norm_rms_epsilon", 1e-6)
-    if arch in ("qwen3", "gemma3"):
+    moe = arch in MOE_ARCHS
+    if moe:
+        w.add(a + "expert_count", sh["n_expert"])
+        w.add(a + "expert_used_count", sh["n_expert_used"])
+        w.add(a + "expert_feed_forward_length", sh["n_ff_exp"])
+        if arch == "qwen2moe":
+            w.add(a + "expert_shared_feed_forward_length", sh["n_ff_shexp"])
+    for key, val in (arch_kv or {}).items():
+        w.add(a + key, val)
+    if arch in ("qwen3", "gemma3", "qwen3moe"):
         w.add(a + "attention.key_length", hd)
         w.add(a + "attention.value_length", hd)
     if arch == "gemma3":
@@ -179,6 +200,12 @@ def random_model(path, arch, vocab_meta, wtype="F16", embd_type="Q8_0", seed=1, 
         if key.startswith("tokenizer."):
             item = T_F32 if key.endswith(".scores") else None
             w.add(key, val, item_type=item if isinstance(val, list) else None)
+    if arch == "phi3":  # LongRoPE divisors per frequency: short near 1, long growing towards the slow end
+        half = (sh["n_rot"] or hd) // 2
+        w.add_tensor("rope_factors_short.weight", [half], "F32",
+                     struct.pack(f"<{half}f", *(1.0 + 0.3 * rng.random() for _ in range(half))))
+        w.add_tensor("rope_factors_long.weight", [half], "F32",
+                     struct.pack(f"<{half}f", *(1.0 + 15.0 * i / half + rng.random() for i in range(half))))
     w.add_tensor("token_embd.weight", [E, n_vocab], embd_type, random_blocks(rng, embd_type, E * n_vocab))
     w.add_tensor("output_norm.weight", [E], "F32", norm_weights(rng, E))
     if not tied:
@@ -186,20 +213,40 @@ def random_model(path, arch, vocab_meta, wtype="F16", embd_type="Q8_0", seed=1, 
     for il in range(sh["n_layer"]):
         p = f"blk.{il}."
         w.add_tensor(p + "attn_norm.weight", [E], "F32", norm_weights(rng, E))
-        for name, cols, rows in (("attn_q", E, nq), ("attn_k", E, nkv), ("attn_v", E, nkv),
-                                 ("attn_output", nq, E)):
+        attn = (("attn_qkv", E, nq + 2 * nkv),) if arch == "phi3" else (("attn_q", E, nq), ("attn_k", E, nkv),
+                                                                        ("attn_v", E, nkv))
+        for name, cols, rows in attn + (("attn_output", nq, E),):
             w.add_tensor(p + name + ".weight", [cols, rows], wtype, random_blocks(rng, wtype, cols * rows))
-        if arch == "qwen2":
+        if arch in ("qwen2", "qwen2moe"):
             for name, n in (("attn_q", nq), ("attn_k", nkv), ("attn_v", nkv)):
                 w.add_tensor(p + name + ".bias", [n], "F32", struct.pack(f"<{n}f", *(rng.gauss(0, 0.1) for _ in range(n))))
-        if arch in ("qwen3", "gemma3"):
+        if arch in ("qwen3", "gemma3", "qwen3moe"):
             w.add_tensor(p + "attn_q_norm.weight", [hd], "F32", norm_weights(rng, hd))
             w.add_tensor(p + "attn_k_norm.weight", [hd], "F32", norm_weights(rng, hd))
         if arch == "gemma3":
             w.add_tensor(p + "post_attention_norm.weight", [E], "F32", norm_weights(rng, E))
             w.add_tensor(p + "post_ffw_norm.weight", [E], "F32", norm_weights(rng, E))
         w.add_tensor(p + "ffn_norm.weight", [E], "F32", norm_weights(rng, E))
-        for name, cols, rows in (("ffn_gate", E, F), ("ffn_up", E, F), ("ffn_down", F, E)):
+        if moe:
+            _moe_layer(w, rng, p, arch, sh, wtype)
+            continue
+        ffn = (("ffn_up", E, 2 * F), ("ffn_down", F, E)) if arch == "phi3" else (
+            ("ffn_gate", E, F), ("ffn_up", E, F), ("ffn_down", F, E))
+        for name, cols, rows in ffn:
             w.add_tensor(p + name + ".weight", [cols, rows], wtype, random_blocks(rng, wtype, cols * rows))
     w.write(path)
     return path
+
+
+def _moe_layer(w, rng, p, arch, sh, wtype):
+    """One layer's router (F32, logits of a few units so that the choice is clear), stacked experts (ne =
+    (cols, rows, n_expert): expert e's rows follow expert e - 1's) and qwen2moe's shared expert."""
+    E, X, FX = sh["n_embd"], sh["n_expert"], sh["n_ff_exp"]
+    w.add_tensor(p + "ffn_gate_inp.weight", [E, X], "F32", _gauss_f32(rng, E * X, 0.1))
+    for name, cols, rows in (("ffn_gate_exps", E, FX), ("ffn_up_exps", E, FX), ("ffn_down_exps", FX, E)):
+        w.add_tensor(p + name + ".weight", [cols, rows, X], wtype, random_blocks(rng, wtype, cols * rows * X))
+    if arch == "qwen2moe":
+        FS = sh["n_ff_shexp"]
+        w.add_tensor(p + "ffn_gate_inp_shexp.weight", [E], "F32", _gauss_f32(rng, E, 0.1))
+        for name, cols, rows in (("ffn_gate_shexp", E, FS), ("ffn_up_shexp", E, FS), ("ffn_down_shexp", FS, E)):
+            w.add_tensor(p + name + ".weight", [cols, rows], wtype, random_blocks(rng, wtype, cols * rows))

@@ -1,6 +1,7 @@
-// engine/models/llama.cpp — builder for general.architecture "llama" (SmolLM2, Llama 2/3 without rope
-// scaling keys; rope_freqs.weight factors applied when present): RMS norm, GQA attention without biases, "normal" RoPE on adjacent pairs (the GGUF converter
-// permutes Q/K rows for it), SwiGLU FFN, tied or separate output head.
+// engine/models/llama.cpp — builder for general.architecture "llama" (SmolLM2, Llama 2/3; rope.scaling.* as
+// engine/rope_scaling.h reads it, rope_freqs.weight factors applied when present): RMS norm, GQA attention
+// without biases, "normal" RoPE on adjacent pairs (the GGUF converter permutes Q/K rows for it), SwiGLU FFN,
+// tied or separate output head.
 #include "model_impl.h"
 
 bool build_llama(strata_model* m, std::string* err) {
