@@ -17,7 +17,7 @@ if str(REPO) not in sys.path:
 
 from strata_control import models  # noqa: E402
 from tests import gguf_writer  # noqa: E402
-from tools import gguf_meta  # noqa: E402
+from tokenizer import gguf_meta  # noqa: E402
 
 
 @pytest.fixture(scope="module")

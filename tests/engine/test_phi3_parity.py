@@ -22,7 +22,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tests import gguf_writer, oracle  # noqa: E402
-from tools import gguf_meta  # noqa: E402
+from tokenizer import gguf_meta  # noqa: E402
 
 LOGIT_TOL_FLOAT = 0.01
 LOGIT_TOL_QUANT = 0.03

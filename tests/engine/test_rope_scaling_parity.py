@@ -24,7 +24,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tests import gguf_writer, oracle  # noqa: E402
-from tools import gguf_meta  # noqa: E402
+from tokenizer import gguf_meta  # noqa: E402
 
 LOGIT_TOL_FLOAT = 0.01   # of the logit spread: f16 weights, f16 KV on both sides (test_arch_parity's)
 GREEDY_MARGIN = 0.1      # top-two logit gap under which a greedy step may go either way
