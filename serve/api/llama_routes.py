@@ -10,7 +10,9 @@ Routes:
   of that text), stop: false, id_slot, tokens_predicted, tokens_evaluated}`, then the final object; no `[DONE]`,
   as llama-server), `return_tokens` (the final object's `tokens`: the reply's ids; else empty),
   `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `repeat_penalty`, `repeat_last_n`, `presence_penalty`,
-  `frequency_penalty`, `logit_bias` (pairs or object), `ignore_eos` (bans the end-of-generation tokens; shown
+  `frequency_penalty`, `typical_p`, `top_n_sigma`, `xtc_probability`, `xtc_threshold`, `mirostat`,
+  `mirostat_tau`, `mirostat_eta`, `dry_multiplier`, `dry_base`, `dry_allowed_length`, `dry_penalty_last_n`,
+  `dry_sequence_breakers` (the engine's samplers, docs/PROTOCOL.md), `logit_bias` (pairs or object), `ignore_eos` (bans the end-of-generation tokens; shown
   in `generation_settings.logit_bias` with bias null, as llama-server), `stop`, `return_progress` (stream:
   `prompt_progress {total, cache, processed, time_ms}` chunks while the prompt is read), `timings_per_token`
   (stream: running `timings` on each chunk, the prompt read's on the progress chunks), `response_fields` ("a/b"
@@ -20,8 +22,8 @@ Routes:
   distribution the draw used), `n_cmpl` (alias
   `n`, 1..8 choices of the prompt: a list of final objects with their `index`, chunks carry theirs;
   serve/generation/choices.py). Accepted without effect, as llama-server accepts options its build does not use:
-  `cache_prompt` (the prefix is always reused), `samplers`, `id_slot`, `n_keep`,
-  `typical_p`, `mirostat*`, `dry_*`, `xtc_*`. Wrong types are a 400 naming the field. The final object:
+  `cache_prompt` (the prefix is always reused), `samplers` (the order is the engine's own, engine/sampler.h),
+  `id_slot`, `n_keep`. Wrong types are a 400 naming the field. The final object:
   `content`, `tokens` (with `return_tokens`), `id_slot`, `stop`, `model`, `tokens_predicted`, `tokens_evaluated`,
   `generation_settings`, `prompt`, `has_new_line`, `truncated` (always false: nothing is truncated),
   `stop_type` (eos | limit | word | none), `stopping_word`, `tokens_cached`, `timings`.

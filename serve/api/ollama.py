@@ -14,8 +14,11 @@ Request fields: `messages` (`role`, `content`, `thinking`, `tool_calls`, `tool_n
 vision encoder), `tools` (OpenAI's function shape), `stream` (default **true**: NDJSON, one object a line),
 `think` (true/false, or "low"/"medium"/"high"), `options` (`temperature`, `top_p`, `top_k`, `min_p`,
 `num_predict` (-1 or -2 = no cap), `seed`, `stop`, `repeat_penalty`, `repeat_last_n`, `presence_penalty`,
-`frequency_penalty`; `num_ctx` is a check: a prompt longer than it is a 400, never truncated; other options
-are ignored, as Ollama ignores options a runner does not use), `keep_alive` (checked and accepted: the model
+`frequency_penalty`, `typical_p`, `mirostat`, `mirostat_tau`, `mirostat_eta`; `num_ctx` is a check: a prompt
+longer than it is a 400, never truncated; the runner's load options (`num_keep`, `num_batch`, `num_gpu`,
+`main_gpu`, `num_thread`, `numa`, `use_mmap`, `use_mlock`, `low_vram`, `f16_kv`, `vocab_only`, `logits_all`,
+`embedding_only`, `penalize_newline`) are accepted and have no effect here (the server's own flags set them);
+any other option is a 400 naming it), `keep_alive` (checked and accepted: the model
 stays loaded; lifecycle comes later), `format` ("json" = any JSON object, or a schema: the reply follows it by
 grammar, serve/generation/constrain.py).
 
@@ -53,7 +56,11 @@ from serve.prompt.tool_text import arguments_object
 API_VERSION = "0.12.6"
 NDJSON = "application/x-ndjson"
 _OPTIONS = ("temperature", "top_p", "top_k", "min_p", "seed", "repeat_penalty", "repeat_last_n",
-            "presence_penalty", "frequency_penalty")
+            "presence_penalty", "frequency_penalty", "typical_p", "mirostat", "mirostat_tau", "mirostat_eta")
+# the runner's load-time options: Ollama applies them when it starts a runner; here the server's flags do
+_LOAD_OPTIONS = ("num_keep", "num_batch", "num_gpu", "main_gpu", "num_thread", "numa", "use_mmap", "use_mlock",
+                 "low_vram", "f16_kv", "vocab_only", "logits_all", "embedding_only", "penalize_newline")
+_OTHER_OPTIONS = ("num_predict", "num_ctx", "stop")
 _NS_PER_MS = 1_000_000
 _DURATION = re.compile(r"-?\d+(\.\d+)?|-?(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+")  # Go durations
 
@@ -201,6 +208,10 @@ def _options(options) -> tuple[dict, int | None, int | None, list[str]]:
         return {}, None, None, []
     if not isinstance(options, dict):
         raise BadRequest("options: an object", param="options")
+    unknown = sorted(k for k in options if k not in _OPTIONS + _LOAD_OPTIONS + _OTHER_OPTIONS)
+    if unknown:
+        raise BadRequest(f"options.{unknown[0]}: not supported by this server (sampling options: "
+                         f"{', '.join(_OPTIONS)})", param=f"options.{unknown[0]}")
     fields = {k: options[k] for k in _OPTIONS if options.get(k) is not None}
     numbers = {}
     for name in ("num_predict", "num_ctx"):

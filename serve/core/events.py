@@ -74,6 +74,19 @@ class Sampling:
     penalty_last_n: int | None = None
     seed: int | None = None
     logit_bias: dict[int, float] = field(default_factory=dict)
+    # the engine's further samplers (engine/sampler.h; llama-server's and Ollama's names)
+    typical_p: float | None = None
+    top_n_sigma: float | None = None
+    xtc_probability: float | None = None
+    xtc_threshold: float | None = None
+    mirostat: int | None = None
+    mirostat_tau: float | None = None
+    mirostat_eta: float | None = None
+    dry_multiplier: float | None = None
+    dry_base: float | None = None
+    dry_allowed_length: int | None = None
+    dry_penalty_last_n: int | None = None
+    dry_sequence_breakers: tuple[str, ...] | None = None
 
 
 @dataclass

@@ -51,7 +51,21 @@ _RANGES: dict[str, tuple[str, float | None, float | None, bool, str]] = {
     "presence_penalty": ("f", -2.0, 2.0, False, "a number from -2 to 2"),
     "penalty_last_n": ("i", 0, None, False, "an integer >= 0"),
     "seed": ("i", None, None, False, "an integer"),
+    "typical_p": ("f", 0.0, 1.0, False, "a number from 0 to 1 (1 = off)"),
+    "top_n_sigma": ("f", -1.0, None, False, "a number (<= 0 = off)"),
+    "xtc_probability": ("f", 0.0, 1.0, False, "a number from 0 to 1 (0 = off)"),
+    "xtc_threshold": ("f", 0.0, 1.0, False, "a number from 0 to 1 (above 0.5 = off)"),
+    "mirostat": ("i", 0, 2, False, "0 (off), 1 or 2"),
+    "mirostat_tau": ("f", 0.0, 1000.0, False, "a number from 0 to 1000"),
+    "mirostat_eta": ("f", 0.0, 1000.0, False, "a number from 0 to 1000"),
+    "dry_multiplier": ("f", 0.0, 1000.0, False, "a number from 0 to 1000 (0 = off)"),
+    "dry_base": ("f", 1.0, 1000.0, False, "a number from 1 to 1000"),
+    "dry_allowed_length": ("i", 0, 100000, False, "an integer from 0 to 100000"),
+    "dry_penalty_last_n": ("i", -1, None, False, "an integer >= -1 (-1 = the whole sequence, 0 = off)"),
 }
+DRY_BREAKERS_DEFAULT = ("\n", ":", "\"", "*")  # llama-server's default dry_sequence_breakers
+DRY_BREAKERS_MAX = 32                         # breaker strings one request may name
+DRY_BREAKER_CHARS_MAX = 64                    # characters of one breaker string
 # The config file's stricter ranges (UPSTREAM §9.1): what an operator writes once must be sane.
 _CONFIG_RANGES = dict(_RANGES, **{
     "top_k": ("i", 1, TOP_K_ENGINE_MAX, False, "an integer from 1 to 64"),
@@ -158,7 +172,19 @@ def check_request_sampling(body: dict) -> Sampling:
                 value = body.get(alias)
         if value is not None:
             got[name] = _check_field(name, value, _RANGES)
-    return Sampling(**got, logit_bias=check_logit_bias(body.get("logit_bias")))
+    return Sampling(**got, logit_bias=check_logit_bias(body.get("logit_bias")),
+                    dry_sequence_breakers=check_dry_breakers(body.get("dry_sequence_breakers")))
+
+
+def check_dry_breakers(value: Any) -> tuple[str, ...] | None:
+    """llama-server's `dry_sequence_breakers`: a list of non-empty strings (None: the default set)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > DRY_BREAKERS_MAX or not all(
+            isinstance(v, str) and 0 < len(v) <= DRY_BREAKER_CHARS_MAX for v in value):
+        raise BadRequest(f"`dry_sequence_breakers`: a list of at most {DRY_BREAKERS_MAX} non-empty strings of at "
+                         f"most {DRY_BREAKER_CHARS_MAX} characters", param="dry_sequence_breakers")
+    return tuple(value)
 
 
 def check_config_sampling(block: Any) -> tuple[dict, list[str]]:
@@ -293,4 +319,34 @@ def engine_keys(merged: dict) -> list[str]:
     bias = merged.get("logit_bias") or {}
     if bias:
         keys.append("logit_bias=" + ",".join(f"{t}:{_g(b)}" for t, b in sorted(bias.items())))
+    keys += _more_sampler_keys(merged)
+    return keys
+
+
+def _more_sampler_keys(merged: dict) -> list[str]:
+    """typical_p, top_n_sigma, XTC, Mirostat and DRY, each only when on (docs/PROTOCOL.md). DRY's breakers go
+    as token ids (`dry_breaker_ids`, which the Service adds from its vocabulary)."""
+    keys = []
+    typical = merged.get("typical_p")
+    if typical is not None and typical < 1.0:
+        keys.append(f"typical_p={float(typical)!r}")
+    sigma = merged.get("top_n_sigma")
+    if sigma is not None and sigma > 0:
+        keys.append(f"top_n_sigma={float(sigma)!r}")
+    xtc = merged.get("xtc_probability")
+    if xtc is not None and xtc > 0:
+        keys.append(f"xtc_probability={float(xtc)!r}")
+        keys.append(f"xtc_threshold={float(merged.get('xtc_threshold', 0.1))!r}")
+    mirostat = merged.get("mirostat")
+    if mirostat in (1, 2):
+        keys += [f"mirostat={mirostat}", f"mirostat_tau={float(merged.get('mirostat_tau', 5.0))!r}",
+                 f"mirostat_eta={float(merged.get('mirostat_eta', 0.1))!r}"]
+    dry = merged.get("dry_multiplier")
+    if dry is not None and dry > 0 and merged.get("dry_penalty_last_n", -1) != 0:
+        keys += [f"dry_multiplier={float(dry)!r}", f"dry_base={float(merged.get('dry_base', 1.75))!r}",
+                 f"dry_allowed_length={int(merged.get('dry_allowed_length', 2))}",
+                 f"dry_penalty_last_n={int(merged.get('dry_penalty_last_n', -1))}"]
+        ids = merged.get("dry_breaker_ids")
+        if ids:
+            keys.append("dry_breakers=" + ",".join(str(i) for i in ids))
     return keys

@@ -249,3 +249,32 @@ def test_the_decode_rate_is_over_the_steps_after_the_first_token():
     assert one["predicted_per_second"] == 0.0 and one["predicted_per_token_ms"] == 0.0
     t = reply_timings({"prompt_ms": 5.0, "decode_ms": 150.0}, 10, 16)
     assert t["predicted_per_second"] == 1e3 * 15 / 150.0 and t["predicted_per_token_ms"] == 10.0
+
+
+def test_the_engines_samplers_reach_it_under_llama_servers_names(server, tmp_path):
+    # typical_p, top_n_sigma, XTC, Mirostat and DRY go to the engine as its keys (docs/PROTOCOL.md); DRY's
+    # breaker strings as the ids of every token whose text holds one (ByteTokenizer: a byte is its own token)
+    gens = tmp_path / "gens.txt"
+    s = server({"turns": [{"text": "ok"}], "record_gen": str(gens)})
+    status, body, _ = s.post("/completion", {
+        "prompt": "x", "n_predict": 4, "temperature": 0.8, "typical_p": 0.9, "top_n_sigma": 1.5,
+        "xtc_probability": 0.5, "xtc_threshold": 0.2, "mirostat": 2, "mirostat_tau": 4, "mirostat_eta": 0.2,
+        "dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 3, "dry_penalty_last_n": 128,
+        "dry_sequence_breakers": ["\n", "*"]})
+    assert status == 200, body
+    words = gens.read_text().splitlines()[-1].split()
+    for key in ("typical_p=0.9", "top_n_sigma=1.5", "xtc_probability=0.5", "xtc_threshold=0.2", "mirostat=2",
+                "mirostat_tau=4.0", "mirostat_eta=0.2", "dry_multiplier=0.8", "dry_base=1.75",
+                "dry_allowed_length=3", "dry_penalty_last_n=128", f"dry_breakers={ord(chr(10))},{ord('*')}"):
+        assert key in words, (key, words)
+    # off values send nothing
+    s.post("/completion", {"prompt": "x", "n_predict": 2, "typical_p": 1, "mirostat": 0, "dry_multiplier": 0})
+    words = gens.read_text().splitlines()[-1].split()
+    assert not [w for w in words if w.split("=")[0] in ("typical_p", "mirostat", "dry_multiplier", "dry_breakers")]
+
+
+@pytest.mark.parametrize("field,value", [("typical_p", 2), ("mirostat", 3), ("dry_base", 0.5),
+                                         ("dry_sequence_breakers", "\n"), ("xtc_probability", -1)])
+def test_sampler_values_out_of_range_are_400_naming_them(server, field, value):
+    status, err, _ = server().post("/completion", {"prompt": "x", field: value})
+    assert status == 400 and field in err["error"]["message"], err

@@ -64,7 +64,8 @@ def test_options_map_onto_the_engine_and_durations_are_nanoseconds(server, tmp_p
     assert status == 200, body
     line = gens.read_text().splitlines()[-1]
     assert line.startswith("GEN 3 ")
-    for key in ("temperature=0.3", "top_k=5", "top_p=0.9", "seed=7", "penalty_repeat=1.2"):
+    for key in ("temperature=0.3", "top_k=5", "top_p=0.9", "seed=7", "penalty_repeat=1.2", "mirostat=2",
+                "mirostat_tau=5.0", "mirostat_eta=0.1"):
         assert key in line.split()
     assert body["response"] == "abc" and body["done_reason"] == "length" and body["eval_count"] == 3
     timings = s.svc.history[-1]["timings"]
@@ -77,6 +78,8 @@ def test_options_map_onto_the_engine_and_durations_are_nanoseconds(server, tmp_p
     ({"options": {"temperature": "hot"}}, 400, "options"),
     ({"options": {"num_predict": 1.5}}, 400, "num_predict"),
     ({"options": {"num_ctx": 4}}, 400, "num_ctx"),       # the prompt is longer: never truncated
+    ({"options": {"tfs_z": 0.9}}, 400, "tfs_z"),         # a sampler this server does not have: named, not ignored
+    ({"options": {"mirostat": 3}}, 400, "mirostat"),
     ({"options": []}, 400, "options"),
     ({"keep_alive": "soon"}, 400, "keep_alive"),
     ({"format": "yaml"}, 400, "format"),
