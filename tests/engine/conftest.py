@@ -279,3 +279,18 @@ def check_logits(path, ids, tol):
           f"greedy ours {our_tokens} llama.cpp {their_tokens}")
     assert worst <= tol * spread, f"logits differ by {worst:.4g} (spread {spread:.4g}, tolerance {tol:.0%})"
     assert oracle.greedy_agree(our_tokens, their_tokens, theirs, len(ids), GREEDY_MARGIN), (our_tokens, their_tokens)
+
+
+@pytest.fixture(scope="module")
+def vocab_meta(model_path):
+    """The default model's tokenizer.* metadata (its template left out), for random-weight GGUFs that share
+    its vocabulary (tests/gguf_writer.py)."""
+    from tokenizer import gguf_meta  # the repo root is on sys.path from this module's top
+    meta = gguf_meta.read_metadata(str(model_path))
+    return {k: v for k, v in meta.items() if k.startswith("tokenizer.") and k != "tokenizer.chat_template"}
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(tok):
+    """PROMPT's ids under the default model's tokenizer."""
+    return tok.encode(PROMPT)

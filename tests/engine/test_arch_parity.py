@@ -21,21 +21,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tests import gguf_writer, oracle  # noqa: E402
-from tests.engine.conftest import LOGIT_TOL_FLOAT, PROMPT, check_logits  # noqa: E402
-from tokenizer import gguf_meta  # noqa: E402
+from tests.engine.conftest import LOGIT_TOL_FLOAT, check_logits  # noqa: E402
 
 LOGIT_TOL_QUANT = 0.03   # of the logit spread: llama.cpp's 8-bit activations on quantised weights
-@pytest.fixture(scope="module")
-def vocab_meta(model_path):
-    meta = gguf_meta.read_metadata(str(model_path))
-    return {k: v for k, v in meta.items() if k.startswith("tokenizer.") and k != "tokenizer.chat_template"}
-
-
-@pytest.fixture(scope="module")
-def prompt_ids(tok):
-    return tok.encode(PROMPT)
-
-
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 def test_architecture_matches_llama_cpp(arch, vocab_meta, prompt_ids, tmp_path):
     path = gguf_writer.random_model(tmp_path / f"{arch}.gguf", arch, vocab_meta, wtype="F16", seed=7,

@@ -29,7 +29,6 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tests import gguf_writer, oracle  # noqa: E402
-from tokenizer import gguf_meta  # noqa: E402
 
 LOGIT_TOL_FLOAT = 0.01   # of the logit spread: f16 weights, f16 KV on both sides
 LOGIT_TOL_QUANT = 0.03   # of the logit spread: llama.cpp's 8-bit activations on quantised weights
@@ -38,17 +37,6 @@ MAX_ROUTER_TIE_ROWS = 2  # rows allowed over the tolerance: router near-ties (se
 N_GEN = 16
 PROMPT = ("The quick brown fox jumps over the lazy dog. def fib(n):\n    return n if n < 2 else fib(n-1) + "
           "fib(n-2)\n")
-
-
-@pytest.fixture(scope="module")
-def vocab_meta(model_path):
-    meta = gguf_meta.read_metadata(str(model_path))
-    return {k: v for k, v in meta.items() if k.startswith("tokenizer.") and k != "tokenizer.chat_template"}
-
-
-@pytest.fixture(scope="module")
-def prompt_ids(tok):
-    return tok.encode(PROMPT)
 
 
 def _check(path, ids, tol):

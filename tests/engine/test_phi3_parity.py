@@ -22,7 +22,6 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tests import gguf_writer, oracle  # noqa: E402
-from tokenizer import gguf_meta  # noqa: E402
 
 LOGIT_TOL_FLOAT = 0.01
 LOGIT_TOL_QUANT = 0.03
@@ -34,17 +33,6 @@ LONG_CTX = 2048
 PROMPT = ("The quick brown fox jumps over the lazy dog. def fib(n):\n    return n if n < 2 else fib(n-1) + "
           "fib(n-2)\n")
 KV = {"rope.scaling.original_context_length": N_ORIG, "rope.scaling.attn_factor": 1.19}
-
-
-@pytest.fixture(scope="module")
-def vocab_meta(model_path):
-    meta = gguf_meta.read_metadata(str(model_path))
-    return {k: v for k, v in meta.items() if k.startswith("tokenizer.") and k != "tokenizer.chat_template"}
-
-
-@pytest.fixture(scope="module")
-def prompt_ids(tok):
-    return tok.encode(PROMPT)
 
 
 @pytest.mark.parametrize("wtype,n_ctx", [("F16", None), ("F16", LONG_CTX), ("Q8_0", LONG_CTX)])

@@ -24,7 +24,6 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tests import gguf_writer, oracle  # noqa: E402
-from tokenizer import gguf_meta  # noqa: E402
 
 LOGIT_TOL_FLOAT = 0.01   # of the logit spread: f16 weights, f16 KV on both sides (test_arch_parity's)
 GREEDY_MARGIN = 0.1      # top-two logit gap under which a greedy step may go either way
@@ -51,13 +50,7 @@ LAYERS = {"gemma3": 6}
 
 
 @pytest.fixture(scope="module")
-def vocab_meta(model_path):
-    meta = gguf_meta.read_metadata(str(model_path))
-    return {k: v for k, v in meta.items() if k.startswith("tokenizer.") and k != "tokenizer.chat_template"}
-
-
-@pytest.fixture(scope="module")
-def prompt_ids(tok):
+def prompt_ids(tok):  # conftest's, with the check that the prompt runs past the original context
     ids = tok.encode(PROMPT)
     assert len(ids) > 2 * N_ORIG
     return ids
