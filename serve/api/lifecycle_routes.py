@@ -17,7 +17,7 @@ from strata_control.runconfig_file import ConfigError
 from serve.core.events import BadRequest
 from serve.api import ollama
 from serve.lifecycle import LifecycleError
-from serve.api.openai import model_entries
+from serve.api.openai import model_entries, model_in
 from serve.api.replies import JsonReply
 from serve.generation.guards import REPEAT_STOP_TOKENS
 
@@ -66,6 +66,11 @@ def models(lc, body, ctx):
         data += model_entries(entry.name, entry.aliases, loaded, n_ctx, svc.started if svc is not None else 0,
                               **{k: v for k, v in entry.info.items() if k not in ("n_ctx", "config_path")})
     return JsonReply(200, {"object": "list", "data": data})
+
+
+def model_get(lc, body, ctx):
+    """GET /v1/models/{id} over every model the Lifecycle knows (loaded or not)."""
+    return model_in(models(lc, body, ctx), ctx)
 
 
 def ollama_tags(lc, body, ctx):

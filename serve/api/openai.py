@@ -25,6 +25,7 @@ import hashlib
 import json
 import secrets
 import time
+from urllib.parse import unquote
 
 from serve.generation.choices import check_best_of, check_n, collect_text, merge_done, prepare_choices, run_choices
 from serve.generation.constrain import openai_grammar, refuse_unsupported, strict_requested
@@ -377,3 +378,18 @@ def models(service, body, ctx) -> JsonReply:
     data = model_entries(service.model_name, service.config.get("aliases"), service.engine.alive(),
                          service.engine.max_context or service.engine.known_ctx, service.started)
     return JsonReply(200, {"object": "list", "data": data})
+
+
+def model_in(listing: JsonReply, ctx) -> JsonReply:
+    """GET /v1/models/{id} from a /v1/models listing: the entry whose id (or one of its aliases) is the path's,
+    as OpenAI answers it; else OpenAI's 404 `model_not_found`."""
+    wanted = unquote(ctx.path[len("/v1/models/"):])
+    for entry in listing.body["data"]:
+        if wanted == entry["id"] or wanted in entry.get("aliases", ()):
+            return JsonReply(200, entry)
+    return JsonReply(404, error_body(404, "invalid_request_error", f"The model {wanted[:200]!r} does not exist",
+                                     None, "model_not_found"))
+
+
+def model_get(service, body, ctx) -> JsonReply:
+    return model_in(models(service, body, ctx), ctx)

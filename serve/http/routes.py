@@ -10,7 +10,7 @@ nothing else decides a route. Adding an endpoint: one line in `GET_ROUTES` or `P
 not OpenAI's).
 
 Public surface: `GET_ROUTES`, `POST_ROUTES`, `DELETE_ROUTES`, `PREFIX_ROUTES`, `PAGES`, `PUBLIC_PATHS`,
-`ERROR_DIALECTS`, `OWN_PAGE_ROUTES`, `LIFECYCLE_ONLY`, `OVERRIDES`, `MODEL_ROUTES`, `BY_MODEL_ROUTES`,
+`ERROR_DIALECTS`, `OWN_PAGE_ROUTES`, `LIFECYCLE_ONLY`, `OVERRIDES`, `PREFIX_OVERRIDES`, `MODEL_ROUTES`, `BY_MODEL_ROUTES`,
 `LEASE_PREFIX`.
 """
 from __future__ import annotations
@@ -58,7 +58,8 @@ POST_ROUTES = {
     "/v1/messages": anthropic.messages, "/v1/messages/count_tokens": anthropic.count_tokens,
 }
 DELETE_ROUTES = {"/api/delete": ollama.no_hub, "/v1/stream": stream_sessions.delete_stream}
-PREFIX_ROUTES = {(m, "/v1/responses/"): responses.get_response for m in ("GET", "POST", "DELETE")}  # nothing stored
+PREFIX_ROUTES = {**{(m, "/v1/responses/"): responses.get_response for m in ("GET", "POST", "DELETE")},  # nothing stored
+                 ("GET", "/v1/models/"): openai.model_get}
 
 # Error bodies in the dialect of the path (the rest: OpenAI's, or Anthropic's under /v1/messages)
 ERROR_DIALECTS = (("/api/", ollama), ("/completion", llama_routes), ("/infill", llama_routes),
@@ -75,6 +76,7 @@ LIFECYCLE_ONLY = frozenset({lc.leases, lc.config_get, lc.load, lc.unload, lc.lea
 # routes a Lifecycle answers itself (a None from one: answer as the loaded Service does)
 OVERRIDES = {"/health": lc.health, "/api/health": lc.health, "/v1/health": lc.health, "/v1/models": lc.models,
              "/models": lc.models, "/api/tags": lc.ollama_tags}
+PREFIX_OVERRIDES = {"/v1/models/": lc.model_get}  # the same for paths under a prefix
 # POST routes that run a model: the request's `model` picks it (loaded on demand), counted while it runs
 MODEL_ROUTES = frozenset({"/v1/chat/completions", "/chat/completions", "/v1/completions", "/v1/messages",
                           "/v1/responses", "/responses", "/api/chat", "/api/generate", "/completion",

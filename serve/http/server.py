@@ -38,7 +38,7 @@ from serve.api import anthropic as anthropic_api, lifecycle_routes, llama_routes
 from serve.http import access, guard as http_guard, stream_sessions
 from serve.http.routes import (
     BY_MODEL_ROUTES, DELETE_ROUTES, ERROR_DIALECTS, GET_ROUTES, LEASE_PREFIX, LIFECYCLE_ONLY, MODEL_ROUTES,
-    OVERRIDES, OWN_PAGE_ROUTES, PAGES, POST_ROUTES, PREFIX_ROUTES, PUBLIC_PATHS)
+    OVERRIDES, OWN_PAGE_ROUTES, PAGES, POST_ROUTES, PREFIX_OVERRIDES, PREFIX_ROUTES, PUBLIC_PATHS)
 from serve.ops import metrics_views
 from serve.core.errors import ServiceError, public_text
 from serve.core.events import BadRequest
@@ -284,7 +284,7 @@ class Handler(BaseHTTPRequestHandler):
             return route(svc, body, ctx)
         if route in LIFECYCLE_ONLY:
             return route(svc, body, ctx)
-        override = OVERRIDES.get(path)
+        override = OVERRIDES.get(path) or next((o for p, o in PREFIX_OVERRIDES.items() if path.startswith(p)), None)
         reply = override(svc, body, ctx) if override is not None and method in ("GET", "HEAD") else None
         if reply is not None:
             return reply
