@@ -15,7 +15,7 @@
 #include <cmath>
 #include <type_traits>
 
-#include "kernels_group_avx2.h"  // tile_walk
+#include "kernels_group_avx2.h"  // tile_walk, block_scales, block_accumulate
 #include "kernels_kquant.h"
 
 namespace {
@@ -324,20 +324,9 @@ void group_half(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int 
                 dot(4 * c + 3, _mm256_srli_epi16(w, 12));
             }
         }
-        __m256 dw, off = _mm256_setzero_ps();
-        if constexpr (KIND == 1) {  // half d and m; off = m + 8 d (8 d exact: one rounding, as a float add)
-            dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(gb) + half));
-            const __m256 m = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(gb + 32) + half));
-            off = _mm256_fmadd_ps(dw, _mm256_set1_ps(8.0f), m);
-        } else if constexpr (KIND == 2) {  // half scales
-            dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(gb) + half));
-        } else {
-            dw = _mm256_load_ps(reinterpret_cast<const float*>(gb) + 8 * half);
-        }
-        for (int t = 0; t < T; ++t) {
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(dw, _mm256_set1_ps(ad[t * nb + b])), acc[t]);
-            if constexpr (KIND == 1) acc[t] = _mm256_fmadd_ps(off, _mm256_set1_ps(as[t * nb + b]), acc[t]);
-        }
+        __m256 dw, off;
+        group_avx2::block_scales<KIND>(gb, half, dw, off);
+        for (int t = 0; t < T; ++t) acc[t] = group_avx2::block_accumulate<KIND>(acc[t], s[t], dw, off, ad[t * nb + b], as[t * nb + b]);
     }
     for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + size_t(t) * y_stride + 8 * half, acc[t]);
 }
