@@ -47,6 +47,11 @@ const mm_group_fn* kernels_act8_avxvnni();
 // The same kernels' code with the EVEX vpdpbusd (AVX-512 VNNI + VL), for tests on AVX-512 VNNI hosts; nullptr
 // when not compiled in. Callable only where the AVX-512 VNNI kernel set is.
 const mm_group_fn* kernels_act8_avxvnni_evex();
+// The 16-bit row-group kernels (weight_pack's layout) in their AVX-VNNI form (VEX vpdpwssd; index as above), which
+// kernels_avx2() takes on a CPU with AVX-VNNI, and the same code with the EVEX vpdpwssd for tests on AVX-512
+// VNNI hosts; nullptr when not compiled in (kernels_group16_avx2.h).
+const mm_group_fn* kernels_group16_avxvnni();
+const mm_group_fn* kernels_group16_avxvnni_evex();
 // CPUID.(EAX=7,ECX=1):EAX bit 4 (AVX-VNNI) and the OS saving ymm state; STRATA_AVXVNNI=0 answers false (to
 // measure or test the plain AVX2 kernels on such a CPU).
 bool cpu_has_avx_vnni();

@@ -32,6 +32,9 @@ inline void tile_walk(int n_tok, Tile&& tile) {
 }
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+// Internal linkage: this header is compiled into files built for different ISAs (AVX2, AVX-VNNI, AVX-512); an
+// out-of-line copy shared across them could hand an AVX2-only CPU another file's instructions.
+namespace {
 
 // KIND 0: Q4_0, 1: Q4_1, 2: Q8_0 (weight_pack's and weight_pack8's scale bytes are the same). Rows
 // 8 half .. 8 half + 7 of the block's scales at gb: dw, and for Q4_1 off = m + 8 d (half d and m; 8 d is
@@ -58,6 +61,8 @@ inline __m256 block_accumulate(__m256 acc, __m256i sum, __m256 dw, __m256 off, f
     if constexpr (KIND == 1) acc = _mm256_fmadd_ps(off, _mm256_set1_ps(dsum), acc);
     return acc;
 }
+
+}  // namespace
 
 #endif
 

@@ -184,24 +184,28 @@ void test_kernels() {
 // (vpmaddubsw) kernels, the AVX-VNNI ones where CPUID has the bit, and the same VNNI code in its EVEX encoding
 // on AVX-512 VNNI hosts; each against the AVX2 set's 16-bit row-group kernel over the same 8-bit activations in
 // weight_pack's layout: the same bits for every tile size (1..MM_TOK_TILE tokens, at an offset), for blocks
-// of 4-bit values at the ends of their range (0 and 15 against +-127: the int16 pair sums' bound).
+// of 4-bit values at the ends of their range (0 and 15 against +-127: the int16 pair sums' bound). Likewise
+// the 16-bit kernels' AVX-VNNI form (vpdpwssd) over 16-bit activations.
 void test_group8_tables() {
     const kernel_set* avx2 = kernels_avx2();
     if (!avx2 || !host_has_avx2()) {
         std::printf("8-bit kernel tables: skipped, no AVX2 set or the CPU lacks AVX2\n");
         return;
     }
-    struct table { const char* name; const mm_group_fn* fns; bool usable; };
+    struct table { const char* name; const mm_group_fn* fns; bool usable; int bits; };
+    const bool avx512 = std::strcmp(kernels_get().name, "avx512_vnni") == 0;
     const table tables[] = {
-        {"avx2 (vpmaddubsw)", kernels_act8_avx2(), true},
-        {"avx-vnni (VEX vpdpbusd)", kernels_act8_avxvnni(), cpu_has_avx_vnni()},
-        {"avx-vnni code, EVEX vpdpbusd", kernels_act8_avxvnni_evex(), std::strcmp(kernels_get().name, "avx512_vnni") == 0},
+        {"8-bit avx2 (vpmaddubsw)", kernels_act8_avx2(), true, 8},
+        {"8-bit avx-vnni (VEX vpdpbusd)", kernels_act8_avxvnni(), cpu_has_avx_vnni(), 8},
+        {"8-bit avx-vnni code, EVEX vpdpbusd", kernels_act8_avxvnni_evex(), avx512, 8},
+        {"16-bit avx-vnni (VEX vpdpwssd)", kernels_group16_avxvnni(), cpu_has_avx_vnni(), 16},
+        {"16-bit avx-vnni code, EVEX vpdpwssd", kernels_group16_avxvnni_evex(), avx512, 16},
     };
     const ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0};
     const int64_t n = 32, n_tok = MM_TOK_TILE + 1;
     for (const table& tb : tables) {
         if (!tb.fns || !tb.usable) {
-            std::printf("8-bit kernels %s: %s\n", tb.name, tb.fns ? "skipped, the CPU lacks them" : "not compiled in");
+            std::printf("kernels %s: %s\n", tb.name, tb.fns ? "skipped, the CPU lacks them" : "not compiled in");
             continue;
         }
         int n_checked = 0;
@@ -218,7 +222,7 @@ void test_group8_tables() {
                 std::vector<int8_t> qs8(x.size());
                 std::vector<float> d(size_t(n_tok * nb)), ds(size_t(n_tok * nb));
                 std::vector<int32_t> is(size_t(n_tok * nb), 0);
-                quantize_blocks_scalar(x.data(), n_tok * k, 127, qs.data(), qs8.data(), d.data(), ds.data());
+                quantize_blocks_scalar(x.data(), n_tok * k, tb.bits == 8 ? 127 : 32767, qs.data(), qs8.data(), d.data(), ds.data());
                 for (size_t i = 0; i < qs.size(); ++i) is[i / QK32] += qs[i];
                 const act_q16 a{qs.data(), d.data(), ds.data(), k, is.data(), qs8.data()};
                 g_rng.seed(uint32_t(k) * 7 + uint32_t(ti));
@@ -232,7 +236,8 @@ void test_group8_tables() {
                 weight_view w8 = p16.w;
                 w8.data = raw8.data();
                 auto* packed8 = static_cast<uint8_t*>(std::aligned_alloc(64, (weight_packed_bytes(w8.type, k, n) + 63) / 64 * 64));
-                weight_pack8(w8, packed8);
+                if (tb.bits == 8) weight_pack8(w8, packed8);
+                else weight_pack(w8, packed8);
                 const size_t gbytes = weight_group_bytes(w8.type, k);
                 const mm_group_fn ref = group_fn(*avx2, w8.type);
                 for (int nt = 1; nt <= MM_TOK_TILE; ++nt) {
@@ -241,14 +246,14 @@ void test_group8_tables() {
                         fn(packed8 + size_t(g) * gbytes, nb, a, 1, nt, y8.data() + g * MM_GROUP_ROWS, size_t(n));
                         ref(p16.packed + size_t(g) * gbytes, nb, a, 1, nt, y16.data() + g * MM_GROUP_ROWS, size_t(n));
                     }
-                    CHECK(std::memcmp(y8.data(), y16.data(), y8.size() * 4) == 0, "%s %s k=%lld tile %d: differs from the 16-bit kernel",
+                    CHECK(std::memcmp(y8.data(), y16.data(), y8.size() * 4) == 0, "%s %s k=%lld tile %d: differs from the AVX2 set's kernel",
                           tb.name, quant_name(w8.type), (long long)k, nt);
                     ++n_checked;
                 }
                 std::free(packed8);
             }
         }
-        std::printf("8-bit kernels %s: %d cases equal to the 16-bit kernel's bits\n", tb.name, n_checked);
+        std::printf("kernels %s: %d cases equal to the AVX2 set's 16-bit kernel's bits\n", tb.name, n_checked);
     }
 }
 
