@@ -3,7 +3,12 @@
 #include "kernels_act8.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 namespace {
 
@@ -67,13 +72,32 @@ void quantize_blocks_scalar(const float* x, int64_t k, int32_t qmax, int16_t* qs
 }
 
 void quantize_act8(const float* x, int64_t k, int16_t* qs, int8_t* qs8, float* d, float* dsum) {
-    static const act8_quantize_fn fast =
-        std::strcmp(kernels_get().name, "avx512_vnni") == 0 ? kernels_act8_quantize_avx512() : nullptr;
+    static const act8_quantize_fn fast = std::strcmp(kernels_get().name, "avx512_vnni") == 0 ? kernels_act8_quantize_avx512()
+                                         : std::strcmp(kernels_get().name, "avx2") == 0      ? kernels_act8_quantize_avx2()
+                                                                                             : nullptr;
     if (fast) {
         fast(x, k, qs, qs8, d, dsum);
     } else {
         quantize_blocks_scalar(x, k, 127, qs, qs8, d, dsum);
     }
+}
+
+bool cpu_has_avx_vnni() {
+#if defined(__x86_64__)
+    const char* env = std::getenv("STRATA_AVXVNNI");
+    if (env && std::strcmp(env, "0") == 0) return false;
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    if (!((c >> 27) & 1)) return false;  // OSXSAVE
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 0x6) != 0x6) return false;  // XMM and YMM state enabled
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || a < 1 || !((b >> 5) & 1)) return false;  // AVX2, leaf 7.1 exists
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+    return (a >> 4) & 1;
+#else
+    return false;
+#endif
 }
 
 void weight_pack8(const weight_view& w, uint8_t* out) {
@@ -90,9 +114,11 @@ void weight_pack8(const weight_view& w, uint8_t* out) {
 }
 
 mm_group_fn group8_fn(ggml_type type) {
-    const mm_group_fn* k = kernels_act8_avx512();
-    if (std::strcmp(kernels_get().name, "dotprod") == 0) k = kernels_act8_dotprod();
-    else if (std::strcmp(kernels_get().name, "avx512_vnni") != 0) k = nullptr;
+    static const mm_group_fn* k = std::strcmp(kernels_get().name, "avx512_vnni") == 0 ? kernels_act8_avx512()
+                                  : std::strcmp(kernels_get().name, "dotprod") == 0  ? kernels_act8_dotprod()
+                                  : std::strcmp(kernels_get().name, "avx2") != 0     ? nullptr
+                                  : kernels_act8_avxvnni() && cpu_has_avx_vnni()     ? kernels_act8_avxvnni()
+                                                                                     : kernels_act8_avx2();
     if (!k) return nullptr;
     switch (type) {
     case GGML_TYPE_Q4_0: return k[0];

@@ -16,15 +16,16 @@
 //    The integer sums start at -8 (Q4) or -128 (Q8_0) times the block's activation sum; the float steps are
 //    the 16-bit row-group kernels', so the 8-bit kernel and the 16-bit kernel over the same 8-bit activations
 //    give the same bits (tests/engine/kernels_test.cpp).
-//  - group8_fn is non-null only where the CPU has the 8-bit kernels (AVX-512 VNNI; AArch64's dotprod set,
-//    sdot: kernels_dotprod.cpp); elsewhere the model packs
-//    the 16-bit layout and the mode still quantises to 8 bits (same results, no speed-up).
+//  - group8_fn is non-null only where the chosen kernel set has an 8-bit kernel for the type: AVX-512 VNNI
+//    (Q4_0, Q4_1, Q8_0); AArch64's dotprod set (sdot: kernels_dotprod.cpp); the AVX2 set on a CPU with AVX-VNNI (VEX vpdpbusd; Q4_0, Q4_1, Q8_0); the AVX2 set
+//    without it (vpmaddubsw: Q4_0, Q4_1; kernels_act8_avx2.h says why not Q8_0). Elsewhere the model packs the
+//    16-bit layout and the mode still quantises to 8 bits (same results, no speed-up).
 #pragma once
 
 #include "kernels.h"
 
 // x[0..k) -> 8-bit blocks: qs (int16) and qs8 (int8) hold the same values; d, dsum as quantize_q16. The AVX-512
-// quantiser when the AVX-512 kernel set is chosen (the same values bit for bit), else the scalar one.
+// or AVX2 quantiser when that kernel set is chosen (the same values bit for bit), else the scalar one.
 void quantize_act8(const float* x, int64_t k, int16_t* qs, int8_t* qs8, float* d, float* dsum);
 // The scalar block quantiser of both modes: d = max|x| / qmax, q = nearbyint(x / d) clamped to +-qmax, into qs
 // and (when not null) qs8; dsum = d * (sum of q). quantize_q16's scalar set is this with qmax 32767.
@@ -39,3 +40,20 @@ using act8_quantize_fn = void (*)(const float* x, int64_t k, int16_t* qs, int8_t
 act8_quantize_fn kernels_act8_quantize_avx512();  // nullptr when not compiled in
 // The dotprod set's sdot kernels (kernels_dotprod.cpp; nullptr when not compiled in), indexed as the AVX-512 ones.
 const mm_group_fn* kernels_act8_dotprod();
+// The AVX2 (vpmaddubsw) kernels, index as above, Q8_0's entry nullptr, and quantiser; nullptr when not compiled in.
+const mm_group_fn* kernels_act8_avx2();
+act8_quantize_fn kernels_act8_quantize_avx2();
+// The AVX-VNNI (VEX vpdpbusd) kernels, index as above; nullptr when not compiled in. Callable only where
+// cpu_has_avx_vnni().
+const mm_group_fn* kernels_act8_avxvnni();
+// The same kernels' code with the EVEX vpdpbusd (AVX-512 VNNI + VL), for tests on AVX-512 VNNI hosts; nullptr
+// when not compiled in. Callable only where the AVX-512 VNNI kernel set is.
+const mm_group_fn* kernels_act8_avxvnni_evex();
+// The 16-bit row-group kernels (weight_pack's layout) in their AVX-VNNI form (VEX vpdpwssd; index as above), which
+// kernels_avx2() takes on a CPU with AVX-VNNI, and the same code with the EVEX vpdpwssd for tests on AVX-512
+// VNNI hosts; nullptr when not compiled in (kernels_group16_avx2.h).
+const mm_group_fn* kernels_group16_avxvnni();
+const mm_group_fn* kernels_group16_avxvnni_evex();
+// CPUID.(EAX=7,ECX=1):EAX bit 4 (AVX-VNNI) and the OS saving ymm state; STRATA_AVXVNNI=0 answers false (to
+// measure or test the plain AVX2 kernels on such a CPU).
+bool cpu_has_avx_vnni();

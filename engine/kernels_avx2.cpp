@@ -15,7 +15,8 @@
 #include <cmath>
 #include <type_traits>
 
-#include "kernels_group_avx2.h"  // tile_walk
+#include "kernels_act8.h"        // cpu_has_avx_vnni, kernels_group16_avxvnni
+#include "kernels_group16_avx2.h"  // group_dispatch
 #include "kernels_kquant.h"
 
 namespace {
@@ -281,87 +282,34 @@ void attn_avx2(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
     }
 }
 
-// Row-group kernel over packed weights (layout in kernels.cpp, weight_pack), the AVX-512 set's arithmetic on
-// 8-row halves: in each 64-byte chunk the first 32 bytes are rows 0..7's words, the next 32 rows 8..15's.
-// Per half, block and token: the 16 element pairs go through pmaddwd (8 int32 row lanes) and paddd into an
-// exact integer sum that starts at -8 * (the block's activation sum) for 4-bit weights; then
-// acc += float(sum) * (dw * da) and, for Q4_1, acc += off * dsum, in block order: per row the same float
-// steps as the AVX-512 kernel, so the two sets give the same bits. Tiles of up to 4 tokens (16 ymm).
-using pair16 = int32_t __attribute__((may_alias, aligned(4)));
-
-template <int KIND, int T>
-void group_half(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int half, float* y, size_t y_stride) {
-    constexpr size_t SB = KIND == 2 ? 32 : 64, QB = KIND == 2 ? 512 : 256, GB = SB + QB;
-    const int16_t* aq = a.qs + t0 * a.k;
-    const float* ad = a.d + t0 * nb;
-    const float* as = a.dsum + t0 * nb;
-    const int32_t* ai = a.isum + t0 * nb;
-    __m256 acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi16(0x000F);
-    for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* gb = g + size_t(b) * GB;
-        const uint8_t* q = gb + SB;
-        __m256i s[T];
-        const pair16* ap[T];
-        for (int t = 0; t < T; ++t) {
-            s[t] = KIND == 2 ? _mm256_setzero_si256() : _mm256_set1_epi32(-8 * ai[t * nb + b]);
-            ap[t] = reinterpret_cast<const pair16*>(aq + t * a.k + b * QK32);
-        }
-        auto dot = [&](int j, __m256i v) {
-            for (int t = 0; t < T; ++t) s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(v, _mm256_set1_epi32(ap[t][j])));
-        };
-        if constexpr (KIND == 2) {
-            for (int j = 0; j < 16; ++j) {
-                dot(j, _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(q + 32 * j + 16 * half))));
-            }
-        } else {
-            for (int c = 0; c < 4; ++c) {
-                const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 64 * c + 32 * half));
-                dot(4 * c + 0, _mm256_and_si256(w, low4));
-                dot(4 * c + 1, _mm256_and_si256(_mm256_srli_epi16(w, 4), low4));
-                dot(4 * c + 2, _mm256_and_si256(_mm256_srli_epi16(w, 8), low4));
-                dot(4 * c + 3, _mm256_srli_epi16(w, 12));
-            }
-        }
-        __m256 dw, off = _mm256_setzero_ps();
-        if constexpr (KIND == 1) {  // half d and m; off = m + 8 d (8 d exact: one rounding, as a float add)
-            dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(gb) + half));
-            const __m256 m = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(gb + 32) + half));
-            off = _mm256_fmadd_ps(dw, _mm256_set1_ps(8.0f), m);
-        } else if constexpr (KIND == 2) {  // half scales
-            dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(gb) + half));
-        } else {
-            dw = _mm256_load_ps(reinterpret_cast<const float*>(gb) + 8 * half);
-        }
-        for (int t = 0; t < T; ++t) {
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(dw, _mm256_set1_ps(ad[t * nb + b])), acc[t]);
-            if constexpr (KIND == 1) acc[t] = _mm256_fmadd_ps(off, _mm256_set1_ps(as[t * nb + b]), acc[t]);
-        }
-    }
-    for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + size_t(t) * y_stride + 8 * half, acc[t]);
-}
-
-template <int KIND>
-void group_dispatch(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
-    group_avx2::tile_walk(n_tok, [&](auto tile, int done) {
-        constexpr int T = decltype(tile)::value;
-        float* yt = y + size_t(done) * y_stride;
-        group_half<KIND, T>(g, nb, a, t0 + done, 0, yt, y_stride);
-        group_half<KIND, T>(g, nb, a, t0 + done, 1, yt, y_stride);
-    });
-}
+// Row-group kernels over packed weights: kernels_group16_avx2.h (shared with the AVX-VNNI form).
 
 const kernel_set AVX2_SET = {
     "avx2",          quantize_q16_avx2,    row_dispatch<0>,  row_dispatch<1>,        row_dispatch<2>,
     row_q45k_kq<0>, row_q45k_kq<1>, row_q6k_kq,
     dot_f32_avx2,    dot_f16_f32_avx2,     axpy_f16_avx2,    fp32_to_fp16_row_avx2,
-    attn_avx2,       group_dispatch<0>,    group_dispatch<1>, group_dispatch<2>,
+    attn_avx2,       group_dispatch<0, false>, group_dispatch<1, false>, group_dispatch<2, false>,
 };
+
+// The AVX2 set with, on a CPU that has AVX-VNNI, the Q4_0 / Q4_1 / Q8_0 row-group kernels in their vpdpwssd
+// form (the same bits: kernels_group16_avx2.h); its name stays "avx2" (STRATA_KERNELS=avx2, the tests).
+kernel_set avx2_set_for_cpu() {
+    kernel_set ks = AVX2_SET;
+    const mm_group_fn* vnni = kernels_group16_avxvnni();
+    if (vnni && cpu_has_avx_vnni()) {
+        ks.group_q4_0 = vnni[0];
+        ks.group_q4_1 = vnni[1];
+        ks.group_q8_0 = vnni[2];
+    }
+    return ks;
+}
 
 }  // namespace
 
-const kernel_set* kernels_avx2() { return &AVX2_SET; }
+const kernel_set* kernels_avx2() {
+    static const kernel_set set = avx2_set_for_cpu();
+    return &set;
+}
 
 #else
 

@@ -17,10 +17,13 @@ read (per token).
 `--model gemma` takes the optional Gemma 3 270M package's file (as `strata serve --model gemma`); `--where`
 adds the weight bytes one decoded token reads, by kind (the output head apart), and the bandwidth that
 decode rate implies; `--cpu` adds CPU seconds per 512-token prefill and per decoded token for both sides,
-the comparison a loaded machine disturbs least.
+the comparison a loaded machine disturbs least; `--no-long` leaves out the decode after the long prompt. The
+table's first line names the CPU, STRATA_KERNELS and the peer's SIMD build, the second our kernel set and
+activation bits: a row of the README's table per CPU and kernel set is read off it.
 
 Knows nothing of the server: only the engine's protocol (docs/PROTOCOL.md) and llama_cpp's Python API.
-Public surface: main(argv), Ours, Peer, measure(sides, runs), format_table(rows, threads, kernels),
+Public surface: main(argv), Ours, Peer, measure(sides, runs, long_context), format_table(rows, threads, kernels), cpu_name(),
+simd_features(system_info), peer_features(),
 roofline_report(args, decode_tok_s, peer_tok_s), phases_report(args), measure_cpu(sides, runs), weight_traffic(model, kernels).
 """
 
@@ -213,9 +216,10 @@ class Peer:
         self.llm = None
 
 
-def measure(sides, runs):
+def measure(sides, runs, long_context=True):
     """{test: [best tok/s per side]}; the sides take turns run by run, so load drifting on a shared machine
-    hits both alike."""
+    hits both alike. long_context False leaves out the decode after LONG_PROMPT_TOKENS (its prompt read is
+    most of the run's time on a slow or loaded host)."""
     out = {}
     for n in PREFILL_SIZES:
         best = [0.0] * len(sides)
@@ -228,6 +232,8 @@ def measure(sides, runs):
         for i, side in enumerate(sides):
             best[i] = max(best[i], side.decode(7 + r))
     out["tg%d" % DECODE_TOKENS] = best
+    if not long_context:
+        return out
     best = [0.0] * len(sides)
     for r in range(runs):
         for i, side in enumerate(sides):
@@ -236,9 +242,45 @@ def measure(sides, runs):
     return out
 
 
+def cpu_name():
+    """The host CPU's model name (/proc/cpuinfo), or the platform's processor string."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or "?"
+
+
+def simd_features(system_info):
+    """The SIMD entries that are on (= 1) in llama.cpp's system info text ("CPU : SSE3 = 1 | AVX = 1 | ..."),
+    comma-joined, or "?"."""
+    on = [part.split("=")[0].split(":")[-1].strip() for part in system_info.replace(";", "|").split("|")
+          if "=" in part and part.split("=")[1].strip() == "1"]
+    simd = [name for name in on if name.startswith(("SSE", "SSSE", "AVX", "F16C", "FMA", "BMI", "AMX", "NEON", "SVE",
+                                                    "DOTPROD", "MATMUL_INT8"))]
+    return ",".join(simd) or "?"
+
+
+def peer_features():
+    """The SIMD sets the importable llama.cpp was built with (simd_features of its system info), or "?" when
+    llama_cpp is absent."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return "?"
+    import llama_cpp
+    info = llama_cpp.llama_print_system_info()
+    return simd_features(info.decode() if isinstance(info, bytes) else str(info))
+
+
 def format_table(rows, threads, kernels):
-    """rows: [(test, ours, peer or None)] -> the printed table."""
-    lines = ["threads=%d  ours: strata-engine (%s)  peer: llama.cpp via llama_cpp" % (threads, kernels),
+    """rows: [(test, ours, peer or None)] -> the printed table (its first line: the CPU, our kernel set and
+    STRATA_KERNELS, the peer's SIMD build)."""
+    lines = ["cpu: %s  STRATA_KERNELS=%s  peer built with: %s" % (cpu_name(), os.environ.get("STRATA_KERNELS", "-"),
+                                                                peer_features()),
+             "threads=%d  ours: strata-engine (%s)  peer: llama.cpp via llama_cpp" % (threads, kernels),
              "%-11s %14s %14s %8s" % ("test", "ours tok/s", "llama.cpp", "ratio")]
     for test, ours, peer in rows:
         if peer is None:
@@ -420,6 +462,8 @@ def main(argv=None):
     ap.add_argument("--prefill-phases", action="store_true",
                     help="only prefill: where a %d-token prompt read's time goes (STRATA_STEP_TIMING)" % PREFILL_PHASES_TOKENS)
     ap.add_argument("--where", action="store_true", help="also: the weight bytes one decoded token reads, by kind")
+    ap.add_argument("--no-long", action="store_true", help="leave out the decode after a %d-token prompt"
+                    % LONG_PROMPT_TOKENS)
     ap.add_argument("--cpu", action="store_true", help="also: CPU seconds of a 512-token prefill and per decoded "
                     "token, both sides (for a loaded machine)")
     args = ap.parse_args(argv)
@@ -440,7 +484,7 @@ def main(argv=None):
     if not args.no_peer and importlib.util.find_spec("llama_cpp") is not None:
         sides.append(Peer(args.model, args.threads))
     try:
-        figures = measure(sides, args.runs)
+        figures = measure(sides, args.runs, not args.no_long)
         cpu = measure_cpu(sides, args.runs) if args.cpu else None
     finally:
         for side in sides:
@@ -452,7 +496,7 @@ def main(argv=None):
         if word.startswith("kernels="):
             kernels = word.split("=", 1)[1]
     rows = [(k, v[0], v[1] if len(v) > 1 else None) for k, v in figures.items()]
-    print(format_table(rows, args.threads, kernels))
+    print(format_table(rows, args.threads, "%s, act_bits %d" % (kernels, args.act_bits)))
     tg = figures["tg%d" % DECODE_TOKENS]
     print(roofline_report(args, tg[0], tg[1] if len(tg) > 1 else None))
     if cpu:

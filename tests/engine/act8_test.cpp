@@ -1,7 +1,8 @@
 // tests/engine/act8_test.cpp — the 8-bit activation mode (engine/kernels_act8.h) at the kernel level.
 //
 // Checks: quantize_act8 keeps every value in [-127, 127] with qs == qs8 and within half a step of x, and its
-// AVX-512 form gives the scalar one's bits; for
+// AVX-512 and AVX2 forms give the scalar one's bits; every 8-bit kernel table the host can run (AVX2, AVX-VNNI,
+// the AVX-VNNI code in EVEX form) gives the 16-bit row-group kernel's bits over the same activations; for
 // Q4_0, Q4_1 and Q8_0 weights the 8-bit row-group kernels (where the CPU has them) give the same bits as the
 // 16-bit row-group kernels and the row kernels' exact sums over the same 8-bit activations (the float steps
 // are shared) — for every tile size, fused or not, on 1..3 threads; the mode's error against double stays
@@ -56,33 +57,38 @@ void test_quantize() {
     CHECK(std::fabs(d[0] - 50.0f / 127.0f) < 1e-6f, "block scale");
 }
 
-// the AVX-512 quantiser (where compiled in and the run's set is AVX-512; quantize_act8 takes it with that set) gives the scalar
-// one's bits: values, scales and sums, over ordinary rows, an outlier, ties at half steps and an all-zero block
-void test_quantize_avx512_equals_scalar() {
-    const act8_quantize_fn fast = kernels_act8_quantize_avx512();
-    if (!fast) {
-        std::printf("no AVX-512 act8 quantiser compiled in\n");
-        return;
+bool host_has_avx2() {
+    return std::strcmp(kernels_get().name, "avx2") == 0 || std::strcmp(kernels_get().name, "avx512_vnni") == 0;
+}
+
+// the AVX-512 and AVX2 quantisers (where compiled in and the CPU has them; quantize_act8 takes each with its
+// kernel set) give the scalar one's bits: values, scales and sums, over ordinary rows, an outlier, ties at half
+// steps and an all-zero block
+void test_quantize_simd_equals_scalar() {
+    struct named { const char* name; act8_quantize_fn fn; bool usable; };
+    const named qs[] = {{"AVX-512", kernels_act8_quantize_avx512(), std::strcmp(kernels_get().name, "avx512_vnni") == 0},
+                        {"AVX2", kernels_act8_quantize_avx2(), host_has_avx2()}};
+    for (const named& q : qs) {
+        if (!q.fn || !q.usable) {
+            std::printf("%s act8 quantiser: %s\n", q.name, q.fn ? "skipped, the CPU or the chosen set lacks it" : "not compiled in");
+            continue;
+        }
+        const int64_t k = 576;
+        std::vector<float> x(static_cast<size_t>(k));
+        for (float& v : x) v = frand(-4, 4);
+        x[7] = -61.0f;
+        for (int j = 32; j < 64; ++j) x[size_t(j)] = 127.0f * 0.5f * float(j - 48) / 127.0f;  // half steps: ties
+        x[63] = 127.0f;
+        for (int j = 64; j < 96; ++j) x[size_t(j)] = 0.0f;
+        std::vector<int16_t> qa(size_t(k), 0), qb(size_t(k), 0);
+        std::vector<int8_t> q8a(size_t(k), 0), q8b(size_t(k), 0);
+        std::vector<float> da(size_t(k / 32)), db(size_t(k / 32)), sa(size_t(k / 32)), sb(size_t(k / 32));
+        q.fn(x.data(), k, qa.data(), q8a.data(), da.data(), sa.data());
+        quantize_blocks_scalar(x.data(), k, 127, qb.data(), q8b.data(), db.data(), sb.data());
+        CHECK(qa == qb && q8a == q8b, "%s act8 values differ from the scalar ones", q.name);
+        CHECK(std::memcmp(da.data(), db.data(), da.size() * sizeof(float)) == 0, "%s act8 scales differ", q.name);
+        CHECK(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)) == 0, "%s act8 sums differ", q.name);
     }
-    if (&kernels_get() != kernels_avx512()) {  // compiled in is not runnable: only the AVX-512 set's run takes it
-        std::printf("AVX-512 act8 quantiser: not this run's set (%s)\n", kernels_get().name);
-        return;
-    }
-    const int64_t k = 576;
-    std::vector<float> x(static_cast<size_t>(k));
-    for (float& v : x) v = frand(-4, 4);
-    x[7] = -61.0f;
-    for (int j = 32; j < 64; ++j) x[size_t(j)] = 127.0f * 0.5f * float(j - 48) / 127.0f;  // half steps: ties
-    x[63] = 127.0f;
-    for (int j = 64; j < 96; ++j) x[size_t(j)] = 0.0f;
-    std::vector<int16_t> qa(size_t(k), 0), qb(size_t(k), 0);
-    std::vector<int8_t> q8a(size_t(k), 0), q8b(size_t(k), 0);
-    std::vector<float> da(size_t(k / 32)), db(size_t(k / 32)), sa(size_t(k / 32)), sb(size_t(k / 32));
-    fast(x.data(), k, qa.data(), q8a.data(), da.data(), sa.data());
-    quantize_blocks_scalar(x.data(), k, 127, qb.data(), q8b.data(), db.data(), sb.data());
-    CHECK(qa == qb && q8a == q8b, "AVX-512 act8 values differ from the scalar ones");
-    CHECK(std::memcmp(da.data(), db.data(), da.size() * sizeof(float)) == 0, "AVX-512 act8 scales differ");
-    CHECK(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)) == 0, "AVX-512 act8 sums differ");
 }
 
 struct packed_weight {
@@ -175,12 +181,90 @@ void test_kernels() {
     for (threadpool* p : pools) threadpool_free(p);
 }
 
+// Every 8-bit kernel table the host can run, called directly (whatever set the engine picked): the AVX2
+// (vpmaddubsw) kernels, the AVX-VNNI ones where CPUID has the bit, and the same VNNI code in its EVEX encoding
+// on AVX-512 VNNI hosts; each against the AVX2 set's 16-bit row-group kernel over the same 8-bit activations in
+// weight_pack's layout: the same bits for every tile size (1..MM_TOK_TILE tokens, at an offset), for blocks
+// of 4-bit values at the ends of their range (0 and 15 against +-127: the int16 pair sums' bound). Likewise
+// the 16-bit kernels' AVX-VNNI form (vpdpwssd) over 16-bit activations.
+void test_group8_tables() {
+    const kernel_set* avx2 = kernels_avx2();
+    if (!avx2 || !host_has_avx2()) {
+        std::printf("8-bit kernel tables: skipped, no AVX2 set or the CPU lacks AVX2\n");
+        return;
+    }
+    struct table { const char* name; const mm_group_fn* fns; bool usable; int bits; };
+    const bool avx512 = std::strcmp(kernels_get().name, "avx512_vnni") == 0;
+    const table tables[] = {
+        {"8-bit avx2 (vpmaddubsw)", kernels_act8_avx2(), true, 8},
+        {"8-bit avx-vnni (VEX vpdpbusd)", kernels_act8_avxvnni(), cpu_has_avx_vnni(), 8},
+        {"8-bit avx-vnni code, EVEX vpdpbusd", kernels_act8_avxvnni_evex(), avx512, 8},
+        {"16-bit avx-vnni (VEX vpdpwssd)", kernels_group16_avxvnni(), cpu_has_avx_vnni(), 16},
+        {"16-bit avx-vnni code, EVEX vpdpwssd", kernels_group16_avxvnni_evex(), avx512, 16},
+    };
+    const ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0};
+    const int64_t n = 32, n_tok = MM_TOK_TILE + 1;
+    for (const table& tb : tables) {
+        if (!tb.fns || !tb.usable) {
+            std::printf("kernels %s: %s\n", tb.name, tb.fns ? "skipped, the CPU lacks them" : "not compiled in");
+            continue;
+        }
+        int n_checked = 0;
+        for (int ti = 0; ti < 3; ++ti) {
+            const mm_group_fn fn = tb.fns[ti];
+            if (!fn) continue;
+            for (int64_t k : {64, 576}) {
+                const int64_t nb = k / QK32;
+                std::vector<float> x(size_t(n_tok * k));
+                for (float& v : x) v = frand(-1, 1);
+                x[3] = 40.0f;
+                for (int64_t i = 0; i < QK32; ++i) x[size_t(k + i)] = (i % 2 ? 1.0f : -1.0f);  // token 1, block 0: +-127
+                std::vector<int16_t> qs(x.size());
+                std::vector<int8_t> qs8(x.size());
+                std::vector<float> d(size_t(n_tok * nb)), ds(size_t(n_tok * nb));
+                std::vector<int32_t> is(size_t(n_tok * nb), 0);
+                quantize_blocks_scalar(x.data(), n_tok * k, tb.bits == 8 ? 127 : 32767, qs.data(), qs8.data(), d.data(), ds.data());
+                for (size_t i = 0; i < qs.size(); ++i) is[i / QK32] += qs[i];
+                const act_q16 a{qs.data(), d.data(), ds.data(), k, is.data(), qs8.data()};
+                g_rng.seed(uint32_t(k) * 7 + uint32_t(ti));
+                packed_weight p16(types[ti], k, n, false, 8);
+                if (types[ti] != GGML_TYPE_Q8_0) {  // row 0, block 0: all 15; row 1, block 0: all 0
+                    std::memset(p16.raw.data() + (types[ti] == GGML_TYPE_Q4_1 ? 4 : 2), 0xFF, 16);
+                    std::memset(p16.raw.data() + p16.w.row_bytes + (types[ti] == GGML_TYPE_Q4_1 ? 4 : 2), 0x00, 16);
+                    weight_pack(p16.w, p16.packed);
+                }
+                std::vector<uint8_t> raw8 = p16.raw;
+                weight_view w8 = p16.w;
+                w8.data = raw8.data();
+                auto* packed8 = static_cast<uint8_t*>(std::aligned_alloc(64, (weight_packed_bytes(w8.type, k, n) + 63) / 64 * 64));
+                if (tb.bits == 8) weight_pack8(w8, packed8);
+                else weight_pack(w8, packed8);
+                const size_t gbytes = weight_group_bytes(w8.type, k);
+                const mm_group_fn ref = group_fn(*avx2, w8.type);
+                for (int nt = 1; nt <= MM_TOK_TILE; ++nt) {
+                    std::vector<float> y8(size_t(nt * n), 1.0f), y16(size_t(nt * n), 2.0f);
+                    for (int64_t g = 0; g < n / MM_GROUP_ROWS; ++g) {
+                        fn(packed8 + size_t(g) * gbytes, nb, a, 1, nt, y8.data() + g * MM_GROUP_ROWS, size_t(n));
+                        ref(p16.packed + size_t(g) * gbytes, nb, a, 1, nt, y16.data() + g * MM_GROUP_ROWS, size_t(n));
+                    }
+                    CHECK(std::memcmp(y8.data(), y16.data(), y8.size() * 4) == 0, "%s %s k=%lld tile %d: differs from the AVX2 set's kernel",
+                          tb.name, quant_name(w8.type), (long long)k, nt);
+                    ++n_checked;
+                }
+                std::free(packed8);
+            }
+        }
+        std::printf("kernels %s: %d cases equal to the AVX2 set's 16-bit kernel's bits\n", tb.name, n_checked);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     test_sets_from_args(argc, argv);  // --set NAME: kernels_get() is NAME, or the run is skipped
     test_quantize();
-    test_quantize_avx512_equals_scalar();
+    test_quantize_simd_equals_scalar();
+    test_group8_tables();
     test_kernels();
     if (g_failures) {
         std::fprintf(stderr, "%d failures\n", g_failures);
