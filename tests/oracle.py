@@ -1,7 +1,7 @@
 """Reaching llama.cpp (the oracle) from the tests, and the engine's own logits for the same question.
 
 Contract: llama.cpp runs in its own interpreter (llama-cpp-python in the peer's venv, built outside the repo
-as the README says; env `STRATA_LLAMA_PYTHON` names another), never in the repo's .venv: `ask(request)` writes
+as docs/BENCHMARKS.md says; env `STRATA_LLAMA_PYTHON` names another), never in the repo's .venv: `ask(request)` writes
 the request as JSON, runs tests/llama_oracle.py there and returns its JSON answer. `oracle_python()` is None
 when there is no such interpreter, and `require_oracle()` then skips the calling test with the reason.
 `engine_logits(model, ids, n_gen)` runs build/strata-test-probe for the engine's side of the same question.
