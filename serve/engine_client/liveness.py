@@ -55,7 +55,7 @@ class Heartbeat:
         self.waiting = waiting or (lambda: bool(proc.admissions))
         self.sent = 0                 # the number of the last PING written (0: none yet)
         self.owed_since: float | None = None  # when the owed PING was first tried (None: none is owed)
-        self.last_ping = 0.0          # when the last PING was written
+        self.last_ping = float("-inf")  # when the last PING was written
         self.last_tick: float | None = None
         self.verdict: str | None = None  # why the process was ended, once it was
         self._thread: threading.Thread | None = None
