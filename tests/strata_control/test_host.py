@@ -41,7 +41,7 @@ def test_cpu_max_quota_rounds_up_to_whole_cpus(tmp_path):
     limits = host_limits(_cgroup(tmp_path, cpu_max="150000 100000"))
     assert limits.cpus == min(2, len(os.sched_getaffinity(0)))  # 1.5 CPUs: two threads' worth
     if len(os.sched_getaffinity(0)) > 2:
-        assert "cpu.max '150000 100000'" in limits.cpus_source
+        assert "cpu quota '150000 100000'" in limits.cpus_source
     limits = host_limits(_cgroup(tmp_path, cpu_max="50000 100000"))
     assert limits.cpus == 1 and "allows 0.5 CPUs" in limits.cpus_source
 
@@ -57,6 +57,26 @@ def test_memory_max_and_current_are_read(tmp_path, monkeypatch):
     limits = host_limits()
     assert (limits.memory_max_bytes, limits.memory_used_bytes) == (512 * MIB, 100 * MIB)
     assert "memory.max" in limits.memory_source and str(tmp_path) in limits.memory_source
+
+
+def test_cgroup_v1_names_are_read_too(tmp_path):
+    d = tmp_path / "v1"
+    d.mkdir()
+    (d / "cpu.cfs_quota_us").write_text("50000\n")
+    (d / "cpu.cfs_period_us").write_text("100000\n")
+    (d / "memory.limit_in_bytes").write_text(f"{256 * MIB}\n")
+    (d / "memory.usage_in_bytes").write_text(f"{10 * MIB}\n")
+    limits = host_limits(str(d))
+    assert limits.cpus == 1 and (limits.memory_max_bytes, limits.memory_used_bytes) == (256 * MIB, 10 * MIB)
+    (d / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    (d / "cpu.cfs_quota_us").write_text("-1\n")
+    limits = host_limits(str(d))
+    assert limits.memory_max_bytes is None and limits.cpus == len(os.sched_getaffinity(0))
+
+
+def test_this_hosts_own_limits_read_without_error():
+    limits = host_limits()
+    assert 1 <= limits.cpus <= (os.cpu_count() or 1) and limits.cpus_source
 
 
 def test_the_plan_threads_follow_the_usable_cpus(tmp_path):
