@@ -4,7 +4,14 @@ Role: start `strata-engine --serve <args>`, wait for READY, and turn token-id pr
 ids. Each started process is an `EngineProcess` (serve/engine_client/protocol.py: its pipes, its pump, its queues);
 a request is bound to the process it was sent on and reads only that process's queues. A solo engine runs one
 `GEN` at a time under `ctl` (the one place solo requests are serialised); an engine with decode slots runs
-requests concurrently through serve/engine_client/batch.py. It knows nothing of HTTP, templates or text.
+requests concurrently through serve/engine_client/batch.py. Each process gets a Heartbeat
+(serve/engine_client/liveness.py) that ends it when it is frozen (no PONG and no line for `stall_s`); a solo
+command is marked on its process (`EngineProcess.solo`) so its own clock judges it meanwhile. It knows nothing
+of HTTP, templates or text.
+
+Locks: `ctl` the control lines (one solo GEN, one BGEN write or one control command); `slot_cv` the slot
+tables and admission queues (batch.py); `_state` the fields it names; `_life` start / restart / close; each
+process's `wlock` its stdin (every writer, the heartbeat's non-blocking PING included).
 
 Public surface (implements serve.engine_client.protocol.EngineClient):
 - `StrataEngine(argv, args, log_path=None, env=None, cwd=None, silence_s=..., on_line=None)`; `start()` (spawn
