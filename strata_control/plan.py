@@ -9,7 +9,11 @@ Memory model (the engine's, engine/kv_cache.h and engine/slots.cpp): each engine
 GGUF's size once repacked) plus one KV cache of n_ctx positions for its solo sequence and one per lane;
 K and V are each (n_layer, n_head_kv, n_ctx, head_dim) at 2 bytes (f16) or 34/32 bytes (q8_0) per value.
 
-Public surface: `Machine`, `machine_facts()`, `Plan`, `PlanRefused`, `make_plan(model, machine, want)`,
+Host limits (strata_control/host.py): threads default to the CPUs this process may use when those are fewer
+than the physical cores (affinity, cgroup cpu.max), and the memory budget is the smaller of the free RAM and
+what the cgroup's memory.max leaves; both reasons name their source.
+
+Public surface: `Machine`, `machine_facts()`, `Plan`, `PlanRefused`, `make_plan(model, machine, want)`, `memory_budget(machine)`,
 `kv_bytes_per_token(model, kv)`, `clamp_lanes(asked)`, `default_lanes(cores)`, `LANES_MAX`, `CPU_CONTEXT_CAP`.
 
 Reasons tell where each value came from: the default (and why), asked (`--flag` or the run config), measured
@@ -21,6 +25,8 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass, field
+
+from strata_control.host import host_limits
 
 LANES_MAX = 8                  # the engine's slot limit (docs/PROTOCOL.md: --batch 1..8)
 CPU_CONTEXT_CAP = 8192         # the engine's default context cap on the CPU (engine/main.cpp)
@@ -47,6 +53,11 @@ class Machine:
     gpus: list = field(default_factory=list)  # [{"name", "memory_bytes", "present": bool}] as described
     gpu_kernels: bool = False           # whether this build has GPU kernels (not in this wave)
     os: str = ""
+    usable_cpus: int | None = None      # CPUs this process may use (affinity, cgroup cpu.max); None: all
+    cpus_source: str = ""               # why that many (strata_control/host.py)
+    memory_max_bytes: int | None = None  # the cgroup's memory.max; None: no limit
+    memory_used_bytes: int = 0          # in use in that cgroup now
+    memory_source: str = ""             # where the limit was read
 
 
 def machine_facts() -> Machine:
@@ -74,8 +85,12 @@ def machine_facts() -> Machine:
     gpus = [{"name": name, "memory_bytes": 0, "present": True}
             for name in sorted(os.listdir("/proc/driver/nvidia/gpus"))] \
         if os.path.isdir("/proc/driver/nvidia/gpus") else []
+    limits = host_limits()
     return Machine(cores=cores, physical_cores=physical, ram_bytes=total, free_ram_bytes=free,
-                   cpu_features=frozenset(flags), gpus=gpus, os=f"{platform.system()} {platform.release()}")
+                   cpu_features=frozenset(flags), gpus=gpus, os=f"{platform.system()} {platform.release()}",
+                   usable_cpus=limits.cpus, cpus_source=limits.cpus_source,
+                   memory_max_bytes=limits.memory_max_bytes, memory_used_bytes=limits.memory_used_bytes,
+                   memory_source=limits.memory_source)
 
 
 @dataclass
@@ -168,8 +183,9 @@ def clamp_lanes(asked) -> tuple[int, str | None]:
 
 def _lanes(asked, machine: Machine, sources: dict, notices) -> tuple[int, str]:
     if asked is None:
-        lanes = default_lanes(machine.cores)
-        return lanes, (f"lanes {lanes}: the default on {machine.cores} CPUs (a second request is answered while "
+        cpus = min(machine.cores, machine.usable_cpus or machine.cores)  # those this process may use
+        lanes = default_lanes(cpus)
+        return lanes, (f"lanes {lanes}: the default on {cpus} CPUs (a second request is answered while "
                        "a long reply runs; --parallel N to change)" if lanes > 1 else
                        "lanes 1: the default on one CPU (--parallel N for more)")
     lanes, notice = clamp_lanes(asked)
@@ -179,15 +195,36 @@ def _lanes(asked, machine: Machine, sources: dict, notices) -> tuple[int, str]:
     return lanes, f"lanes {lanes}: {_asked('parallel', sources)}"
 
 
-def _threads(asked, machine: Machine, replicas: int, sources: dict) -> tuple[int, str]:
-    share = max(1, machine.physical_cores // replicas)
+def _threads(asked, machine: Machine, replicas: int, sources: dict, notices) -> tuple[int, str]:
+    usable = machine.usable_cpus
+    limited = usable is not None and usable < machine.physical_cores
+    base = usable if limited else machine.physical_cores
+    share = max(1, base // replicas)
     if asked is None:
-        return share, (f"threads {share}: the default, one per physical core" if replicas == 1 else
-                       f"threads {share}: the default, {machine.physical_cores} physical cores shared by "
-                       f"{replicas} replicas")
+        per = (f"one per CPU this process may use ({machine.cpus_source})" if limited else
+               "one per physical core")
+        return share, (f"threads {share}: the default, {per}" if replicas == 1 else
+                       f"threads {share}: the default, {base} {'usable CPUs' if limited else 'physical cores'} "
+                       f"shared by {replicas} replicas")
     if not 1 <= int(asked) <= machine.cores:
         raise PlanRefused(f"--threads {asked}: this machine has {machine.cores} CPUs; use 1..{machine.cores}")
+    if usable is not None and int(asked) > usable:
+        notices.append(f"--threads {asked}: this process may use {usable} CPUs ({machine.cpus_source}); "
+                       "the threads will share them")
     return int(asked), f"threads {asked}: {_asked('threads', sources)}"
+
+
+def memory_budget(machine: Machine) -> tuple[int, str]:
+    """Bytes a plan may allocate, and where the bound comes from: RAM_USE_FRACTION of the RAM free now, or
+    of what the cgroup's memory.max leaves (less what its members use now) when that is smaller."""
+    free = int(machine.free_ram_bytes * RAM_USE_FRACTION)
+    if machine.memory_max_bytes is None:
+        return free, f"{machine.free_ram_bytes // MIB} MiB free now"
+    left = int(max(0, machine.memory_max_bytes - machine.memory_used_bytes) * RAM_USE_FRACTION)
+    if left >= free:
+        return free, f"{machine.free_ram_bytes // MIB} MiB free now; the cgroup allows more"
+    return left, (f"{machine.memory_source}: {machine.memory_max_bytes // MIB} MiB, "
+                  f"{machine.memory_used_bytes // MIB} MiB of it in use; {machine.free_ram_bytes // MIB} MiB free")
 
 
 def make_plan(model, machine: Machine, want: dict | None = None) -> Plan:
@@ -204,7 +241,7 @@ def make_plan(model, machine: Machine, want: dict | None = None) -> Plan:
         raise PlanRefused(f"--replicas {replicas}: at least 1")
     sources = want.get("sources") or {}
     lanes, lanes_why = _lanes(want.get("parallel"), machine, sources, notices)
-    threads, threads_why = _threads(want.get("threads"), machine, replicas, sources)
+    threads, threads_why = _threads(want.get("threads"), machine, replicas, sources, notices)
     kernels, kernels_why = _kernels(machine.cpu_features)
     device, device_why = _device(machine)
     reasons = [device_why, kernels_why, threads_why, lanes_why]
@@ -226,7 +263,7 @@ def _fit(model, machine: Machine, want: dict, lanes: int, replicas: int, sources
                           f"(its training context is {train})")
     target = int(asked_ctx) if asked_ctx is not None else min(train, CPU_CONTEXT_CAP)
     sequences = 1 + (lanes if lanes >= 2 else 0)   # the solo sequence and one per lane
-    budget = int(machine.free_ram_bytes * RAM_USE_FRACTION)
+    budget, budget_why = memory_budget(machine)
     fixed = replicas * (model.size_bytes + ENGINE_OVERHEAD_BYTES)
     kinds = [asked_kv] if asked_kv else ["f16"] + (["q8_0"] if model.head_dim % 32 == 0 else [])
     per_token = {k: kv_bytes_per_token(model, k) * sequences * replicas for k in kinds}
@@ -240,17 +277,18 @@ def _fit(model, machine: Machine, want: dict, lanes: int, replicas: int, sources
                 f"the default (the model's {train}, at most {CPU_CONTEXT_CAP})"
             kv_why = f"kv {kv}: " + (_asked("kv", sources) if asked_kv else "the default, f16; it fits" if kv == "f16" else
                                      "f16 does not fit at this context, q8_0 does (about half the bytes)")
-            return target, kv, [f"context {target}: {src}; fits ({why_seq})", kv_why], memory(kv, target)
+            return target, kv, [f"context {target}: {src}; fits ({why_seq})",
+                                f"memory {budget // MIB} MiB usable: {budget_why}", kv_why], memory(kv, target)
     if asked_ctx is None:   # cut the default context to what fits, smallest KV type
         kv = kinds[-1]
         n = int((budget - fixed) / per_token[kv]) // CONTEXT_STEP * CONTEXT_STEP if budget > fixed else 0
         if n >= MIN_CONTEXT:
             kv_why = f"kv {kv}: " + (_asked("kv", sources) if asked_kv else "the smallest cache type")
             return n, kv, [f"context {n}: cut from {target} to fit {budget // MIB} MiB usable ({why_seq})",
-                           kv_why], memory(kv, n)
+                           f"memory {budget // MIB} MiB usable: {budget_why}", kv_why], memory(kv, n)
     kv = kinds[-1]
     need = memory(kv, asked_ctx or MIN_CONTEXT)
     raise PlanRefused(f"{model.id} does not fit: needs {need['total'] // MIB} MiB (weights "
                       f"{need['weights'] // MIB}, KV {need['kv'] // MIB} at {asked_ctx or MIN_CONTEXT} tokens, "
                       f"{kv}, {why_seq}, overhead {need['overhead'] // MIB}) but {budget // MIB} MiB are usable "
-                      f"({machine.free_ram_bytes // MIB} MiB free now)")
+                      f"({budget_why})")

@@ -41,7 +41,7 @@ KEYS: dict[str, Key] = {
     "models_dirs": Key("list", "folders searched for GGUF files (default ~/.cache/strata/models)"),
     "max_context": Key("int", "context in tokens (--ctx; default: what fits, at most the model's and 8192)",
                        16, 1 << 20),
-    "threads": Key("int", "engine threads (--threads; default: physical cores)", 1, 1024),
+    "threads": Key("int", "engine threads (--threads; default: physical cores, at most the CPUs this process may use)", 1, 1024),
     "parallel": Key("int", "decode lanes, 1..8 (--parallel; other values are clamped with a notice)", -1e9, 1e9),
     "chunk": Key("int", "prompt tokens per engine evaluation (engine --chunk; serve --calibrate writes it)", 1,
                  65536),

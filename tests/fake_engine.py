@@ -13,7 +13,8 @@ Script (JSON object, every key optional):
   no_stop        READY without `stop` (the engine then ignores STOP)
   info           extra INFO k=v text;  raw_start: lines (latin-1 escapes allowed) written before READY
   stderr_start   lines written to stderr at start (the engine log: what a death note quotes)
-  record         file to append every received command to ("<pid> <line>", cut at 200 characters)
+  record         file to append every received command to ("<pid> <line>", cut at 200 characters; `PING`s only
+                 with record_ping: true, so the heartbeat leaves the other tests' records alone)
   record_gen     file to append every GEN line to, whole (a test reads each pass's prompt ids back)
   state          directory that counts starts, so `starts` can script each (re)start differently
   starts         list of objects merged over the script for start 0, 1, ... (the last one repeats)
@@ -22,8 +23,10 @@ A turn: text (answer; its UTF-8 bytes are the token ids) or ids (list); repeat (
 eos (default true: end with 258); token_delay_s; first_delay_s (after the prompt is read); pp_chunk (default
 512) and pp_delay_s (per prompt chunk); die_after (exit 3 after that many tokens); silent_after (then write
 nothing and ignore STOP); raw (lines written verbatim, latin-1, before the tokens); err (answer ERR with it);
-nonfinite (finish nonfinite, no tokens); drafts ([accepted, offered] or [accepted, offered, steps]: DONE's
+nonfinite (finish nonfinite, no tokens); freeze_after (after that many tokens the fake SIGSTOPs itself: a
+frozen engine, which a test ends with SIGKILL or SIGCONT); drafts ([accepted, offered] or [accepted, offered, steps]: DONE's
 drafts_acc/drafts_off and `drafts_n=steps`, default [0, 0]; null writes `- -`, drafting off).
+`PING <n>` is answered `PONG <n>` when the loop takes it: at once when idle, after the whole GEN otherwise.
 `logprobs=K` makes every T line carry `logprobs_suffix` (a fixed pattern a test can predict).
 `grammar=` on GEN/BGEN (docs/PROTOCOL.md) is decoded as the real engine does: a malformed escape or a text
 with no `root ::=` is refused with the real engine's ERR; `record_grammar` (script key) names a file each
@@ -36,6 +39,7 @@ import math
 import os
 import queue
 import re
+import signal
 import struct
 import sys
 import threading
@@ -161,7 +165,7 @@ class Engine:
         self.record = script.get("record")
 
     def log(self, line):
-        if self.record:
+        if self.record and (not line.startswith("PING ") or self.s.get("record_ping")):
             with open(self.record, "a", encoding="utf-8") as f:
                 f.write(f"{os.getpid()} {line[:200]}\n")
 
@@ -203,6 +207,8 @@ class Engine:
                 self.embed(line)
             elif word == "VRAM":
                 emit("VRAM ram_used_mib=10 ram_total_mib=100")
+            elif word == "PING" and line[5:].isdigit():
+                emit(f"PONG {line[5:]}")
             elif word in ("SAVE", "RESTORE"):
                 emit(f"{'SAVED' if word == 'SAVE' else 'RESTORED'} {len(self.session)} 100 1.0")
             else:
@@ -295,6 +301,8 @@ class Engine:
                 sys.stderr.write("fake engine: dying mid-stream as scripted\n")
                 sys.stderr.flush()
                 os._exit(3)
+            if "freeze_after" in t and len(out) >= t["freeze_after"]:
+                os.kill(os.getpid(), signal.SIGSTOP)
             if "silent_after" in t and len(out) >= t["silent_after"]:
                 while True:
                     time.sleep(3600)

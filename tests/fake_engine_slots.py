@@ -22,6 +22,9 @@ Script (JSON; every key optional; `starts` and `state` as in tests/fake_engine.p
   stray: lines written right after READY (e.g. a `BT 3 65` for nobody)
   bstop_lag_steps: steps a decoding slot still makes after its BSTOP (the token of a step under way)
   die_after_steps: exit 3 after that many steps
+  freeze_after_steps: SIGSTOP itself after that many steps (a frozen engine, mid-stream)
+`PING <n>` is answered `PONG <n>` when the loop takes it (at once when idle, between two steps), and is not
+recorded unless the script says record_ping: true.
   hang_after_bstop: after a BSTOP, write nothing more (but `tick_s` WARN lines) for this many seconds
   hang_on_stop: the same after a STOP;  tick_s: a `WARN tick` line this often while hanging
   hang_steps: while hanging, the other busy slots go on (BT lines only, none for the hanging slot)
@@ -32,6 +35,7 @@ Script (JSON; every key optional; `starts` and `state` as in tests/fake_engine.p
 """
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -95,7 +99,7 @@ class Engine:
         self.step_tokens = int(s.get("step_tokens", s.get("pp_chunk", 64)))
 
     def log(self, line):
-        if self.s.get("record"):
+        if self.s.get("record") and (not line.startswith("PING ") or self.s.get("record_ping")):
             with open(self.s["record"], "a", encoding="utf-8") as f:
                 f.write(f"{os.getpid()} {line[:100000]}\n")
 
@@ -180,6 +184,8 @@ class Engine:
             emit(f"ERR BSTOP: no slot {line[6:40]}")
         elif word == "VRAM":
             emit("VRAM ram_used_mib=10 ram_total_mib=100")
+        elif word == "PING" and line[5:].isdigit():
+            emit(f"PONG {line[5:]}")
         elif word:
             emit(f"ERR unknown command {word[:40]!r}")
 
@@ -279,6 +285,8 @@ class Engine:
             sys.stderr.write("fake engine: dying as scripted\n")
             sys.stderr.flush()
             os._exit(3)
+        if "freeze_after_steps" in self.s and self.steps > self.s["freeze_after_steps"]:
+            os.kill(os.getpid(), signal.SIGSTOP)
         for b in busy:
             if self.slots[b]["phase"] and self.bstopped(b):
                 continue

@@ -11,7 +11,9 @@ and `waiting` (requests waiting for a free slot, served short first: `STRATA_ADM
 that waited `STRATA_ADMIT_MAX_WAIT_S` counts as short). `engine.ctl` guards the control lines: writing a `BGEN`
 (and noting it as waiting for its answer) or a whole control command. Admissions are pipelined: the answer,
 `BACC` or `ERR`, comes on the request's own slot queue (the pump attributes it; docs/PROTOCOL.md). Every
-wait has a limit.
+wait has a limit, and each also ends when its process ends: the process's heartbeat
+(serve/engine_client/liveness.py) ends a frozen engine within STRATA_ENGINE_STALL_S of its last line, whether
+requests wait for a slot, for an admission's BACC or for their next token.
 
 Rules it keeps (each has a test in tests/serve/test_batch*.py):
 - Ownership: a request is bound to the process it was admitted on, reads only that process's queues and never
@@ -225,8 +227,12 @@ class BatchPath:
         """The control-line exchange: write the BGEN (its answer, BACC or ERR, comes on the slot's own queue:
         admissions are pipelined, so a request never waits for another's answer)."""
         proc, e = req.proc, self.engine
-        if not e.ctl.acquire(timeout=CONTROL_WAIT_S):
-            raise EngineDied("the engine's control lines stayed busy; this request was not sent")
+        end = time.monotonic() + CONTROL_WAIT_S
+        while not e.ctl.acquire(timeout=POLL_S):  # its holder is bounded too; a frozen engine ends meanwhile
+            if proc.ended:
+                raise EngineDied(e.gone(proc))
+            if time.monotonic() > end:
+                raise EngineDied("the engine's control lines stayed busy; this request was not sent")
         try:
             if proc.ended or proc is not e.current():
                 raise EngineDied(e.gone(proc))  # never sent to a later process

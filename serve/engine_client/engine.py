@@ -4,7 +4,14 @@ Role: start `strata-engine --serve <args>`, wait for READY, and turn token-id pr
 ids. Each started process is an `EngineProcess` (serve/engine_client/protocol.py: its pipes, its pump, its queues);
 a request is bound to the process it was sent on and reads only that process's queues. A solo engine runs one
 `GEN` at a time under `ctl` (the one place solo requests are serialised); an engine with decode slots runs
-requests concurrently through serve/engine_client/batch.py. It knows nothing of HTTP, templates or text.
+requests concurrently through serve/engine_client/batch.py. Each process gets a Heartbeat
+(serve/engine_client/liveness.py) that ends it when it is frozen (no PONG and no line for `stall_s`); a solo
+command is marked on its process (`EngineProcess.solo`) so its own clock judges it meanwhile. It knows nothing
+of HTTP, templates or text.
+
+Locks: `ctl` the control lines (one solo GEN, one BGEN write or one control command); `slot_cv` the slot
+tables and admission queues (batch.py); `_state` the fields it names; `_life` start / restart / close; each
+process's `wlock` its stdin (every writer, the heartbeat's non-blocking PING included).
 
 Public surface (implements serve.engine_client.protocol.EngineClient):
 - `StrataEngine(argv, args, log_path=None, env=None, cwd=None, silence_s=..., on_line=None)`; `start()` (spawn
@@ -23,11 +30,13 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import signal
 import subprocess
 import threading
 import time
 
 from serve.engine_client.batch import BatchPath
+from serve.engine_client.liveness import Heartbeat
 from serve.engine_client.protocol import (
     ENGINE_SILENCE_S, HEARTBEAT_S, MAX_LINE_BYTES, POLL_S, Allowance, EngineBadLine, EngineDied, EngineNonFinite,
     EngineProcess, EngineRefused, EngineSilent, EngineStarting, EngineStuck, parse_done, parse_kv, parse_progress,
@@ -43,7 +52,8 @@ def _env_float(name: str, default: float) -> float:
 
 
 ENGINE_READY_S = 900.0       # a large model on a slow disk can take minutes; env STRATA_ENGINE_READY_S, 0 = forever
-ENGINE_STALL_S = 90.0        # silent AND not using CPU/IO this long = frozen; env STRATA_ENGINE_STALL_S, 0 = off
+ENGINE_STALL_S = 90.0        # frozen: no PONG and no line this long (serve/engine_client/liveness.py), or during a
+#                              solo command silent AND using no CPU/IO this long; env STRATA_ENGINE_STALL_S, 0 = off
 CLOSE_WAIT_S = 20.0          # each of QUIT, terminate, kill gets this long
 RESTART_RETRY_S = 15.0       # pause between start attempts
 LOG_TAIL_LINES = 20          # log lines quoted when a start fails
@@ -155,6 +165,8 @@ class StrataEngine:
             self._log = log if log is not subprocess.DEVNULL else None
             self._cur = proc
         start_pump(proc, self.on_line)
+        proc.heartbeat = Heartbeat(proc, self.stall_s)
+        proc.heartbeat.start()
         with self.slot_cv:
             self.slot_cv.notify_all()
 
@@ -248,6 +260,8 @@ class StrataEngine:
             if step is not None and p.poll() is None:
                 with contextlib.suppress(OSError):
                     step()
+                    if step is p.terminate:
+                        p.send_signal(signal.SIGCONT)  # a stopped process acts on SIGTERM only once it runs
             if step is None and not polite:
                 continue
             try:
@@ -373,21 +387,25 @@ class StrataEngine:
                 time.sleep(POLL_S / 10)
             if proc.admissions:
                 raise EngineDied("admissions stayed unanswered; the command was not sent")
-            yield proc
+            with proc.solo():
+                yield proc
         finally:
             self.ctl.release()
 
     def _read_control(self, proc: EngineProcess, deadline_s: float, accept):
-        """Lines until `accept(line)` returns a value; ERR -> EngineRefused; EOF -> EngineDied."""
-        end = time.monotonic() + deadline_s
+        """Lines until `accept(line)` returns a value; ERR -> EngineRefused; EOF -> EngineDied. Silent past
+        `deadline_s` (INFO / WARN / SESSION lines renew it), or frozen (silent, no CPU/IO, `stall_s`): the
+        process is ended, EngineSilent."""
+        clock = Allowance(deadline_s, 0, self.stall_s, proc.popen.pid)
         while True:
-            left = end - time.monotonic()
-            if left <= 0:
-                proc.kill("the engine did not answer a control command")
-                raise EngineSilent("the engine did not answer a control command")
             try:
-                line = proc.lines.get(timeout=min(POLL_S, left))
+                line = proc.lines.get(timeout=POLL_S)
             except queue.Empty:
+                why = clock.expired(time.monotonic())
+                if why:
+                    why = f"the engine did not answer a control command: {why}"
+                    proc.kill(why)
+                    raise EngineSilent(why) from None
                 continue
             if line is None:
                 raise EngineDied(self.death_note())
@@ -397,7 +415,7 @@ class StrataEngine:
             if value is not None:
                 return value
             if line.startswith(("INFO", "WARN", "SESSION")):
-                end = time.monotonic() + deadline_s
+                clock.heard(time.monotonic())
 
     def vram(self, reserve_mib: int | None = None) -> dict:
         with self._exclusive_control() as proc:
@@ -439,6 +457,10 @@ class _SoloRequest:
         self.done = False
 
     def run(self, max_new: int):
+        with self.proc.solo():  # the heartbeat asks no PONG meanwhile: this request's clock watches
+            yield from self._run(max_new)
+
+    def _run(self, max_new: int):
         ids = ','.join(map(str, self.ids))
         self.proc.write(f"EMB {ids}" if self.embed else f"GEN {max_new}{self.keys} {ids}")
         try:

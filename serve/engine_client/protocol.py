@@ -4,8 +4,13 @@ Role: everything both engine paths (serve/engine_client/engine.py: solo `GEN`; s
 neither reaches into the other. `EngineProcess` is one started `strata-engine --serve`: its pipes, the only
 writer of its stdin (`write`, under `wlock`) and its pump thread, the only reader of its stdout, which routes
 every slot line (`BPP`/`BT`/`BDONE <slot>`) to the queue of the request that owns that slot (or drops and
-counts it when nobody does) and every other line to the control queue `lines`. A request thread reads only
-the queues of the process it was admitted on. It knows nothing of HTTP, templates or text.
+counts it when nobody does), a `PONG <n>` to `pong` (the heartbeat's, serve/engine_client/liveness.py) and every
+other line to the control queue `lines`. A request thread reads only the queues of the process it was admitted
+on. It knows nothing of HTTP, templates or text.
+
+Writers of stdin: every line goes through `write` (blocking, under `wlock`), except the heartbeat's `PING`,
+which goes through `write_nowait` (under `wlock` too, taken with a limit, and only when the pipe has room), so a
+frozen engine whose pipe is full never blocks the heartbeat.
 
 Public surface: the exceptions; `EngineClient` (the typing.Protocol of what Service needs from an engine);
 `EngineProcess`, `start_pump`; `parse_kv`, `parse_done`, `parse_bdone`, `parse_token` (and its `Sampled`), `parse_progress`;
@@ -16,7 +21,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
+import os
 import queue
+import select
 import subprocess
 import threading
 import time
@@ -239,6 +246,11 @@ class EngineProcess:
     note: str | None = None      # our own reason, when we ended it
     heard: float = field(default_factory=time.monotonic)  # the last line it wrote (any kind)
     out: io.BufferedReader | None = None  # its stdout, buffered: the handshake's and then the pump's reader
+    heartbeat: object | None = None  # its Heartbeat (serve/engine_client/liveness.py), once started
+    pong: int = 0                # the number of the last `PONG <n>` (stored by the pump, read by the heartbeat)
+    solo_since: float | None = None  # when the holder of `ctl` wrote a command the engine's loop runs whole
+    #   before it takes a PING (GEN, EMB, SAVE, RESTORE, VRAM); None when none runs. Set and cleared only by
+    #   that holder (`solo()`); a PING written after it is answered after it (docs/PROTOCOL.md)
 
     def __post_init__(self):
         # popen's pipes are unbuffered (bufsize=0: each write reaches the engine at once); a raw readline
@@ -254,6 +266,33 @@ class EngineProcess:
                 self.popen.stdin.flush()
         except (OSError, ValueError):
             raise EngineDied(f"the engine stopped unexpectedly (exit code {self.popen.poll()})") from None
+
+    def write_nowait(self, line: str, lock_wait_s: float) -> bool:
+        """Write one short line (under PIPE_BUF bytes: all or nothing) without ever blocking on the engine:
+        False when `wlock` stayed taken for `lock_wait_s` (a writer is blocked on a full pipe), when the pipe
+        has no room (the engine reads nothing), or when the process is gone."""
+        data = line.encode() + b"\n"
+        if not self.wlock.acquire(timeout=lock_wait_s):
+            return False
+        try:
+            fd = self.popen.stdin.fileno()
+            if not select.select([], [fd], [], 0)[1]:
+                return False
+            return os.write(fd, data) == len(data)
+        except (OSError, ValueError):
+            return False
+        finally:
+            self.wlock.release()
+
+    @contextlib.contextmanager
+    def solo(self):
+        """Around a command the engine's loop runs whole (a solo GEN/EMB, a control command): the heartbeat
+        then waits for its end before it asks for a PONG (the request's own clock watches it meanwhile)."""
+        self.solo_since = time.monotonic()
+        try:
+            yield
+        finally:
+            self.solo_since = None
 
     def kill(self, note: str) -> None:
         self.note = note
@@ -277,7 +316,13 @@ class EngineProcess:
         """The pump's routing, in the order the engine wrote: a slot line goes to its owner's queue once the
         owner's `BACC` was seen (so a stale line from before the admission is never taken for its own), else
         it is dropped and counted; the answer to a pipelined BGEN (BACC, or an ERR while admissions wait:
-        the oldest one's) goes to that slot's queue; every other line goes to the control queue."""
+        the oldest one's) goes to that slot's queue; a PONG sets `pong`; every other line goes to the
+        control queue."""
+        if line.startswith("PONG "):
+            word = line[5:].strip()
+            if word.isdigit():
+                self.pong = max(self.pong, int(word))
+            return
         b = slot_of(line) if self.slots is not None else None
         if b is None:
             if not (self.slots is not None and self._answer(line)):
