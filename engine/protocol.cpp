@@ -353,9 +353,9 @@ bool protocol_parse(const std::string& raw, int32_t n_vocab, command* out) {
         }
         return true;
     }
-    if (verb == "BERASE") {
-        out->kind = CMD_BERASE;
-        if (w.size() != 2) return fail(out, "BERASE: <slot> only");
+    if (verb == "BERASE" || verb == "BCLOSE") {
+        out->kind = verb == "BERASE" ? CMD_BERASE : CMD_BCLOSE;
+        if (w.size() != 2) return fail(out, verb + ": <slot> only");
         return parse_slot(w, out);
     }
     if (verb == "SAVE" || verb == "RESTORE" || verb == "BSAVE" || verb == "BRESTORE") {

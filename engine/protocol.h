@@ -33,6 +33,7 @@ enum cmd_kind : int32_t {
     CMD_BSAVE,       // BSAVE <slot> <path>: an idle slot's tokens + KV to a file (as SAVE)
     CMD_BRESTORE,    // BRESTORE <slot> <path>: a file into an idle slot (as RESTORE)
     CMD_BERASE,      // BERASE <slot>: an idle slot forgets its tokens
+    CMD_BCLOSE,      // BCLOSE <slot>: a constrained request writes its grammar's shortest completion and ends
 };
 
 struct command {

@@ -91,6 +91,7 @@ private:
     void run_session_file(const command& cmd);
     void run_vram();
     void run_berase(int32_t slot);
+    void run_bclose(int32_t slot);
     bool check_request(const command& cmd);
     uint64_t request_seed(const sampler_params& sp);
     read_result read_prompt(const command& cmd, int64_t seq, clock_type::time_point t0, grammar_matcher* gm);
@@ -220,6 +221,7 @@ bool serve_loop::handle(const stdin_line& line) {
         case CMD_BSAVE:
         case CMD_BRESTORE: run_session_file(cmd); return true;
         case CMD_BERASE: run_berase(cmd.slot); return true;
+        case CMD_BCLOSE: run_bclose(cmd.slot); return true;
         case CMD_VRAM: run_vram(); return true;
         case CMD_PING: protocol_write_line("PONG " + std::to_string(cmd.ping)); return true;
         case CMD_STOP: return true;  // stale: the reader acts on STOP itself
@@ -450,7 +452,7 @@ bool serve_loop::decode_step(const command& cmd, grammar_matcher* gm, draft_ctl*
     // rollback: the pending token and the kept tokens but the last (positions past them were drafts rejected)
     if (st == SAMPLE_NO_TOKEN) {
         live_.tokens.resize(static_cast<size_t>(p + 1 + n_emitted));  // every kept token was fed
-        *finish = "stop";  // the grammar allows nothing more
+        *finish = gm && gm->closing() ? "length" : "stop";  // the grammar allows nothing more (closed: the budget)
         return false;
     }
     live_.tokens.resize(static_cast<size_t>(p + n_emitted));
@@ -596,6 +598,21 @@ void serve_loop::run_berase(int32_t slot) {
     st.tokens.clear();
     st.ckpt_len = 0;
     protocol_write_line("ERASED " + std::to_string(slot) + " " + std::to_string(n));
+}
+
+// BCLOSE: a decoding slot with a grammar ends with its shortest completion (the server's loop guard uses it so
+// that a reply it stops still parses); finish `length`. No request or no grammar: ERR.
+void serve_loop::run_bclose(int32_t i) {
+    if (i < 0 || i >= cfg_.n_slots) {
+        err_line("BCLOSE: no slot " + std::to_string(i) + " (batch slots: " + std::to_string(cfg_.n_slots) + ")");
+        return;
+    }
+    slot& s = slots_.at(i);
+    if (s.phase == SLOT_IDLE || !s.gm) {
+        err_line("BCLOSE: slot " + std::to_string(i) + (s.phase == SLOT_IDLE ? " is idle" : " has no grammar"));
+        return;
+    }
+    s.close_now = true;
 }
 
 void serve_loop::run_vram() {

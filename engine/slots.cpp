@@ -80,6 +80,7 @@ void slot_table::accept(int32_t i, int64_t seq, const std::vector<int32_t>& prom
     s.seed = seed;
     s.gm = std::move(gm);
     s.drafting = draft && drafting_ != DRAFTING_OFF;
+    s.close_now = false;
     s.dctl = draft_ctl{};
     s.drafts.clear();
     s.embed = false;
@@ -301,8 +302,8 @@ void slot_table::embed_done(int32_t i) {
 // were not finite (what the slot's cache holds may be poisoned: dropped). True when it ended.
 bool slot_table::ended_by_sampler(int32_t i, sample_status st) {
     if (st == SAMPLE_OK) return false;
-    if (st == SAMPLE_NO_TOKEN) {
-        finish(i, "stop");
+    if (st == SAMPLE_NO_TOKEN) {  // after a closing completion (end-of-turn banned, say): the cut is the budget's
+        finish(i, at(i).gm && at(i).gm->closing() ? "length" : "stop");
         return true;
     }
     at(i).st.tokens.clear();
@@ -316,7 +317,7 @@ void slot_table::first_token(int32_t i, const float* logits, const std::vector<i
     const int32_t n = static_cast<int32_t>(s.st.tokens.size());
     int32_t tok = -1;
     scratch_.state = &s.sstate;
-    if (s.gm) s.gm->set_budget(s.max_new);  // the reply always parses (grammar.h, set_budget)
+    if (s.gm) s.gm->set_budget(s.close_now ? 0 : s.max_new);  // the reply always parses (grammar.h, set_budget)
     const sample_status st =
         grammar_sample(s.gm.get(), s.sampling, logits, n_vocab_, s.st.tokens.data(), n, n, s.seed, &scratch_, &tok);
     if (ended_by_sampler(i, st)) return;
@@ -368,7 +369,7 @@ void slot_table::verify_row(int32_t i, const float* logits, const std::vector<in
     const int32_t n_drafts = static_cast<int32_t>(s.drafts.size());
     int32_t n_emitted = 0, n_accepted = 0;
     scratch_.state = &s.sstate;
-    if (s.gm) s.gm->set_budget(s.max_new - s.generated - n_drafts);  // the last draft's position, to be safe
+    if (s.gm) s.gm->set_budget(s.close_now ? 0 : s.max_new - s.generated - n_drafts);  // the last draft's, to be safe
     const sample_status st = draft_verify(s.gm.get(), s.sampling, s.seed, logits, n_vocab_, s.st.tokens.data(), p + 1,
                                           s.drafts.data(), n_drafts, &scratch_, emit, &n_emitted, &n_accepted);
     s.drafts.clear();

@@ -65,6 +65,7 @@ struct slot {
     uint64_t seed = 0;
     std::shared_ptr<grammar_matcher> gm;  // the request's grammar (grammar=), or nullptr
     bool drafting = false;        // this request drafts (engine mode not off, no draft=0)
+    bool close_now = false;       // BCLOSE: the grammar's shortest completion from the next token on
     draft_ctl dctl;               // its adaptive k and counts
     std::vector<int32_t> drafts;  // this step's proposed tokens (entries after the pending one)
     seq_state dseq;               // the draft model's copy of this slot's sequence (--draft-model)

@@ -3,6 +3,7 @@
 prompt admitted during a long read gets its first token before that read ends; a solo GEN takes a slot's
 state back; 8 concurrent chats whose greedy text equals each chat run alone."""
 
+import json
 import threading
 
 from conftest import chat
@@ -305,3 +306,33 @@ def test_slot_save_erase_restore_onto_another_slot(start_engine, tok, tmp_path):
     ref = {}
     collect_slots(e2, ref, {0})
     assert first == ref[0][:16] and tokens[1] == ref[0][16:32]
+
+
+def _gbnf_key(text):
+    """grammar=<GBNF> as the protocol carries it: every byte outside '!'..'~', and '%' and '=', as %XX."""
+    return "grammar=" + "".join(c if "!" <= c <= "~" and c not in "%=" else f"%{ord(c):02X}" for c in text)
+
+
+def test_bclose_ends_a_constrained_slot_with_its_shortest_completion(start_engine, tok):
+    # the server's loop guard stops a constrained reply with BCLOSE so that what was written still parses: the
+    # engine writes the grammar's shortest completion and ends `length`; without a grammar, BCLOSE is an ERR
+    e = start_engine("--max-context", "1024", "--batch", "2")
+    grammar = _gbnf_key('root ::= "[" "1" ( "," "1" )* "]"')
+    accept(e, 0, 200, chat(tok, "Count ones."), keys=f"{NO_EOS} {grammar}")
+    e.send("BCLOSE 0")
+    tokens = {}
+    end = collect_slots(e, tokens, {0})[0]
+    assert tok.decode(tokens[0]) == "[1]" and end["finish"] == "length", (tok.decode(tokens[0]), end)
+    accept(e, 1, 400, chat(tok, "Count ones."), keys=f"{NO_EOS} {grammar}")
+    tokens = {1: []}
+    while len(tokens[1]) < 6:
+        tokens[1].append(int(until(e, "BT 1 ").split()[2]))
+    e.send("BCLOSE 1")
+    end = collect_slots(e, tokens, {1})[1]
+    text = tok.decode(tokens[1])
+    assert end["finish"] == "length" and json.loads(text) == [1] * text.count("1"), (text, end)
+    accept(e, 0, 50, chat(tok, "Say hi."))
+    e.send("BCLOSE 0")
+    assert until(e, "ERR ").startswith("ERR BCLOSE")
+    e.send("BSTOP 0")
+    collect_slots(e, {}, {0})
