@@ -31,7 +31,7 @@ import time
 
 from serve.core.events import BadRequest
 from serve.http.guard import HttpError
-from serve.api.replies import JsonReply, StreamReply
+from serve.api.replies import JsonReply, StreamReply, cut
 
 SESSION_TTL_S = 300.0                 # a finished session is kept this long after its end (llama-server's 300 s)
 MAX_SESSION_BYTES = 4 * 1024 * 1024   # SSE bytes kept per session: llama-server's cap; older bytes are dropped
@@ -209,7 +209,8 @@ def _follow(session: Session, offset: int, first: bytes, done: bool, ctx):
     while not done and not ctx.cancelled():
         try:
             chunk, done = session.read(offset, READ_WAKE_S)
-        except OffsetLost:   # the follower fell more than MAX_SESSION_BYTES behind: it ends here
+        except OffsetLost:   # the follower fell more than MAX_SESSION_BYTES behind: it ends here, incomplete
+            yield cut(b"")
             return
         if chunk:
             offset += len(chunk)
