@@ -147,6 +147,8 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             if e.phase != "idle":
                 self.send_error(408, e.message)
+        except ConnectionError:   # the client reset a kept connection (a health checker's close): nothing to log
+            self.close_connection = True
         finally:
             self._set_idle(False)
 
