@@ -505,7 +505,7 @@ class Handler(BaseHTTPRequestHandler):
         """A resumable reply (serve/http/stream_sessions.py): every frame into its session, and to the client while
         it listens; the reply runs to its end after a hang-up unless stopped (ctx.cancelled: _cancelled).
         True when the reply was cut short (a `CutFrame`)."""
-        cut = False
+        cut, ended = False, False
         try:
             for frame in frames:
                 cut = cut or isinstance(frame, CutFrame)
@@ -516,8 +516,9 @@ class Handler(BaseHTTPRequestHandler):
                         self._write_body(data)
                     except (OSError, ValueError):
                         self._gone = True
+            ended = True
         finally:
-            session.finish()
+            session.finish(cut=cut or not ended)
         return cut
 
 
