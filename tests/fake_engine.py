@@ -19,7 +19,9 @@ Script (JSON object, every key optional):
   state          directory that counts starts, so `starts` can script each (re)start differently
   starts         list of objects merged over the script for start 0, 1, ... (the last one repeats)
   turns          list of turn objects for GEN 1, 2, ... of this process (the last one repeats)
-A turn: text (answer; its UTF-8 bytes are the token ids) or ids (list); repeat (times the text is sent);
+A turn: text (answer; its UTF-8 bytes are the token ids) or ids (list); echo (a regular expression: the answer
+is its first match in the prompt's bytes, nothing when none, so concurrent requests each get their own marker back);
+repeat (times the text is sent);
 eos (default true: end with 258); token_delay_s; first_delay_s (after the prompt is read); pp_chunk (default
 512) and pp_delay_s (per prompt chunk); die_after (exit 3 after that many tokens); silent_after (then write
 nothing and ignore STOP); raw (lines written verbatim, latin-1, before the tokens); err (answer ERR with it);
@@ -285,6 +287,9 @@ class Engine:
         if t.get("first_delay_s"):
             self.stop.wait(t["first_delay_s"])
         answer = list(t["ids"]) if "ids" in t else list(t.get("text", "").encode("utf-8"))
+        if "echo" in t:
+            found = re.search(t["echo"].encode("utf-8"), bytes(i for i in ids if i < 256))
+            answer = list(found.group(0)) if found else []
         answer = answer * int(t.get("repeat", 1))
         if t.get("eos", True):
             answer.append(258)

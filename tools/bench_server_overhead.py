@@ -72,7 +72,8 @@ class Server:
         is meant to be the server's cost, not this client's."""
         body = json.dumps({"prompt": ids, "n_predict": n, "temperature": 0, "stream": True, "cache_prompt": False,
                            "ignore_eos": True}).encode()
-        head = (f"POST /completion HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nContent-Type: application/json\r\n"
+        # HTTP/1.0: events arrive unchunked, and the stream ends with the connection
+        head = (f"POST /completion HTTP/1.0\r\nHost: 127.0.0.1:{self.port}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
         stamps, buf, seen_head = [], b"", False
         with socket.create_connection(("127.0.0.1", self.port), timeout=300) as sock:

@@ -122,7 +122,8 @@ def _raw(port: int, path: str, body, timeout_s: float, rcvbuf: int | None = None
     sock.settimeout(timeout_s)
     sock.connect(("127.0.0.1", port))
     data = (body if isinstance(body, str) else json.dumps(body)).encode()
-    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    # HTTP/1.0: the reply is read to the connection's close, unchunked (an HTTP/1.1 stream is chunked)
+    sock.sendall(f"POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  f"Connection: close\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
     return sock
 

@@ -32,7 +32,7 @@ from serve.core.events import (
 from serve.api.wire import SHUTDOWN_TEXT, cut_by_shutdown, error_text, model_name
 from serve.core.effort import check_budget, normalize_effort
 from serve.api.wire import reasoning_fields
-from serve.api.replies import JsonReply, StreamReply
+from serve.api.replies import JsonReply, StreamReply, cut
 from serve.core.sampling import check_max_tokens, check_request_sampling
 
 # OpenAI-style error types the server uses -> Anthropic's names.
@@ -61,7 +61,8 @@ def _event(name: str, data: dict) -> str:
 
 
 def stream_error(message: str, err_type: str = "api_error") -> str:
-    return _event("error", {"type": "error", "error": {"type": err_type, "message": message}})
+    """A stream's final error event (the stream then ends incomplete: serve/api/replies.py `cut`)."""
+    return cut(_event("error", {"type": "error", "error": {"type": err_type, "message": message}}))
 
 
 # ---------------------------------------------------------------- request parsing

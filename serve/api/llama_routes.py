@@ -53,7 +53,7 @@ from serve.generation.choices import check_n, collect_text, prepare_choices, run
 from serve.generation.logprobs import llama_n_probs, llama_probs
 from serve.api.wire import error_text, model_name, sse
 from serve.api.openai import parse_chat
-from serve.api.replies import JsonReply, StreamReply
+from serve.api.replies import JsonReply, StreamReply, cut
 from serve.core.sampling import check_request_sampling
 from serve.api.wire import check_stop
 
@@ -355,7 +355,7 @@ def _stream(service, preps, ctx, meta, return_progress: bool, live=None):
                         chunk["completion_probabilities"] = llama_probs(ev.logprobs or [], preps[0].req.logprobs_post)
                     yield sse(chunk)
     except Exception as e:
-        yield sse(error_body(500, "server_error", error_text(service, e)))
+        yield cut(sse(error_body(500, "server_error", error_text(service, e))))
 
 
 # ---------------------------------------------------------------- /infill

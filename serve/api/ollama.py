@@ -47,7 +47,7 @@ from serve.generation.json_schema import ANY_OBJECT_GRAMMAR
 from serve.generation.logprobs import chat_logprobs, ollama_logprobs
 from serve.api.wire import error_text, text_of, parse_tools
 from serve.core.effort import normalize_effort
-from serve.api.replies import EventRun, JsonReply, StreamReply
+from serve.api.replies import EventRun, JsonReply, StreamReply, cut
 from serve.core.sampling import check_request_sampling
 from serve.api.wire import check_stop
 from serve.prompt.tool_text import arguments_object
@@ -379,7 +379,7 @@ def _lines(service, prep, ctx, shape, t0):
             if obj is not None:
                 yield _line(obj)
     except Exception as e:  # after the first line: a last error line
-        yield _line({"error": error_text(service, e)})
+        yield cut(_line({"error": error_text(service, e)}))
 
 
 def chat(service, body: dict, ctx):

@@ -35,7 +35,7 @@ from serve.core.events import (
 from serve.ops.llama_views import ENGINE_VERSION_DEFAULT
 from serve.generation.logprobs import (
     chat_logprobs, completions_logprobs, legacy_logprobs, llama_n_probs, openai_content)
-from serve.api.replies import JsonReply, StreamReply
+from serve.api.replies import JsonReply, StreamReply, cut
 from serve.core.sampling import check_max_tokens
 from serve.api.wire import (
     KEEP_ALIVE, SHUTDOWN_TEXT, bool_field, check_stop, cut_by_shutdown, error_text, model_name, parse_tool_choice,
@@ -56,7 +56,8 @@ def error_body(status: int, err_type: str, message: str, param=None, code=None) 
 
 
 def stream_error(message: str, err_type: str = "server_error") -> str:
-    return sse({"error": {"message": message, "type": err_type}})
+    """A stream's final error event (the stream then ends incomplete: serve/api/replies.py `cut`)."""
+    return cut(sse({"error": {"message": message, "type": err_type}}))
 
 
 def system_fingerprint(service) -> str:

@@ -9,7 +9,10 @@ detail such as engine log lines: serve/http/access.py), `sessions` (the server's
 iterator of already-framed text (SSE events, keep-alive comments; bytes are written as they are); the server
 writes them a burst at a time (at each `on_wait()`, and at the end), with the stream write timeout, and closes
 the iterator when the client is gone (which stops the engine). `before_last` (set by the server) runs once the
-frames are over, before the last of them are written.
+frames are over, before the last of them are written. `cut(frame)`: a `CutFrame`, the frame that reports a
+stream was cut short (an error after the headers, a shutdown, a dying engine); the server writes it (and any
+frame after it) and then ends the stream without its end marker (an HTTP/1.1 stream's last, empty chunk), so a
+client sees the reply as incomplete, and closes the connection.
 `EventRun(service, prep, ctx)`: a run's events to iterate, then its `done`; `collect(...)`: (events, Done).
 No HTTP or socket code lives here, so handlers can be tested without a server.
 """
@@ -40,6 +43,15 @@ class JsonReply:
     status: int
     body: Any
     headers: dict = field(default_factory=dict)
+
+
+class CutFrame(str):
+    """A stream's frame that says the reply was cut short: the stream ends visibly incomplete after it."""
+
+
+def cut(frame) -> CutFrame:
+    """`frame` (text, or bytes as UTF-8) marked as the report of a cut-short reply."""
+    return CutFrame(frame.decode("utf-8") if isinstance(frame, bytes) else frame)
 
 
 @dataclass

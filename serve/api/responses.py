@@ -47,7 +47,7 @@ from serve.core.events import (
 from serve.api.wire import error_text, model_name, text_of, parse_tool_choice, parse_tools
 from serve.api.openai import error_body
 from serve.api.wire import effort_from_openai, reasoning_fields
-from serve.api.replies import EventRun, JsonReply, StreamReply, collect
+from serve.api.replies import EventRun, JsonReply, StreamReply, collect, cut
 from serve.core.sampling import check_max_tokens, check_request_sampling
 from serve.generation.json_schema import ANY_OBJECT_GRAMMAR
 from serve.generation.logprobs import openai_content, responses_logprobs
@@ -429,10 +429,10 @@ def _stream(service, prep, ctx, builder: ResponseBuilder):
             else:
                 yield from builder.feed(ev)
     except Exception as e:  # after the headers: the response fails, with the reason
-        yield builder.failed(error_text(service, e))
+        yield cut(builder.failed(error_text(service, e)))
         return
     if ctx.shutting_down() and run.done is not None and run.done.finish == "cancel":
-        yield builder.failed("the server is shutting down; the answer was cut short")
+        yield cut(builder.failed("the server is shutting down; the answer was cut short"))
         return
     yield from builder.finish(run.done)
 

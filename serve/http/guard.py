@@ -5,7 +5,8 @@ Role: everything about one TCP connection that is not routing, so `serve/http/se
   (a socket timeout alone limits one recv, so a client sending a byte every few seconds would never trip it):
   idle (connected, nothing sent yet), headers (from the request line's first byte to the blank line), body
   (from the end of the headers, pushed back by every byte that arrives at `BODY_MIN_BYTES_S`). A passed
-  deadline raises `ReadDeadline`, a 408 `HttpError` (an idle connection is closed without an answer).
+  deadline raises `ReadDeadline`, a 408 `HttpError` (an idle connection is closed without an answer). A kept
+  connection (serve/http/keepalive.py) returns to the idle phase before each next request (`next_request`).
 - `GuardedServer`: a mixin for the ThreadingHTTPServer. At most `max_connections` connections have a
   handler thread; past that a connection gets a 503 from one refuser thread and no thread of its own. An
   accept that fails for lack of file descriptors closes a spare descriptor to accept and refuse the waiting
@@ -18,7 +19,7 @@ Role: everything about one TCP connection that is not routing, so `serve/http/se
   stream interval (`Limits.stream_interval_s`, serve/http/pacing.py) within its bounds.
 It knows nothing of routes, keys or the engine.
 
-Public surface: `Limits.from_env()`, `HttpError`, `ReadDeadline`, `DeadlineReader`, `GuardedServer`,
+Public surface: `Limits.from_env()`, `HttpError`, `ReadDeadline`, `DeadlineReader` (`.next_request()`), `GuardedServer`,
 `read_body`, `parse_json`, `error_json`, `raw_error`, `limit_send_buffer`, `peer_gone`, `stream_interval_s`.
 """
 from __future__ import annotations
@@ -155,6 +156,11 @@ class DeadlineReader(io.RawIOBase):
         self._deadline = _deadline(self._limits.body_s)
         rate = self._limits.body_min_bytes_s
         self._per_byte_s = 1.0 / rate if rate > 0 else 0.0
+
+    def next_request(self) -> None:
+        """A kept connection waits for its next request: the idle phase (and its deadline) again."""
+        self.phase, self._limit_s, self._per_byte_s = "idle", self._limits.idle_s, 0.0
+        self._deadline = _deadline(self._limits.idle_s)
 
     def limit(self, seconds: float) -> None:
         """From now on read at most `seconds` more (the drain after an early answer)."""

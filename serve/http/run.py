@@ -107,7 +107,7 @@ def _watch_parent(pid, stop):
 def shutdown(httpd, svc):
     """Stop accepting, end the streams with a final event, QUIT the engine (terminate, kill)."""
     print("strata: shutting down", file=sys.stderr, flush=True)
-    httpd.stopping.set()
+    httpd.begin_stop()   # no answer keeps its connection; idle kept connections end now
     svc.close()
     t = threading.Thread(target=httpd.shutdown, daemon=True)
     t.start()

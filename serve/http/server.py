@@ -7,6 +7,12 @@ metrics, tokenize, web app), write JSON answers and SSE streams (a burst of fram
 `--stream-interval-ms`: `serve/http/pacing.py`), and turn exceptions into error answers at this one
 boundary. It knows nothing of pipes: `Service` and `StrataEngine` own those.
 
+Connections are HTTP/1.1 and persistent (`serve/http/keepalive.py` has the rules): an answer has a
+Content-Length, a stream is chunked and ends with the empty last chunk only when it finished cleanly (a
+`CutFrame` — an error event, a dying engine, a shutdown — ends it without one and closes the connection);
+`Connection: close`, HTTP/1.0, a body left unread, the request limit and shutdown close it. `server.counts`
+holds the connections and requests seen.
+
 Life cycle (`run_server`, serve/http/run.py): bind (the port is known before the model loads; `--port 0` picks a free
 one), serve, start the engine in the background (`/health` is 503 until READY), print
 `strata: listening on http://HOST:PORT` once `/health` answers 200. A model that cannot be loaded ends the
@@ -25,6 +31,7 @@ import hmac
 import io
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -35,7 +42,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from serve.api import anthropic as anthropic_api, lifecycle_routes, llama_routes, openai as openai_api
-from serve.http import access, guard as http_guard, stream_sessions
+from serve.http import access, guard as http_guard, keepalive, stream_sessions
 from serve.http.routes import (
     BY_MODEL_ROUTES, DELETE_ROUTES, ERROR_DIALECTS, GET_ROUTES, LEASE_PREFIX, LIFECYCLE_ONLY, MODEL_ROUTES,
     OVERRIDES, OWN_PAGE_ROUTES, PAGES, POST_ROUTES, PREFIX_OVERRIDES, PREFIX_ROUTES, PUBLIC_PATHS)
@@ -44,7 +51,7 @@ from serve.core.errors import ServiceError, public_text
 from serve.core.events import BadRequest
 from serve.http.guard import HttpError
 from serve.lifecycle import Lifecycle, LifecycleError
-from serve.api.replies import JsonReply, RequestContext, StreamReply
+from serve.api.replies import CutFrame, JsonReply, RequestContext, StreamReply
 from serve.http.pacing import StreamPacer
 
 HTTP_BACKLOG = 256              # listen queue (env STRATA_HTTP_BACKLOG)
@@ -79,6 +86,9 @@ class StrataHTTPServer(http_guard.GuardedServer, ThreadingHTTPServer):
         self.streams_lock = threading.Lock()
         self.stopping = threading.Event()
         self.stream_sessions = stream_sessions.SessionStore()   # X-Conversation-Id replies (its own lock)
+        self.counts = keepalive.Counts()     # connections and requests, for reuse figures (its own lock)
+        self.idle_handlers = set()           # handlers waiting for a connection's next request (idle_lock)
+        self.idle_lock = threading.Lock()
         limits = http_guard.Limits.from_env()  # timeouts, body limit, connection cap (serve/http/guard.py)
         if opts.stream_interval_ms is not None:
             limits = dataclasses.replace(limits,
@@ -86,13 +96,23 @@ class StrataHTTPServer(http_guard.GuardedServer, ThreadingHTTPServer):
         self.guard_init(limits)
         super().__init__(addr, Handler)
 
+    def begin_stop(self) -> None:
+        """Shutdown's first step: no answer keeps its connection open, and the connections waiting for a next
+        request are ended now (their read side is shut: the wait returns at once) instead of at their idle
+        timeout."""
+        self.stopping.set()
+        with self.idle_lock:
+            idle = list(self.idle_handlers)
+        for handler in idle:
+            handler.end_idle_wait()
+
 
 def make_server(service, opts: Options) -> StrataHTTPServer:
     return StrataHTTPServer((opts.host, opts.port), service, opts)
 
 
 class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.0"
+    protocol_version = "HTTP/1.1"   # persistent connections, chunked streams: serve/http/keepalive.py
     server_version = "strata"
     # TCP_NODELAY: a stream is one small write a token; with Nagle on, a write waits for the previous one's ACK,
     # which a remote client may delay (delayed ACK, up to ~40 ms), and tokens would arrive in bursts
@@ -108,14 +128,54 @@ class Handler(BaseHTTPRequestHandler):
         self.rfile.close()  # replaced by a reader with a deadline per phase (idle, headers, body)
         self._reader = http_guard.DeadlineReader(self.connection, self.server.limits)
         self.rfile = io.BufferedReader(self._reader)
+        self._n_requests = 0   # requests read on this connection
+        self.server.counts.connection()
 
     def handle_one_request(self):
+        """One request of the connection (the next one waits in the idle phase again: serve/http/keepalive.py)."""
+        self._gone, self._probe_at, self._body_read, self._status = False, 0.0, False, 0
+        self.headers = None
+        if self._n_requests:
+            self._reader.next_request()
+        self._set_idle(True)
         try:
+            if self.server.stopping.is_set():   # begin_stop ran before this wait was registered
+                self.close_connection = True
+                return
             super().handle_one_request()
         except http_guard.ReadDeadline as e:  # idle: nothing was asked, so nothing is answered
             self.close_connection = True
             if e.phase != "idle":
                 self.send_error(408, e.message)
+        except ConnectionError:   # the client reset a kept connection (a health checker's close): nothing to log
+            self.close_connection = True
+        finally:
+            self._set_idle(False)
+
+    def _set_idle(self, idle: bool) -> None:
+        with self.server.idle_lock:
+            (self.server.idle_handlers.add if idle else self.server.idle_handlers.discard)(self)
+
+    def end_idle_wait(self) -> None:
+        """(begin_stop) The wait for a next request returns now, as if the client had closed."""
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RD)
+
+    def send_response_only(self, code, message=None):
+        self._status = code
+        super().send_response_only(code, message)
+
+    def end_headers(self):
+        """Every final answer says `Connection: close` when the connection ends after it."""
+        if self._status >= 200:
+            if not self.close_connection and (self.server.stopping.is_set() or self._body_unread()):
+                self.close_connection = True
+            if self.close_connection:
+                self.send_header("Connection", "close")
+        super().end_headers()
+
+    def _body_unread(self) -> bool:
+        return not self._body_read and keepalive.body_pending(getattr(self, "headers", None))
 
     def parse_request(self):
         line = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
@@ -125,6 +185,12 @@ class Handler(BaseHTTPRequestHandler):
             return False
         if not super().parse_request():
             return False
+        self._set_idle(False)
+        self._n_requests += 1
+        self.server.counts.request()
+        if not keepalive.speaks_http11(self.request_version) or \
+                self._n_requests >= keepalive.MAX_REQUESTS_PER_CONNECTION:
+            self.close_connection = True   # HTTP/1.0 (even with Connection: keep-alive), or the connection's last
         self._reader.start_body()
         return True
 
@@ -142,8 +208,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_response(code)  # the standard reason phrase; the detail is in the body
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
-            self.send_header("Connection", "close")
-            self.end_headers()
+            self.end_headers()   # with Connection: close
             if self.command != "HEAD":
                 self.wfile.write(data)
 
@@ -160,7 +225,6 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
-        self.send_header("Connection", "close")
         for k, v in {**self._cors_headers(), **(headers or {})}.items():
             self.send_header(k, v)
         self.end_headers()
@@ -199,9 +263,14 @@ class Handler(BaseHTTPRequestHandler):
         if pacer is not None:
             pacer.on_wait()
 
-    def _json_body(self):
+    def _read_body(self) -> bytes:
+        """The whole body; only once it is read may the connection carry a next request."""
         raw = http_guard.read_body(self.rfile, self.headers, self._reader, self.server.limits.max_body_bytes)
-        return http_guard.parse_json(raw)
+        self._body_read = True
+        return raw
+
+    def _json_body(self):
+        return http_guard.parse_json(self._read_body())
 
     # ---------------------------------------------------------------- security (serve/http/access.py)
     def _check_access(self, method, path):
@@ -329,8 +398,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._check_own_page()
             body = self._json_body() if method == "POST" else {}
             if method == "DELETE":
-                http_guard.read_body(self.rfile, self.headers, self._reader,  # read, so the answer is not
-                                     self.server.limits.max_body_bytes)    # cut off by a reset
+                self._read_body()   # read, so the answer is not cut off by a reset
             ctx = RequestContext(cancelled=self._cancelled, on_wait=self._on_wait,
                                  shutting_down=self.server.stopping.is_set,
                                  headers=self.headers, path=path, query=query, trusted=access.trusted(
@@ -380,12 +448,19 @@ class Handler(BaseHTTPRequestHandler):
         with srv.streams_lock:
             srv.streams += 1
         frames = reply.frames
+        # HTTP/1.1: chunked, so the end is explicit and the connection can carry the next request; HTTP/1.0:
+        # the stream ends when the connection closes (serve/http/keepalive.py)
+        self._chunked = keepalive.speaks_http11(self.request_version)
+        self._end_body = False   # set once the stream is known to end cleanly: the last chunk joins the last write
+        if not self._chunked:
+            self.close_connection = True
         try:
             self.send_response(reply.status)
             self.send_header("Content-Type", reply.content_type)
             self.send_header("Cache-Control", "no-cache")
             self.send_header("X-Accel-Buffering", "no")
-            self.send_header("Connection", "close")
+            if self._chunked:
+                self.send_header("Transfer-Encoding", "chunked")
             for k, v in self._cors_headers().items():
                 self.send_header(k, v)
             self.end_headers()
@@ -396,37 +471,55 @@ class Handler(BaseHTTPRequestHandler):
             self.connection.settimeout(timeout if timeout > 0 else None)
             session = getattr(self, "_session", None)
             if session is not None:   # written frame by frame (the session keeps each): released before the last
-                return self._tee(_release_before_last(frames, reply.before_last) if reply.before_last else frames,
-                                 session)
-            # frames are held and written a burst at a time: at the engine client's next wait (ctx.on_wait)
-            self._pacer = pacer = StreamPacer(self.wfile.write, srv.limits.stream_interval_s)
-            for frame in frames:
-                pacer.hold(frame if isinstance(frame, bytes) else frame.encode("utf-8"))
-                if pacer.gone:
-                    break
-            pacer.finish(reply.before_last)
+                cut = self._tee(_release_before_last(frames, reply.before_last) if reply.before_last else frames,
+                                session)
+            else:   # frames are held and written a burst at a time: at the engine client's next wait (ctx.on_wait)
+                self._pacer = pacer = StreamPacer(self._write_body, srv.limits.stream_interval_s)
+                cut = False
+                for frame in frames:
+                    cut = cut or isinstance(frame, CutFrame)
+                    pacer.hold(frame if isinstance(frame, bytes) else frame.encode("utf-8"))
+                    if pacer.gone:
+                        break
+                self._end_body = self._chunked and not cut and not pacer.gone
+                pacer.finish(reply.before_last)
+            if cut or getattr(self, "_gone", False):   # visibly incomplete: no last chunk, and the connection ends
+                self.close_connection = True
+            elif self._chunked and (self._end_body or session is not None):   # not written with the last frames
+                self.wfile.write(keepalive.LAST_CHUNK)
         except (OSError, ValueError):  # the client hung up or stopped reading past the limit
-            self._gone = True
+            self._gone = self.close_connection = True
         finally:
             self._pacer = None
             frames.close()  # stops the engine (STOP + drain) if the stream did not finish
             with srv.streams_lock:
                 srv.streams -= 1
 
-    def _tee(self, frames, session):
+    def _write_body(self, data: bytes) -> None:
+        """A stream's bytes to the client: one chunk (HTTP/1.1) or as they are (HTTP/1.0)."""
+        if data:
+            last, self._end_body = (keepalive.LAST_CHUNK if self._end_body else b""), False
+            self.wfile.write(keepalive.chunk(data) + last if self._chunked else data)
+
+    def _tee(self, frames, session) -> bool:
         """A resumable reply (serve/http/stream_sessions.py): every frame into its session, and to the client while
-        it listens; the reply runs to its end after a hang-up unless stopped (ctx.cancelled: _cancelled)."""
+        it listens; the reply runs to its end after a hang-up unless stopped (ctx.cancelled: _cancelled).
+        True when the reply was cut short (a `CutFrame`)."""
+        cut, ended = False, False
         try:
             for frame in frames:
-                data = frame.encode("utf-8")
+                cut = cut or isinstance(frame, CutFrame)
+                data = frame if isinstance(frame, bytes) else frame.encode("utf-8")
                 session.append(data)
                 if not getattr(self, "_gone", False):
                     try:
-                        self.wfile.write(data)
+                        self._write_body(data)
                     except (OSError, ValueError):
                         self._gone = True
+            ended = True
         finally:
-            session.finish()
+            session.finish(cut=cut or not ended)
+        return cut
 
 
 def _release_before_last(frames, release):

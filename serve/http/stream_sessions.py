@@ -7,7 +7,9 @@ lost its connection (a reloaded page, a sleeping laptop) can read the reply agai
   it. One session per ID: a new request with the same ID replaces the old session and stops its reply.
 - `GET /v1/stream?conv_id=ID&from=N`: the session's SSE bytes from byte N (default 0), then the live ones
   until the reply ends (`text/event-stream`). 400 without conv_id or with a bad `from`, or when `from` is
-  before the bytes still kept; 404 when there is no such session (never made, stopped or expired).
+  before the bytes still kept; 404 when there is no such session (never made, stopped or expired). A reply
+  that was cut short (an error event, a stop), or a follower that stops early, ends incomplete as the
+  original did: without the chunked stream's last chunk (a `cut` frame, serve/api/replies.py).
 - `DELETE /v1/stream?conv_id=ID`: the user's stop: the reply's engine request is cancelled and the session
   forgotten; 204 whether or not it existed.
 - `POST /v1/streams/lookup {"conversation_ids": [...]}`: `[{conversation_id, is_done, total_bytes,
@@ -20,8 +22,8 @@ oldest bytes are dropped first), a finished session expires `SESSION_TTL_S` afte
 running the new reply is served without a session (not resumable; the server log says so).
 It knows nothing of sockets or engines: the HTTP layer tees frames in and reads them out.
 
-Public surface: `SessionStore` (`open`, `get`, `stop`, `discard`, `lookup`), `Session` (`append`, `finish`,
-`cancelled`, `read`), `conversation_id(headers)`, the routes `get_stream`, `delete_stream`, `lookup`.
+Public surface: `SessionStore` (`open`, `get`, `stop`, `discard`, `lookup`), `Session` (`append`, `finish(cut)`,
+`cancelled`, `was_cut`, `read`), `conversation_id(headers)`, the routes `get_stream`, `delete_stream`, `lookup`.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ import time
 
 from serve.core.events import BadRequest
 from serve.http.guard import HttpError
-from serve.api.replies import JsonReply, StreamReply
+from serve.api.replies import JsonReply, StreamReply, cut
 
 SESSION_TTL_S = 300.0                 # a finished session is kept this long after its end (llama-server's 300 s)
 MAX_SESSION_BYTES = 4 * 1024 * 1024   # SSE bytes kept per session: llama-server's cap; older bytes are dropped
@@ -58,6 +60,7 @@ class Session:
         self._buf = bytearray()
         self._dropped = 0                   # bytes cut from the front (total bytes = _dropped + len(_buf))
         self._done = False
+        self._cut = False                   # the reply ended short (an error event, a stop): followers' streams too
         self._completed_at = 0.0            # clock() at finish (0 while running)
         self._cancelled = threading.Event()  # a stop or a replacement: the producer ends its reply
 
@@ -72,15 +75,20 @@ class Session:
                 self._dropped += over
             self._cond.notify_all()
 
-    def finish(self) -> None:
+    def finish(self, cut: bool = False) -> None:
+        """The reply has ended; `cut`: short of its end (serve/api/replies.py `cut`)."""
         with self._cond:
             if not self._done:
-                self._done, self._completed_at = True, self._clock()
+                self._done, self._cut, self._completed_at = True, cut, self._clock()
                 self._cond.notify_all()
 
     def cancel(self) -> None:
         self._cancelled.set()
-        self.finish()
+        self.finish(cut=True)
+
+    def was_cut(self) -> bool:
+        with self._cond:
+            return self._cut
 
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
@@ -209,11 +217,13 @@ def _follow(session: Session, offset: int, first: bytes, done: bool, ctx):
     while not done and not ctx.cancelled():
         try:
             chunk, done = session.read(offset, READ_WAKE_S)
-        except OffsetLost:   # the follower fell more than MAX_SESSION_BYTES behind: it ends here
-            return
+        except OffsetLost:   # the follower fell more than MAX_SESSION_BYTES behind: it ends here, incomplete
+            break
         if chunk:
             offset += len(chunk)
             yield chunk
+    if not done or session.was_cut():   # the follower stopped early, or the reply itself was cut short:
+        yield cut(b"")                  # its stream ends visibly incomplete too
 
 
 def delete_stream(svc, body, ctx):

@@ -38,7 +38,10 @@ class Running:
         data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
         c.request(method, path, body=data, headers=headers or {})
         r = c.getresponse()
-        raw = r.read()
+        try:
+            raw, r.cut_short = r.read(), False
+        except http.client.IncompleteRead as e:   # a stream cut short ends without its last chunk
+            raw, r.cut_short = e.partial, True
         c.close()
         ctype = r.getheader("Content-Type") or ""
         return r.status, (json.loads(raw) if "json" in ctype and raw else raw.decode()), r
@@ -66,7 +69,7 @@ def start_http(svc, started, **opts) -> Running:
 
 
 def stop_http(run) -> None:
-    run.httpd.stopping.set()
+    run.httpd.begin_stop()
     run.httpd.shutdown()
     run.httpd.server_close()
 
@@ -193,7 +196,7 @@ def slot_server(tmp_path):
 
     yield start
     for run in started:
-        run.httpd.stopping.set()
+        run.httpd.begin_stop()
         run.httpd.shutdown()
         run.httpd.server_close()
         run.svc.engine.close()

@@ -1,5 +1,6 @@
 """The Ollama API over the fake engine: views, options mapping, refusals, NDJSON, figures.
 The exact answers of chat / generate are golden files (tests/serve/api/test_dialect_golden.py)."""
+import http.client
 import json
 
 import pytest
@@ -15,9 +16,12 @@ def _post(s, path, body):
     c = s.conn()
     c.request("POST", path, body=json.dumps(body))
     r = c.getresponse()
-    out = r.status, r.getheader("Content-Type"), r.read().decode()
+    try:
+        raw = r.read()
+    except http.client.IncompleteRead as e:   # a stream cut short (an error line): no last chunk
+        raw = e.partial
     c.close()
-    return out
+    return r.status, r.getheader("Content-Type"), raw.decode()
 
 
 def test_views(server, tmp_path):
@@ -130,3 +134,8 @@ def test_error_after_the_first_line_is_a_last_error_line(server):
     s = server({"turns": [{"text": "abcdef", "die_after": 2}]})
     _, _, raw = _post(s, "/api/generate", {"model": "m", "prompt": "x", "raw": True})
     assert "error" in _lines(raw)[-1]
+    c = s.conn()   # the error line ends the stream visibly incomplete: no last chunk
+    c.request("POST", "/api/generate", body=json.dumps({"model": "m", "prompt": "x", "raw": True}))
+    with pytest.raises(http.client.IncompleteRead):
+        c.getresponse().read()
+    c.close()

@@ -58,7 +58,8 @@ def _exchange(port, data):
 
 
 def _post_raw(body_part, headers="Content-Type: application/json\r\n"):
-    return (f"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n{headers}\r\n").encode() + body_part
+    # Connection: close: the answer is read to the end of the connection
+    return (f"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{headers}\r\n").encode() + body_part
 
 
 # ---------------------------------------------------------------- deadlines

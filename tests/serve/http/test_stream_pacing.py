@@ -103,10 +103,11 @@ def test_interval_bounds():
 
 
 def _reads(port, body):
-    """A streamed chat read raw: [(arrival, bytes)] of every recv after the headers."""
+    """A streamed chat read raw (HTTP/1.1, so chunked: the pacer's writes go through the chunked writer):
+    [(arrival, bytes)] of every recv after the headers; `_unchunk` joins them into the body."""
     data = json.dumps({**body, "stream": True}).encode()
     head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\n\r\n").encode()
+            f"Connection: close\r\nContent-Length: {len(data)}\r\n\r\n").encode()
     out, seen_head, buf = [], False, b""
     with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
         s.sendall(head + data)
@@ -122,11 +123,23 @@ def _reads(port, body):
     return out
 
 
+def _unchunk(reads) -> str:
+    """The body of a chunked answer read by `_reads`; it must end with the empty last chunk."""
+    raw, body = b"".join(c for _, c in reads), b""
+    while True:
+        size_line, _, raw = raw.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            assert raw == b"\r\n", raw[:40]
+            return body.decode()
+        body, raw = body + raw[:size], raw[size + 2:]
+
+
 def test_a_paced_stream_is_still_a_stream_written_in_bursts(slot_server):  # noqa: F811
     # 120 one-byte tokens, a slot step (a token) every 5 ms: ~0.6 s of decode
     s = slot_server({"repeat": 40, "step_delay_s": 0.005}, stream_interval_ms=60)
     reads = _reads(s.port, chat("w"))
-    text = b"".join(c for _, c in reads).decode()
+    text = _unchunk(reads)
     events = [json.loads(b[6:]) for b in text.split("\n\n") if b.startswith("data: ") and b != "data: [DONE]"]
     assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"]) == "<w>" * 40
     content = [t for t, c in reads if b'"content"' in c]

@@ -138,3 +138,20 @@ def test_store_bounds_bytes_age_and_count():
     assert [v["conversation_id"] for v in store.lookup(["c"])] == ["c"]
     store.discard(c)
     assert store.get("c") is None and c.read(0, 0.0) == (b"", True)
+
+
+def test_a_cut_reply_replays_cut_and_a_whole_one_whole(server, tmp_path):
+    # HTTP/1.1 chunked streams: the replay of a reply cut short (the engine died) ends without the last chunk
+    # as the reply did, and a whole reply's replay ends with it (serve/http/keepalive.py)
+    s = server({"state": str(tmp_path / "st"), "starts": [{"turns": [{"text": "abcdef", "die_after": 3}]},
+                                                          {"turns": [{"text": "whole"}]}]})
+    status, _, r = s.post("/v1/chat/completions", chat("hi", stream=True), headers=HDR)
+    assert status == 200 and r.cut_short
+    status, replay, r = s.request("GET", f"/v1/stream?{QS}&from=0")
+    assert status == 200 and r.cut_short and "exit code 3" in replay
+    status, _, r = s.post("/v1/chat/completions", chat("hi", stream=True), headers=HDR)
+    assert status == 200 and not r.cut_short
+    status, replay, r = s.request("GET", f"/v1/stream?{QS}&from=0")
+    events = [json.loads(b[6:]) for b in replay.split("\n\n") if b.startswith("data: ") and b != "data: [DONE]"]
+    assert status == 200 and not r.cut_short and replay.endswith("data: [DONE]\n\n")
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"]) == "whole"

@@ -1,0 +1,115 @@
+"""deploy/haproxy.cfg + deploy/strata_affinity.lua in front of two in-process servers on loopback (skipped
+without the `haproxy` binary): one conversation stays on one host whatever the order of its JSON fields, the
+hosts share the conversations, X-Conversation-Id and `user` win, streams pass chunked, and a host that fails
+/health leaves the ring."""
+import http.client
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.serve.conftest import stop_http
+
+HAPROXY = shutil.which("haproxy")
+pytestmark = pytest.mark.skipif(HAPROXY is None, reason="no haproxy binary (Debian package haproxy)")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def cluster(server, tmp_path):
+    hosts = [server({"turns": [{"text": name}]}) for name in ("one", "two")]
+    port = _free_port()
+    env = {**os.environ, "STRATA_LUA": os.path.join(ROOT, "deploy", "strata_affinity.lua"),
+           "STRATA_BIND": f"127.0.0.1:{port}", "STRATA_H1": f"127.0.0.1:{hosts[0].port}",
+           "STRATA_H2": f"127.0.0.1:{hosts[1].port}"}
+    proc = subprocess.Popen([HAPROXY, "-db", "-f", os.path.join(ROOT, "deploy", "haproxy.cfg")], env=env,
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "haproxy.log", "w"))
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield port, hosts
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _ask(conn, body, headers=None, path="/v1/chat/completions"):
+    conn.request("POST", path, body=body if isinstance(body, str) else json.dumps(body),
+                 headers={"Content-Type": "application/json", **(headers or {})})
+    r = conn.getresponse()
+    raw = r.read().decode()
+    assert r.status == 200, raw
+    if "data: " in raw:
+        return "".join(json.loads(b[6:])["choices"][0]["delta"].get("content") or "" for b in raw.split("\n\n")
+                       if b.startswith("data: ") and b != "data: [DONE]" and json.loads(b[6:])["choices"])
+    return json.loads(raw)["choices"][0]["message"]["content"]
+
+
+def test_a_conversation_stays_on_its_host(cluster):
+    port, hosts = cluster
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    first = {"role": "user", "content": "conversation alpha: hello"}
+    turns = [
+        {"messages": [first]},
+        {"stream": True, "messages": [{"role": "system", "content": "be brief"}, first,
+                                      {"role": "assistant", "content": "hi"}, {"role": "user", "content": "more"}]},
+        # the same conversation, fields in another order (content before role, messages before everything)
+        '{"messages": [{"content": "be brief", "role": "system"}, {"content": "conversation alpha: hello", '
+        '"role": "user"}, {"content": "hi", "role": "assistant"}, {"content": "again", "role": "user"}], '
+        '"temperature": 0.5, "model": "any"}',
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "conversation alpha: hello"}]}]},
+    ]
+    answers = {_ask(conn, body) for body in turns}
+    assert len(answers) == 1 and answers <= {"one", "two"}
+    # many conversations spread over both hosts, each one always to the same host
+    seen = {}
+    for i in range(16):
+        for _ in range(2):
+            seen.setdefault(i, set()).add(_ask(conn, {"messages": [{"role": "user", "content": f"topic {i}"}]}))
+    assert all(len(v) == 1 for v in seen.values())
+    assert {h for v in seen.values() for h in v} == {"one", "two"}
+    # X-Conversation-Id and `user` decide over the messages
+    by_id = {_ask(conn, {"messages": [{"role": "user", "content": f"other {i}"}]}, {"X-Conversation-Id": "c-7"})
+             for i in range(6)}
+    by_user = {_ask(conn, {"user": "u-3", "messages": [{"role": "user", "content": f"other {i}"}]})
+               for i in range(6)}
+    assert len(by_id) == 1 and len(by_user) == 1
+    conn.close()
+    # the kept client connection and HAProxy's upstream reuse: far fewer server connections than requests
+    counts = [h.httpd.counts.snapshot() for h in hosts]
+    assert sum(c["requests"] for c in counts) > 3 * sum(c["connections"] for c in counts) / 2
+
+
+def test_a_host_that_fails_health_leaves_the_ring(cluster):
+    port, hosts = cluster
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    body = {"messages": [{"role": "user", "content": "conversation beta"}]}
+    home = _ask(conn, body)
+    victim = hosts[0] if home == "one" else hosts[1]
+    stop_http(victim)
+    deadline = time.monotonic() + 20
+    while True:   # check inter 2s, fall 2: within ~6 s the conversation moves to the other host
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            if _ask(conn, body) != home:
+                break
+        except (AssertionError, OSError, http.client.HTTPException):
+            pass
+        assert time.monotonic() < deadline, "the conversation never moved"
+        time.sleep(0.5)
+    assert {_ask(conn, {"messages": [{"role": "user", "content": f"topic {i}"}]}) for i in range(8)} == \
+        {"one", "two"} - {home}
