@@ -88,7 +88,7 @@ class _Waiter:
 class _SlotRequest:
     """One request's state; only its own thread touches it (the slot claim goes through slot_cv)."""
 
-    def __init__(self, ids, max_new, keys, cancelled, embed=False, on_wait=None):
+    def __init__(self, ids, max_new, keys, cancelled, embed=False, on_wait=None, closing=None):
         self.ids = list(ids)
         self.embed = embed        # BEMB: an embedding (no tokens; BVEC before BDONE)
         self.max_new = int(max_new)
@@ -101,6 +101,8 @@ class _SlotRequest:
         self.sent = False         # BGEN written: its answer will come (BACC or ERR)
         self.accepted = False     # BACC seen: lines for its slot will come until BDONE
         self.stopped = False      # BSTOP sent
+        self.closing = closing or (lambda: False)  # True: BCLOSE (the grammar's shortest completion, then BDONE)
+        self.close_sent = False   # BCLOSE written
         self.stop_at = 0.0        # when
         self.out: list[int] = []
         self.figures: dict = {}   # the caller's result: progress, then BDONE's figures
@@ -149,12 +151,12 @@ class BatchPath:
                     "quarantines": self.quarantines}
 
     # ------------------------------------------------------------------ one request
-    def generate(self, ids, max_new, keys="", cancelled=None, result=None, embed=False, on_wait=None):
+    def generate(self, ids, max_new, keys="", cancelled=None, result=None, embed=False, on_wait=None, closing=None):
         """Yields token ids, and None as heartbeats; `result` gets the request's figures at the end (an
         embedding's vector as `result["embedding"]`). `on_wait()` runs on this thread right before each wait
         for a slot or a line (serve/http/pacing.py)."""
         result = {} if result is None else result
-        req = _SlotRequest(ids, max_new, keys, cancelled, embed, on_wait)
+        req = _SlotRequest(ids, max_new, keys, cancelled, embed, on_wait, closing)
         req.figures = result  # filled as the lines come: progress, then BDONE's figures
         try:
             if not (yield from self._claim(req)):
@@ -274,6 +276,9 @@ class BatchPath:
         while True:
             if req.cancel() and not req.stopped:
                 self._stop(req)
+            elif not (req.close_sent or req.stopped) and req.closing():
+                req.close_sent = True
+                req.proc.write(f"BCLOSE {req.slot}")
             if q.empty():
                 req.on_wait()
             try:

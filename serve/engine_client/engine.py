@@ -329,17 +329,21 @@ class StrataEngine:
 
     # ---------------------------------------------------------------- the solo path
     def generate(self, ids: list[int], max_new: int, keys: str = "", cancelled=None,
-                 result: dict | None = None, embed: bool = False, on_wait=None):
+                 result: dict | None = None, embed: bool = False, on_wait=None, closing=None):
         """Yields token ids, and None as heartbeats; `result` gets the figures. `embed`: an embedding
         (EMB / BEMB: no tokens; `result["embedding"]` gets the vector's `<n_embd> <base64>`). `on_wait()` is
         called on this thread right before each wait for the engine with nothing to read
-        (serve/http/pacing.py)."""
+        (serve/http/pacing.py). `closing()` True: a constrained request should end with its grammar's shortest
+        completion (slots: BCLOSE, the tokens keep coming to the end; a solo GEN has no such command, so there
+        it stops as `cancelled` does)."""
         result = {} if result is None else result
         if not self.alive():
             raise EngineDied("the engine is unavailable; this request was not sent")
         if self.batched():
-            yield from self.batch.generate(ids, max_new, keys, cancelled, result, embed, on_wait)
+            yield from self.batch.generate(ids, max_new, keys, cancelled, result, embed, on_wait, closing)
             return
+        if closing is not None:
+            asked, cancelled = cancelled, (lambda: bool(closing()) or bool(asked and asked()))
         if not (yield from self._take_ctl(cancelled, on_wait)):
             result["finish"] = "cancel"
             return

@@ -305,7 +305,7 @@ class ReplicaEngine:
                 r.blocks.popitem(last=False)
 
     def generate(self, ids, max_new, keys="", cancelled=None, result=None, replica=None, embed=False,
-                 on_wait=None):
+                 on_wait=None, closing=None):
         """Yields token ids (None = heartbeat); `result` (the caller's own dict) gets that request's figures."""
         self.heal()
         r = self.replicas[replica] if replica is not None else self.pick(ids)
@@ -315,7 +315,8 @@ class ReplicaEngine:
         figures: dict = {}
         out: list[int] = []
         try:
-            child = r.engine.generate(ids, max_new, keys, cancelled, figures, embed=embed, on_wait=on_wait)
+            child = r.engine.generate(ids, max_new, keys, cancelled, figures, embed=embed, on_wait=on_wait,
+                                      closing=closing)
             try:
                 for t in child:
                     if t is not None:

@@ -485,7 +485,11 @@ class Service(ServiceFigures):
         passes, parser, stop = run.passes, run.parser, run.stop
         run.pass_out = 0
         prompt = passes.prompt()
-        gen = self.engine.generate(prompt, passes.room(), keys, run.is_cancelled, result, on_wait=run.on_wait)
+        # a constrained reply that loops is closed, not cut: the engine writes its grammar's shortest completion
+        closing = [False]
+        constrained = " grammar=" in f" {keys}"
+        gen = self.engine.generate(prompt, passes.room(), keys, run.is_cancelled, result, on_wait=run.on_wait,
+                                   **({"closing": lambda: closing[0]} if constrained else {}))
         t_read = time.monotonic()
         try:
             for tid in gen:
@@ -503,8 +507,10 @@ class Service(ServiceFigures):
                 passes.generated(tid, tid in self.stop_ids)
                 if tid in self.stop_ids:
                     continue  # the engine ends the turn on it itself; never shown
-                if run.guard.looping(tid):
-                    return "length", None
+                if not closing[0] and run.guard.looping(tid):
+                    if not constrained:
+                        return "length", None
+                    closing[0] = True  # this token and the completion still come, and are shown
                 was_reasoning = parser is not None and parser.in_reasoning
                 run.took(tid)
                 for ev in run.events(self._events(run.decoder.feed(tid), parser, stop)):
@@ -518,7 +524,7 @@ class Service(ServiceFigures):
                 write = passes.after_token(was_reasoning)
                 if write is not None:
                     return None, write  # the budget is spent, or a forced call opens: the pass ends here
-            return None, None
+            return ("length", None) if closing[0] else (None, None)
         finally:
             gen.close()  # an early end: STOP + drain while we still hold the turn
 

@@ -184,3 +184,20 @@ def test_replies_cut_by_the_budget_still_parse(real):
         cut.append(choice["finish_reason"] == "length")
     check()
     assert any(cut), "no reply reached its budget: the test did not test the cut"
+
+
+def test_a_looping_constrained_reply_is_closed_not_cut(tmp_path):
+    # the loop guard stops a reply that repeats itself; a constrained one is closed instead (BCLOSE: the engine
+    # writes the grammar's shortest completion), so what the client gets still parses
+    with real_server(ENGINE, MODEL, tmp_path, CTX, args=("--batch", "2")) as running:
+        body = {"messages": [{"role": "user", "content": "Write a list of ones."}], "max_tokens": 600,
+                "temperature": 0, "grammar": 'root ::= "[" "1" ( "," "1" )* "]"',
+                # no end of turn and no closing bracket unless forced: only the loop guard can end it early
+                "logit_bias": {str(i): -100 for i in [0, 2] + [t for t in range(running.svc.tok.n_vocab)
+                                                               if b"]" in running.svc.tok.token_bytes(t)]}}
+        status, reply, _ = running.post("/v1/chat/completions", body, timeout=600)
+        assert status == 200, reply
+        text = reply["choices"][0]["message"]["content"]
+        value = json.loads(text)
+        assert value == [1] * len(value) and 3 < len(value) < 300, text
+        assert reply["usage"]["completion_tokens"] < 600    # the loop guard ended it, not max_tokens
