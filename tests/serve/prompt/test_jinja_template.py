@@ -64,3 +64,10 @@ def test_default_models_own_template_equals_native_chatml():
     native = ChatTemplate.from_text(text).render([Message(role=r, content=c) for r, c in turns])
     jinja = JinjaTemplate(text).render([{"role": r, "content": c} for r, c in turns])
     assert jinja == getattr(native, "text", native)
+
+
+def test_any_exception_a_template_raises_is_its_render_error():
+    # a template's arithmetic or recursion failure is the template's, so the request gets a 400 naming it
+    t = JinjaTemplate("{{ 1 // (messages | length - messages | length) }}", "", "")
+    with pytest.raises(TemplateRenderError, match="ZeroDivisionError"):
+        t.render([{"role": "user", "content": "x"}])
