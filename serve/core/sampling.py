@@ -6,7 +6,7 @@ wins, a value that is None never does): model card -> config `sampling` block ->
 
 Public surface: `MODEL_CARD_SAMPLING`, `card_sampling(arch, thinking)`, `check_request_sampling(body)`,
 `check_config_sampling(block)`, `check_shared_settings(defaults)`, `merge_sampling(card, config, settings,
-request)`, `engine_keys(merged)`, `check_max_tokens(value, field)`, `FIELDS`, `SHARED_SETTINGS_KEYS`,
+request)`, `engine_keys(merged)`, `dry_breaker_ids(tok, breakers)`, `check_dry_breakers(value)`, `check_max_tokens(value, field)`, `FIELDS`, `SHARED_SETTINGS_KEYS`,
 `DEFAULT_MAX_TOKENS`.
 """
 from __future__ import annotations
@@ -321,6 +321,17 @@ def engine_keys(merged: dict) -> list[str]:
         keys.append("logit_bias=" + ",".join(f"{t}:{_g(b)}" for t, b in sorted(bias.items())))
     keys += _more_sampler_keys(merged)
     return keys
+
+
+def dry_breaker_ids(tok, breakers: tuple[str, ...]) -> tuple[int, ...]:
+    """DRY's sequence breakers as the engine takes them: every token of `tok` (`n_vocab`, `token_bytes(id)`)
+    whose text holds one of the strings, as llama-server matches breakers in the text. One vocabulary pass."""
+    found = []
+    for tid in range(int(tok.n_vocab)):
+        text = tok.token_bytes(tid).decode("utf-8", "replace")
+        if any(b in text for b in breakers):
+            found.append(tid)
+    return tuple(found)
 
 
 def _more_sampler_keys(merged: dict) -> list[str]:

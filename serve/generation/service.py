@@ -337,7 +337,7 @@ class Service(ServiceFigures):
         merged = sampling_mod.merge_sampling(card, self.config.get("sampling"), self._settings(), req.sampling)
         if merged.get("dry_multiplier"):
             merged["dry_breaker_ids"] = self._breaker_ids(
-                merged.get("dry_sequence_breakers") or sampling_mod.DRY_BREAKERS_DEFAULT)
+                tuple(merged.get("dry_sequence_breakers") or sampling_mod.DRY_BREAKERS_DEFAULT))
         keys = sampling_mod.engine_keys(merged)
         call = getattr(req, "constrained_call", None)
         grammar = req.grammar if req.grammar is not None else (call[1] if call else None)
@@ -350,19 +350,10 @@ class Service(ServiceFigures):
         return " ".join(keys + engine_keys(req))
 
     def _breaker_ids(self, breakers: tuple[str, ...]) -> tuple[int, ...]:
-        """DRY's sequence breakers as the engine takes them: every token whose text holds one of the strings
-        (llama-server matches breakers in the text the same way). One pass over the vocabulary per set, kept."""
-        cache = self._breaker_cache
-        key = tuple(breakers)
-        if key not in cache:
-            n_vocab = getattr(self.tok, "n_vocab", None) or len(getattr(self.tok, "vocab", ()) or ())
-            found = []
-            for tid in range(int(n_vocab)):
-                text = self.tok.token_bytes(tid).decode("utf-8", "replace")
-                if any(b in text for b in key):
-                    found.append(tid)
-            cache[key] = tuple(found)
-        return cache[key]
+        """DRY's breaker strings as token ids (sampling.dry_breaker_ids), once per set."""
+        if breakers not in self._breaker_cache:
+            self._breaker_cache[breakers] = sampling_mod.dry_breaker_ids(self.tok, breakers)
+        return self._breaker_cache[breakers]
 
     def ensure_engine(self) -> None:
         """A dead engine is restarted by the next request (before its answer starts)."""
