@@ -6,8 +6,8 @@ wins, a value that is None never does): model card -> config `sampling` block ->
 
 Public surface: `MODEL_CARD_SAMPLING`, `card_sampling(arch, thinking)`, `check_request_sampling(body)`,
 `check_config_sampling(block)`, `check_shared_settings(defaults)`, `merge_sampling(card, config, settings,
-request)`, `engine_keys(merged)`, `dry_breaker_ids(tok, breakers)`, `check_dry_breakers(value)`, `check_max_tokens(value, field)`, `FIELDS`, `SHARED_SETTINGS_KEYS`,
-`DEFAULT_MAX_TOKENS`.
+request)`, `engine_keys(merged)`, `dry_breaker_ids(tok, breakers)`, `check_dry_breakers(value)`,
+`check_max_tokens(value, field)`, `FIELDS`, `SHARED_SETTINGS_KEYS`, `DEFAULT_MAX_TOKENS`.
 """
 from __future__ import annotations
 
