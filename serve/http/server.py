@@ -339,7 +339,7 @@ class Handler(StreamWriter, BaseHTTPRequestHandler):
             self._leave_model()
 
     def _leave_model(self):
-        """The reply has ended: the model it ran on may be unloaded or switched now (serve/lifecycle.py)."""
+        """The reply has ended: the model it ran on may be unloaded or switched now (serve/lifecycle/)."""
         ticket, self._ticket = getattr(self, "_ticket", None), None
         if ticket is not None:
             ticket.release()
