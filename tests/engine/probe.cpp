@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "model.h"
-#include "quants.h"
+#include "cpu/quants.h"
 
 namespace {
 
