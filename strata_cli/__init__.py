@@ -202,7 +202,10 @@ def serve(ns) -> int:
             return _fail(str(e))
         import secrets
         lc.lease_token = secrets.token_urlsafe(24)
-        record = activity.take(opts.port, opts.host, lc.default.name, lease_token=lc.lease_token)
+        try:
+            record = activity.take(opts.port, opts.host, lc.default.name, lease_token=lc.lease_token)
+        except OSError as e:   # a full runtime folder: the server runs, unlisted
+            print(f"strata: not listed for `strata ps`: {e}", file=sys.stderr)
         print(f"strata: models {', '.join(e.name for e in lc.entries)}; engine "
               f"{' '.join(lc.default.svc.engine.argv)}", file=sys.stderr)
         return run_server(lc, opts, httpd=httpd)

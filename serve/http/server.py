@@ -51,6 +51,7 @@ from serve.core.errors import ServiceError, public_text
 from serve.core.events import BadRequest
 from serve.http.guard import HttpError
 from serve.lifecycle import Lifecycle, LifecycleError
+from strata_control.files import StorageFull
 from serve.api.replies import JsonReply, RequestContext, StreamReply
 from serve.http.stream_writer import StreamWriter
 
@@ -414,6 +415,8 @@ class Handler(StreamWriter, BaseHTTPRequestHandler):
             return self._error(path, e.status, "invalid_request_error", e.message, e.param, e.code, e.extra)
         except ServiceError as e:  # the Service turned every engine failure into one (503 / 502)
             return self._error(path, e.status, e.err_type, public_text(e.message))
+        except StorageFull as e:  # a settings or run-config write found a full disk; the old file is intact
+            return self._error(path, 507, "insufficient_storage", public_text(e.message))
         except ValueError as e:  # an engine ERR, or a value the translator refused
             return self._error(path, 400, "invalid_request_error", public_text(str(e)))
         except RecursionError:  # a body nested deeper than a walk over it can go
