@@ -51,6 +51,7 @@ from serve.core.errors import ServiceError, public_text
 from serve.core.events import BadRequest
 from serve.http.guard import HttpError
 from serve.lifecycle import Lifecycle, LifecycleError
+from strata_control.files import StorageFull
 from serve.api.replies import JsonReply, RequestContext, StreamReply
 from serve.http.stream_writer import StreamWriter
 
@@ -339,7 +340,7 @@ class Handler(StreamWriter, BaseHTTPRequestHandler):
             self._leave_model()
 
     def _leave_model(self):
-        """The reply has ended: the model it ran on may be unloaded or switched now (serve/lifecycle.py)."""
+        """The reply has ended: the model it ran on may be unloaded or switched now (serve/lifecycle/)."""
         ticket, self._ticket = getattr(self, "_ticket", None), None
         if ticket is not None:
             ticket.release()
@@ -416,6 +417,8 @@ class Handler(StreamWriter, BaseHTTPRequestHandler):
             return self._error(path, e.status, "invalid_request_error", e.message, e.param, e.code, e.extra)
         except ServiceError as e:  # the Service turned every engine failure into one (503 / 502)
             return self._error(path, e.status, e.err_type, public_text(e.message))
+        except StorageFull as e:  # a settings or run-config write found a full disk; the old file is intact
+            return self._error(path, 507, "insufficient_storage", public_text(e.message))
         except ValueError as e:  # an engine ERR, or a value the translator refused
             return self._error(path, 400, "invalid_request_error", public_text(str(e)))
         except RecursionError:  # a body nested deeper than a walk over it can go
