@@ -76,7 +76,7 @@ KEYS: dict[str, Key] = {
                          "template's own, \"none\" = none)"),
     "default_system_prompt": Key("str", "the older name of system_prompt"),
     "chat_template": Key("str", "render prompts in this family whatever the model's template is (--chat-template; "
-                         "chatml)"),
+                         "chatml, llama3, gemma), or jinja: the model's own template"),
     "default_max_tokens": Key("int", "the reply cap of a request that names none (default 4096)", 1, 1 << 20),
     "sampling": Key("object", "default sampling: temperature, top_p, top_k, min_p, penalties, seed",
                     editable=True),

@@ -62,6 +62,10 @@ class Preparation:
         """The chat's prompt text (`Rendered`) for the request's effort (else the settings' and config's)."""
         effort = effort or self.effort(req)
         thinking = None if effort is None else effort != "none"
+        if req.tools and req.tool_choice != "none" and getattr(self.template, "tool_format", "xml") is None:
+            raise BadRequest(f"tools: Strata does not read tool calls in the format of this model's "
+                             f"{getattr(self.template, 'family', '')} chat template yet; send the request "
+                             "without tools", param="tools")
         if req.strict_tools and req.tools and req.tool_choice == "auto" and req.grammar is None:
             req.grammar = auto_tools_grammar(req.tools, getattr(self.template, "tool_format", "xml"),
                                              req.parallel_tool_calls)
