@@ -72,6 +72,7 @@ class Options:
     parent_pid: int | None = None
     quiet: bool = False
     stream_interval_ms: float | None = None   # None: $STRATA_STREAM_INTERVAL_MS or the default (http_guard)
+    slot_save_path: str | None = None         # --slot-save-path (a 0700 folder), None: saved slots are off
 
 
 class StrataHTTPServer(http_guard.GuardedServer, ThreadingHTTPServer):
@@ -404,7 +405,8 @@ class Handler(StreamWriter, BaseHTTPRequestHandler):
                                  shutting_down=self.server.stopping.is_set,
                                  headers=self.headers, path=path, query=query, trusted=access.trusted(
                                      self.server.opts.api_keys, key_checked, self.client_address[0]),
-                                 sessions=self.server.stream_sessions)
+                                 sessions=self.server.stream_sessions,
+                                 slot_save_path=self.server.opts.slot_save_path)
             conv_id = stream_sessions.conversation_id(self.headers) if method == "POST" else None
             reply = self._route(route, path, method, body, ctx, svc)
             if conv_id and isinstance(reply, StreamReply) and reply.content_type.startswith("text/event-stream"):
