@@ -28,6 +28,7 @@ Public surface (the calling convention of `serve/api/openai.py` and `serve/api/a
   503 down/starting/stuck with the death note, 502 a broken engine line) or a `BadRequest` (an engine ERR);
   the HTTP layer never sees an engine exception.
 - `settings_view()` / `set_settings(defaults)`: the shared Chat settings (GET / POST `/settings`).
+- `slot_file(action, slot_id, path)`: llama-server's saved slots (serve/engine_client/slot_files.py).
 """
 from __future__ import annotations
 
@@ -424,6 +425,14 @@ class Service(Preparation, ServiceFigures):
     def _tail(self, text):
         with self._lock:
             self.status["tail"] = (self.status.get("tail", "") + text)[-TAIL_CHARS:]
+
+    def slot_file(self, action: str, slot_id: int, path: str | None = None) -> dict:
+        """Saved slots: save / restore `path`, or erase, on a decode slot (serve/engine_client/slot_files.py)."""
+        from serve.engine_client.slot_files import slot_file
+        try:
+            return slot_file(self.engine, action, slot_id, path)
+        except Exception as e:
+            raise self.service_error(e) from None
 
     def close(self) -> None:
         self.shutting_down.set()
