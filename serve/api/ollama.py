@@ -44,7 +44,8 @@ from serve.core.events import (
     BadRequest, ChatRequest, CompletionRequest, Done, Message, ToolCall, KIND_CONTENT, KIND_PING, KIND_REASONING,
     KIND_TOOL_CALL)
 from serve.generation.json_schema import ANY_OBJECT_GRAMMAR
-from serve.generation.logprobs import chat_logprobs, ollama_logprobs
+from serve.api.fields import chat_logprobs, model_field
+from serve.generation.logprobs import ollama_logprobs
 from serve.api.wire import error_text, text_of, parse_tools
 from serve.core.effort import normalize_effort
 from serve.api.replies import EventRun, JsonReply, StreamReply, cut
@@ -282,10 +283,7 @@ def _common(body: dict, req) -> dict:
     stream = body.get("stream", True)
     if not isinstance(stream, bool) and stream is not None:
         raise BadRequest("stream: true or false", param="stream")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise BadRequest("model: the model's name", param="model")
-    req.model, req.stream = model, stream is not False
+    req.model, req.stream = model_field(body, required=True), stream is not False
     req.logprobs = chat_logprobs(body)  # Ollama 0.12.11's logprobs / top_logprobs (serve/generation/logprobs.py)
     return {"num_ctx": num_ctx}
 
@@ -385,6 +383,8 @@ def _lines(service, prep, ctx, shape, t0):
 def chat(service, body: dict, ctx):
     t0 = time.monotonic()
     req = ChatRequest(messages=_messages(body.get("messages")), tools=parse_tools(body.get("tools")), api="ollama")
+    # a final assistant message is continued, as Ollama does (serve/prompt/prefill.py): the reply is the new text
+    req.continue_final = bool(req.messages) and req.messages[-1].role == "assistant"
     extra = _common(body, req)
     req.reasoning_effort = _think(body.get("think"))
     if not req.messages:  # Ollama loads the model and answers at once
