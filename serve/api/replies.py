@@ -37,6 +37,7 @@ class RequestContext:
     trusted: bool = False   # may see local detail: gave the API key, or keyless server and a loopback client
     model_unloaded: bool = False   # (a Lifecycle) the model a view reads has no engine now: views say so
     sessions: Any = None           # the server's resumable stream sessions (serve/http/stream_sessions.py)
+    http_counts: Callable[[], dict] | None = None   # the server's connection counts (serve/http/keepalive.py)
     slot_save_path: str | None = None   # --slot-save-path: the saved slots' folder (serve/api/slot_routes.py)
 
 
