@@ -92,6 +92,7 @@ private:
     bool ensure_live();
     void run_session_file(const command& cmd);
     void run_vram();
+    std::string experts_line() const;
     void run_berase(int32_t slot);
     void run_bclose(int32_t slot);
     bool check_request(const command& cmd);
@@ -657,10 +658,19 @@ void serve_loop::run_vram() {
     protocol_write_line("VRAM backend=cpu ram_total_mib=" + std::to_string(total_kib / 1024) +
                         " ram_free_mib=" + std::to_string(avail_kib / 1024) + " rss_mib=" + std::to_string(rss_kib / 1024) +
                         " conversation_cache_parked=" + std::to_string(cache_.size()) +
-                        " conversation_cache_bytes=" + std::to_string(cache_.bytes()));
+                        " conversation_cache_bytes=" + std::to_string(cache_.bytes()) + experts_line());
 }
 
 }  // namespace
+
+// The expert tiers' figures for the VRAM answer (engine/expert_tiers.h); empty for a dense model.
+std::string serve_loop::experts_line() const {
+    const expert_figures f = model_expert_figures(model_);
+    if (f.total == 0) return "";
+    return " experts_total=" + std::to_string(f.total) + " experts_resident=" + std::to_string(f.resident) +
+           " experts_hits=" + std::to_string(f.hits) + " experts_misses=" + std::to_string(f.misses) +
+           " experts_swaps=" + std::to_string(f.swaps);
+}
 
 int serve_loop_run(strata_model* model, const engine_config& config, int stdin_fd) {
     auto loop = std::make_unique<serve_loop>(model, config, stdin_fd);
