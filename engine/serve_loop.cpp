@@ -73,6 +73,7 @@ public:
         live_.kv = kv_cache_init(model, cfg.n_ctx, cfg.kv);
         logits_.resize(static_cast<size_t>(info_.n_vocab));
         slots_.set_drafting(cfg.drafting, cfg.draft);
+        if (cfg.n_slots == 1) slots_.set_read_chunk(cfg.chunk);  // nothing is admitted beside its read (slots.h)
     }
     ~serve_loop() {
         if (live_.kv) kv_cache_free(live_.kv);
@@ -494,6 +495,7 @@ void serve_loop::run_bgen(const command& cmd, int64_t seq) {
         err_line("BGEN: cannot allocate the KV cache of slot " + std::to_string(s));
         return;
     }
+    slots_.time_admission(s);
     seq_state* target = &slots_.at(s).st;
     std::vector<const seq_state*> others{&live_};
     slots_.reuse_states(s, &others);  // busy slots too: between steps their kv holds exactly their tokens
@@ -514,6 +516,7 @@ void serve_loop::run_bemb(const command& cmd, int64_t seq) {
         err_line("BEMB: cannot allocate the KV cache of slot " + std::to_string(s));
         return;
     }
+    slots_.time_admission(s);
     session_apply_reuse(&slots_.at(s).st, cmd.ids, reuse_source{}, &cache_);
     slots_.accept_embed(s, seq, cmd.ids);
     protocol_write_line("BACC " + std::to_string(s) + " 0");

@@ -7,17 +7,19 @@ GGUF, or the byte tokenizer for the fake engine), the model name, and the securi
 the config, the config over defaults. Nothing here serves or spawns: `serve.http.run.run_server` does.
 
 Public surface: `build(ns, cfg=None) -> (Service, Options)`, `load_config(ns)`, `check_flags(ns)`,
-`build_lifecycle(ns, cfg)`, `model_limits(...)`, `options(ns, cfg)`, `stream_interval_ms(ns, cfg)`, `bind(opts)`,
+`build_lifecycle(ns, cfg)`, `model_limits(...)`, `options(ns, cfg)`, `stream_interval_ms(ns, cfg)`,
+`slot_save_path(ns, cfg)`, `bind(opts)`,
 `launch_plan(model, want)`, `default_model_path()`,
 `packaged_model_path(name)` (`--model gemma`: the optional Gemma 3 270M package's assembled GGUF),
 `default_log_path(port)`, `private_dir(path)`, `private_file(path)`, `default_parallel()`,
-`chat_template(tok, ns, cfg, fake)`, `ENGINE_EXE`, `SetupError`.
+`chat_template(tok, ns, cfg, fake)`, `jinja_chat(tok, text, family)`, `ENGINE_EXE`, `SetupError`.
 """
 from __future__ import annotations
 
 import contextlib
 import importlib.util
 import os
+import re
 import shlex
 import sys
 
@@ -26,7 +28,7 @@ from serve.engine_client.engine import ENGINE_SILENCE_S, StrataEngine
 from serve.core.events import BadRequest
 from serve.http.server import Options
 from serve.generation.service import Service
-from strata_control.families import FAMILIES, template_family
+from strata_control.families import FAMILIES, JINJA, template_family
 from serve.prompt.chatml import ChatTemplate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,25 +52,29 @@ def default_parallel(n_cores: int | None = None) -> int:
 
 
 def chat_template(tok, ns, cfg, fake: bool = False):
-    """The model's chat template: `--chat-template FAMILY` / config `chat_template` forces a family; else the
-    family the GGUF's template text names (ChatML here, Llama 3 and Gemma in serve/prompt/llama3_gemma.py); a
-    template of another family is refused (the prompt would be in the wrong format); a real model without a
-    template gets NoTemplate (chat routes answer 400, /v1/completions works). The default system prompt is
-    the template's own unless `--system-prompt` / config `system_prompt` says otherwise ("none" = none)."""
+    """The model's chat template: `--chat-template FAMILY` / config `chat_template` forces a native family
+    (or `jinja`: the model's own template even where a native renderer exists); else the family the GGUF's
+    template text names is rendered natively (ChatML here, Llama 3 and Gemma in serve/prompt/llama3_gemma.py)
+    and any other template by the model's own Jinja text (serve/prompt/jinja_chat.py); a template that does
+    not compile stops the start naming its error. A real model without a template gets NoTemplate (chat
+    routes answer 400, /v1/completions works). The default system prompt is the template's own unless
+    `--system-prompt` / config `system_prompt` says otherwise ("none" = none)."""
     from serve.prompt.llama3_gemma import FamilyTemplate, NoTemplate
     text = getattr(tok, "chat_template", None)
     forced = getattr(ns, "chat_template", None) or cfg.get("chat_template")
-    if forced is not None and forced not in FAMILIES:
-        raise SetupError(f"--chat-template {forced!r}: Strata renders {', '.join(FAMILIES)}")
+    if forced is not None and forced not in FAMILIES + (JINJA,):
+        raise SetupError(f"--chat-template {forced!r}: Strata renders {', '.join(FAMILIES)} natively, or "
+                         f"{JINJA} (the model's own template)")
     family = template_family(text)
-    if forced is None and family not in FAMILIES:
-        raise SetupError(f"the model's chat template is of the {family!r} family; Strata renders "
-                         f"{', '.join(FAMILIES)} only, and would send this model prompts in the wrong "
-                         f"format. To serve it anyway, pass --chat-template FAMILY (one of those)")
     if forced in ("llama3", "gemma"):
         template = FamilyTemplate(forced)
     elif forced == "chatml":
         template = ChatTemplate.from_text(text) if family == "chatml" and text else ChatTemplate()
+    elif forced == JINJA or (text and family not in FAMILIES):
+        if not text:
+            raise SetupError(f"--chat-template {JINJA}: the model has no chat template of its own; name a family "
+                             f"({', '.join(FAMILIES)})")
+        template = jinja_chat(tok, text, family)
     elif not text and not fake:
         return NoTemplate()
     else:
@@ -79,6 +85,21 @@ def chat_template(tok, ns, cfg, fake: bool = False):
     if system != "model":
         template.default_system = None if system in ("none", "", None) else system
     return template
+
+
+def jinja_chat(tok, text: str, family: str):
+    """The model's own template (serve/prompt/jinja_chat.py) with the GGUF's BOS / EOS texts and control
+    tokens; a template that does not compile is a SetupError naming the error."""
+    from serve.prompt.jinja_chat import JinjaChat
+    from serve.prompt.jinja_template import TemplateRenderError
+    ids = getattr(tok, "special_ids", {}) or {}
+    text_of = lambda name: tok.id_to_token(ids[name]) if ids.get(name) is not None else ""
+    special = getattr(tok, "special_pattern", None)
+    try:
+        return JinjaChat(text, family=family, bos_token=text_of("bos"), eos_token=text_of("eos"),
+                         add_bos=bool(getattr(tok, "add_bos", False)), special_pattern=special(True) if special else None)
+    except TemplateRenderError as e:
+        raise SetupError(f"the model's chat template ({family} family) cannot be used: {e}") from None
 
 CTX_FLAG_MAX = 1 << 20      # no GGUF model here trains on more than a million positions
 
@@ -328,11 +349,39 @@ def options(ns, cfg: dict) -> Options:
                    api_keys=_keys(ns, cfg), cors_origins=_names(cfg, "cors_origins") + _flag_names(ns, "cors"),
                    allowed_hosts=_names(cfg, "allowed_hosts"),
                    parent_pid=getattr(ns, "parent_pid", None), quiet=bool(getattr(ns, "quiet", False)),
-                   stream_interval_ms=stream_interval_ms(ns, cfg))
+                   stream_interval_ms=stream_interval_ms(ns, cfg), slot_save_path=slot_save_path(ns, cfg),
+                   host_name=host_name(pick("host_name", os.environ.get("STRATA_HOST_NAME"))))
     if "*" in opts.cors_origins and not opts.api_keys:
         print("strata: security: CORS is open to every origin and there is no API key: any web page this "
               "machine's browser opens can use the server (add --api-key, or name the origins)", file=sys.stderr)
     return opts
+
+
+HOST_NAME_CHARS = re.compile(r"[A-Za-z0-9._:-]{1,64}")   # a header value that needs no quoting, any log reads
+
+
+def host_name(value: str | None) -> str | None:
+    """--host-name / host_name / $STRATA_HOST_NAME: this host's name in a cluster, sent as X-Strata-Host."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not HOST_NAME_CHARS.fullmatch(value):
+        raise SetupError(f"host name {value!r}: 1..64 letters, digits and . _ : - (e.g. h1 or gpu-3.lab)")
+    return value
+
+
+def slot_save_path(ns, cfg: dict) -> str | None:
+    """--slot-save-path (else the run config's slot_save_path) made a private folder: created 0700, and an
+    existing one of ours made 0700 (saved slots hold conversations); None: saved slots are off."""
+    path = getattr(ns, "slot_save_path", None) or cfg.get("slot_save_path")
+    if not path:
+        return None
+    path = os.path.abspath(os.path.expanduser(str(path)))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise SetupError(f"--slot-save-path {path}: not a folder")
+    private_dir(path)
+    if os.stat(path).st_uid == os.getuid():
+        os.chmod(path, 0o700)
+    return path
 
 
 def stream_interval_ms(ns, cfg: dict) -> float:

@@ -85,9 +85,10 @@ def _serve_args(s) -> None:
                    "(its engine ends; the next request loads it again); default 0 = never")
     s.add_argument("--system-prompt", metavar="TEXT", help="system prompt used when a chat has none "
                    "(default \"model\": the chat template's own; \"none\" = none)")
-    s.add_argument("--chat-template", metavar="FAMILY", choices=["chatml", "llama3", "gemma"],
-                   help="render chats in this family (chatml, llama3, gemma) whatever the model's template is; "
-                   "needed for chat routes on a model without a template")
+    s.add_argument("--chat-template", metavar="FAMILY", choices=["chatml", "llama3", "gemma", "jinja"],
+                   help="render chats in this family (chatml, llama3, gemma) whatever the model's template is "
+                   "(needed for chat routes on a model without a template), or jinja: the model's own template "
+                   "even where Strata has a native renderer (other families always use their own)")
     s.add_argument("--act-bits", type=int, choices=[16, 8], metavar="16|8",
                    help="engine matmul activations in 16-bit blocks (default) or 8-bit: faster prompt reads, "
                    "logits less exact (README: Benchmarks)")
@@ -99,6 +100,10 @@ def _serve_args(s) -> None:
     s.add_argument("--stream-interval-ms", type=float, metavar="MS", help="a streamed reply is written at most "
                    "every MS milliseconds; tokens that come sooner go out together in the next write (default "
                    "20; 0 = each at once). Fewer writes leave the cores to the engine (README: Streaming)")
+    s.add_argument("--host-name", metavar="NAME", help="this host's name in a cluster, sent as X-Strata-Host on "
+                   "every answer (default $STRATA_HOST_NAME; none: no header). docs/DEPLOY.md")
+    s.add_argument("--slot-save-path", metavar="FOLDER", help="allow POST /slots/ID?action=save|restore|erase "
+                   "(llama-server's saved slots) with files in FOLDER (made 0700; files 0600); default: off")
     s.add_argument("--parent-pid", type=int, metavar="PID", help="shut down when this process is gone")
     s.add_argument("--engine", metavar="CMD", help="engine command (default build/strata-engine)")
     s.add_argument("--tokenizer", choices=["gguf", "bytes"], default="gguf",
@@ -201,7 +206,10 @@ def serve(ns) -> int:
             return _fail(str(e))
         import secrets
         lc.lease_token = secrets.token_urlsafe(24)
-        record = activity.take(opts.port, opts.host, lc.default.name, lease_token=lc.lease_token)
+        try:
+            record = activity.take(opts.port, opts.host, lc.default.name, lease_token=lc.lease_token)
+        except OSError as e:   # a full runtime folder: the server runs, unlisted
+            print(f"strata: not listed for `strata ps`: {e}", file=sys.stderr)
         print(f"strata: models {', '.join(e.name for e in lc.entries)}; engine "
               f"{' '.join(lc.default.svc.engine.argv)}", file=sys.stderr)
         return run_server(lc, opts, httpd=httpd)

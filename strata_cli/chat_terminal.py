@@ -12,11 +12,11 @@ initial_system)`. (A server for the chat: `strata_cli.client.start_server`.)
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 from strata_cli.client import ClientError, Server
+from strata_control.files import write_private_json
 
 DIM, RESET = "\x1b[2m", "\x1b[0m"
 PROMPT, MORE = "> ", ". "
@@ -93,9 +93,8 @@ class ChatSession:
             self._say("(/save needs a file name)\n")
             return
         try:
-            with open(os.path.expanduser(path), "w", encoding="utf-8") as f:
-                json.dump({"model": self.model, "messages": self.messages()}, f, indent=1, ensure_ascii=False)
-        except OSError as e:
+            write_private_json(os.path.expanduser(path), {"model": self.model, "messages": self.messages()})
+        except OSError as e:   # StorageFull among them: its text says which file and that the old one is kept
             self._say(f"(not saved: {e.strerror or e})\n")
             return
         self._say(f"(saved {len(self.messages())} messages to {path})\n")

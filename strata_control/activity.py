@@ -14,6 +14,8 @@ import json
 import os
 import time
 
+from strata_control.files import write_private
+
 RECORD_PREFIX = "server-"
 START_TIME_SLACK_S = 2.0   # a process's start time as psutil reads it twice may differ by rounding
 
@@ -48,14 +50,6 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _write_private(path: str, text: str) -> None:
-    tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def take(port: int, host: str, model: str, folder: str | None = None, pid: int | None = None,
          lease_token: str | None = None) -> str:
     """Write this server's record (and its lease token file, readable only by this user) -> the record's
@@ -65,10 +59,14 @@ def take(port: int, host: str, model: str, folder: str | None = None, pid: int |
     record = {"pid": pid, "port": port, "host": host, "model": model, "started": time.time(),
               "process_started": _process_start(pid)}
     path = os.path.join(folder, f"{RECORD_PREFIX}{pid}.json")
-    if lease_token:
-        record["lease_token_file"] = path[:-len(".json")] + ".token"
-        _write_private(record["lease_token_file"], lease_token)
-    _write_private(path, json.dumps(record))
+    try:
+        if lease_token:
+            record["lease_token_file"] = path[:-len(".json")] + ".token"
+            write_private(record["lease_token_file"], lease_token)
+        write_private(path, json.dumps(record))
+    except OSError:   # StorageFull among them: no token file is left without its record
+        release(path)
+        raise
     return path
 
 

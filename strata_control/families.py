@@ -1,11 +1,11 @@
 """Template families: which chat-template family a GGUF's template text belongs to, and which Strata renders.
 
 Role: the one list of families Strata renders (`FAMILIES`) and the family detection, read before anything
-runs (strata_control/models.py lists a model's family; serve/bootstrap.py refuses a model whose family it does
-not render) and by the renderers (serve/prompt/chatml.py picks serve/prompt/llama3_gemma.py's renderer by
+runs (strata_control/models.py lists a model's family and refuses a template that does not compile;
+serve/bootstrap.py renders the native families natively, every other template with its own Jinja text) and by the renderers (serve/prompt/chatml.py picks serve/prompt/llama3_gemma.py's renderer by
 `detect_family`). Imports nothing of ours but serve.core.
 
-Public surface: `FAMILIES`, `template_family(text)` ("chatml" for no template, as llama.cpp falls back to it,
+Public surface: `FAMILIES`, `JINJA`, `template_problem(text)`, `template_family(text)` ("chatml" for no template, as llama.cpp falls back to it,
 else the family of the first mark found, or "unknown"), `detect_family(text)` ("llama3" | "gemma" | "chatml"
 by llama.cpp's tag rules, None when none). The two detectors read the marks in different orders: they are
 kept side by side, unchanged, by the move that brought them here; making them one is its own change.
@@ -15,7 +15,23 @@ from __future__ import annotations
 IM_START = "<|im_start|>"   # the ChatML turn mark (serve/prompt/chatml.py writes it)
 
 
-FAMILIES = ("chatml", "llama3", "gemma")   # rendered by serve/prompt/ (chatml.py, llama3_gemma.py); others refused at start
+FAMILIES = ("chatml", "llama3", "gemma")   # rendered natively by serve/prompt/ (chatml.py, llama3_gemma.py)
+JINJA = "jinja"   # every other template: the model's own text, rendered by serve/prompt/jinja_chat.py
+
+
+def template_problem(text: str | None) -> str | None:
+    """Why a GGUF's template text cannot be rendered (it does not compile as Jinja), None when it can."""
+    if not text or template_family(text) in FAMILIES:
+        return None
+    import jinja2
+    import jinja2.sandbox
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"])
+    text = text.replace("{% generation %}", "").replace("{% endgeneration %}", "")  # Hugging Face's tag
+    try:
+        env.parse(text)
+    except jinja2.TemplateSyntaxError as e:
+        return f"the chat template does not compile: {e} (line {e.lineno})"
+    return None
 
 
 def detect_family(text: str | None) -> str | None:

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 
 from strata_control.runconfig_file import default_model_name
-from strata_control.families import FAMILIES
+from strata_control.families import template_problem
 from strata_control.families import template_family as _family_of_text
 from tokenizer.gguf_meta import GGUFError, read_metadata
 
@@ -47,6 +47,7 @@ class ModelInfo:
     quant: str | None = None
     n_ctx_train: int = 0
     template: str | None = None      # chat-template family ("chatml", "llama3", ...; None = the GGUF has none)
+    template_problem: str | None = None   # why the template cannot be rendered (it does not compile)
     n_layer: int = 0
     n_embd: int = 0
     n_head: int = 0
@@ -86,8 +87,8 @@ def _problem(info: ModelInfo) -> str | None:
                 f"({', '.join(SUPPORTED_ARCHS)})")
     if info.quant is not None and info.quant not in SUPPORTED_QUANTS:
         return f"quantization {info.quant} is not one the engine reads ({', '.join(SUPPORTED_QUANTS)})"
-    if info.template is not None and info.template not in FAMILIES:
-        return f"chat template family {info.template!r} is not one Strata renders ({', '.join(FAMILIES)})"
+    if info.template_problem:
+        return info.template_problem
     if info.n_layer <= 0 or info.n_head <= 0:
         return "the metadata lacks the layer or head counts"
     return None
@@ -107,6 +108,8 @@ def describe(path: str, source: str = "--model", aliases=()) -> ModelInfo:
     ftype = meta.get("general.file_type")
     info.quant = FILE_TYPES.get(ftype, f"file_type {ftype}") if isinstance(ftype, int) else None
     info.template = template_family(meta.get("tokenizer.chat_template"))
+    if isinstance(meta.get("tokenizer.chat_template"), str):
+        info.template_problem = template_problem(meta["tokenizer.chat_template"])
     shape = {k: meta.get(f"{arch}.{k}") for k in _SHAPE_KEYS}
     whole = lambda v: int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
     info.n_ctx_train = whole(shape["context_length"])

@@ -61,8 +61,11 @@ KEYS: dict[str, Key] = {
                       "a 503", editable=True),
     "stream_interval_ms": Key("number", "a streamed reply is written at most this often; sooner tokens go out "
                               "together (--stream-interval-ms; default 20, 0 = each token at once)", 0, 1000),
+    "slot_save_path": Key("str", "folder of saved slots: POST /slots/ID?action=save|restore|erase "
+                          "(--slot-save-path; made 0700; default off)"),
     "host": Key("str", "address to listen on (--host)"),
     "port": Key("int", "port (--port; 0 = a free one)", 0, 65535),
+    "host_name": Key("str", "this host's name in a cluster, sent as X-Strata-Host (--host-name)"),
     "api_key": Key("str|list", "required API key(s) (--api-key)"),
     "cors_origins": Key("list", "web pages allowed to call the API"),
     "allowed_hosts": Key("list", "extra Host names answered (DNS-rebinding check)"),
@@ -76,7 +79,7 @@ KEYS: dict[str, Key] = {
                          "template's own, \"none\" = none)"),
     "default_system_prompt": Key("str", "the older name of system_prompt"),
     "chat_template": Key("str", "render prompts in this family whatever the model's template is (--chat-template; "
-                         "chatml)"),
+                         "chatml, llama3, gemma), or jinja: the model's own template"),
     "default_max_tokens": Key("int", "the reply cap of a request that names none (default 4096)", 1, 1 << 20),
     "sampling": Key("object", "default sampling: temperature, top_p, top_k, min_p, penalties, seed",
                     editable=True),

@@ -4,8 +4,8 @@ Role: turn a file an operator wrote by hand into a dict the server can trust, or
 message that says where the mistake is and how to fix it. It knows no HTTP and starts nothing.
 
 Public surface: `ConfigError`, `read_config(path)`, `split_joined_args(args)`, `lift_reasoning_effort_arg(cfg)`,
-`check_config(cfg)`, `default_model_name(gguf_path_or_meta)`, `aliases(value)`, `ENGINE_VALUE_FLAGS`,
-`write_private_json(path, value, keep_backup)`.
+`check_config(cfg)`, `default_model_name(gguf_path_or_meta)`, `aliases(value)`, `ENGINE_VALUE_FLAGS`;
+`write_private_json(path, value, keep_backup)` is strata_control/files.py's, named here for its callers.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import Any
 from serve.core.events import BadRequest
 from serve.core.effort import check_budget, normalize_effort
 from serve.core.sampling import check_config_sampling
+from strata_control.files import write_private_json
 
 CONFIG_MAX_BYTES = 4 * 1024 * 1024   # a config is a page of JSON; anything this big is the wrong file
 
@@ -244,25 +245,6 @@ def load_shared_settings(path: str | None) -> tuple[Any, list[str]]:
 
 
 def save_shared_settings(path: str, defaults: dict) -> None:
-    """Writes {"defaults": ...} atomically (a temporary file beside it, 0600, then rename)."""
+    """Writes {"defaults": ...} atomically (strata_control/files.py: 0600, fsync, rename; StorageFull when
+    the disk is full, the old file intact)."""
     write_private_json(path, {"defaults": defaults})
-
-
-def write_private_json(path: str, value, keep_backup: bool = False) -> None:
-    """Write `value` as JSON to `path` atomically (a temporary file beside it, 0600, then rename); with
-    `keep_backup` the file it replaces is kept as `path.bak`."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(value, f, indent=1, ensure_ascii=False)
-            f.write("\n")
-        if keep_backup and os.path.exists(path):
-            os.replace(path, path + ".bak")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

@@ -1,9 +1,11 @@
 """Shared test helpers: the repository root on sys.path, the fake engine's command line, the model file."""
+import errno
 import importlib.util
 import json
 import os
 import random
 import struct
+import subprocess
 import sys
 
 import pytest
@@ -38,6 +40,46 @@ def model_path():
         return None
     path = os.path.join(list(spec.submodule_search_locations)[0], MODEL_FILE)
     return path if os.path.exists(path) else None
+
+
+SMALL_DISK_BYTES = 256 << 10   # a tmpfs this small fills in a few dozen writes
+
+
+class SmallDisk:
+    """A real, tiny filesystem (tmpfs) at `path`; `fill()` writes a filler file until the kernel says ENOSPC,
+    `free()` removes it."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.filler = os.path.join(path, ".filler")
+
+    def fill(self) -> None:
+        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e
+        finally:
+            os.close(fd)
+
+    def free(self) -> None:
+        os.unlink(self.filler)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 KiB tmpfs mounted for this test (skipped, with the reason, where this user may not mount)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK_BYTES},mode=0700", "tmpfs", str(where)],
+                          capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {done.stderr.strip()}")
+    try:
+        yield SmallDisk(str(where))
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=30)
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ recorded unless the script says record_ping: true.
   hang_steps: while hanging, the other busy slots go on (BT lines only, none for the hanging slot)
   report_affinity: a second INFO line `INFO affinity=<cpus, comma-separated> threads_arg=<--threads or ->`
   raw_bgen: lines written instead of BACC for every BGEN (a malformed engine)
+  BERASE <slot> is answered as the engine does (ERASED <slot> <n held>); BSAVE / BRESTORE are unknown here.
   drafts: [accepted, offered] or [accepted, offered, steps] of every request (drafting on): BDONE gets
     `drafts_acc=A drafts_off=O` (and `drafts_n=steps`), DONE its two fields (absent: drafting off, no BDONE keys and `- -`)
 """
@@ -182,12 +183,24 @@ class Engine:
             self.solo_embed(seq, line)
         elif word == "BSTOP":
             emit(f"ERR BSTOP: no slot {line[6:40]}")
+        elif word == "BERASE":
+            self.erase(line)
         elif word == "VRAM":
             emit("VRAM ram_used_mib=10 ram_total_mib=100")
         elif word == "PING" and line[5:].isdigit():
             emit(f"PONG {line[5:]}")
         elif word:
             emit(f"ERR unknown command {word[:40]!r}")
+
+    def erase(self, line):
+        """BERASE <slot>: an idle slot forgets its stream (ERASED <slot> <n>); a busy or unknown one is ERR."""
+        word = line[7:].strip()
+        slot = int(word) if word.isdigit() else -1
+        if not 0 <= slot < self.n or self.slots[slot]["phase"]:
+            emit(f"ERR BERASE: slot {word[:20]} is busy or unknown (batch slots: {self.n})")
+            return
+        n, self.slots[slot]["held"] = len(self.slots[slot]["held"]), []
+        emit(f"ERASED {slot} {n}")
 
     # ------------------------------------------------------------------ requests
     def parse(self, line, bgen):

@@ -15,6 +15,9 @@ Requests ({"op": ...}):
   embed     {model, prompts: [[ids], ...]} -> {"embeddings": [[n_embd floats], ...]}: pooling mean, unnormalised
   template  {model, name, chats: [[{role, content}], ...], add_ass} -> {"texts": [...]} (llama.cpp's built-in
             rendering of the named template family, or of the model's own template when name is null)
+  jinja     {template, bos, eos, cases: [{messages, tools, flags, add_generation_prompt}]} -> {"texts": [...]}:
+            llama-cpp-python's rendering of a chat template text (llama_chat_format.Jinja2ChatFormatter, what it
+            renders a GGUF's own template with); a case the template refuses is {"error": message}
 """
 
 import ctypes
@@ -201,11 +204,24 @@ def op_template(req):
     return {"texts": texts}
 
 
+def op_jinja(req):
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+    texts = []
+    for case in req["cases"]:
+        fmt = Jinja2ChatFormatter(req["template"], eos_token=req["eos"], bos_token=req["bos"],
+                                  add_generation_prompt=case.get("add_generation_prompt", True))
+        try:
+            texts.append(fmt(messages=case["messages"], tools=case.get("tools"), **case.get("flags", {})).prompt)
+        except Exception as e:  # noqa: BLE001  the template's own refusal is an answer too
+            texts.append({"error": f"{type(e).__name__}: {e}"})
+    return {"texts": texts}
+
+
 def main():
     with open(sys.argv[1]) as f:
         req = json.load(f)
     answer = {"logits": op_logits, "dequant": op_dequant, "tokenize": op_tokenize, "template": op_template,
-              "embed": op_embed}[req["op"]](req)
+              "embed": op_embed, "jinja": op_jinja}[req["op"]](req)
     sys.stdout.write(json.dumps(answer) + "\n")
 
 

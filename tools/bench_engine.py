@@ -24,7 +24,8 @@ activation bits: a row of the README's table per CPU and kernel set is read off 
 Knows nothing of the server: only the engine's protocol (docs/PROTOCOL.md) and llama_cpp's Python API.
 Public surface: main(argv), Ours, Peer, measure(sides, runs, long_context), format_table(rows, threads, kernels), cpu_name(),
 simd_features(system_info), peer_features(),
-roofline_report(args, decode_tok_s, peer_tok_s), phases_report(args), measure_cpu(sides, runs), weight_traffic(model, kernels).
+roofline_report(args, decode_tok_s, peer_tok_s), phases_report(args), measure_cpu(sides, runs)
+(the --where table: tools/weight_traffic.py).
 """
 
 import argparse
@@ -82,13 +83,15 @@ def prompts(seed, n):
 
 
 class Engine:
-    """Our engine over pipes; one reader thread feeds a queue so that every read has a timeout."""
+    """Our engine over pipes; one reader thread feeds a queue so that every read has a timeout. `slot`: the
+    engine runs with one decode slot (`--batch 1`) and a request is `BGEN 0`, else it is a solo `GEN`."""
 
-    def __init__(self, binary, model, threads, extra_args=(), env=None, stderr=subprocess.DEVNULL):
+    def __init__(self, binary, model, threads, extra_args=(), env=None, stderr=subprocess.DEVNULL, slot=False):
+        self.slot = slot
         self.proc = subprocess.Popen(
             [binary, "--serve", "--model", model, "--threads", str(threads), "--max-context", str(N_CTX),
-             *extra_args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, bufsize=1,
-            env=env)
+             *(["--batch", "1"] if slot else []), *extra_args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=stderr, text=True, bufsize=1, env=env)
         self.lines = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
         self.wait_for("READY")
@@ -109,26 +112,33 @@ class Engine:
                 raise RuntimeError(line)
 
     def _send_gen(self, max_new, ids, keys):
-        self.proc.stdin.write("GEN %d%s %s\n" % (max_new, " " + keys if keys else "", ",".join(map(str, ids))))
+        verb = "BGEN 0" if self.slot else "GEN"
+        self.sent_at = time.monotonic()
+        self.proc.stdin.write("%s %d%s %s\n" % (verb, max_new, " " + keys if keys else "", ",".join(map(str, ids))))
         self.proc.stdin.flush()
 
     def gen(self, max_new, ids, keys=""):
-        """Returns (generated, prompt_tokens, prompt_ms, decode_ms) from the DONE line."""
+        """Returns (generated, prompt_tokens, prompt_ms, decode_ms) from the DONE (or BDONE) line."""
         self._send_gen(max_new, ids, keys)
+        if self.slot:  # BDONE <slot> <generated> <finish> <decode_ms> <prompt> <prompt_ms> ...
+            f = self.wait_for("BDONE").split()
+            return int(f[2]), int(f[5]), float(f[6]), float(f[4])
         f = self.wait_for("DONE").split()
         return int(f[1]), int(f[2]), float(f[3]), float(f[4])
 
     def gen_stamps(self, max_new, ids, keys=""):
-        """The times (monotonic, as each is read) of a GEN's token lines, up to its DONE."""
-        self._send_gen(max_new, ids, keys)
+        """The times (monotonic, as each is read) of a request's token lines, up to its DONE (BDONE);
+        `sent_at`: when the request was written."""
         stamps = []
+        self._send_gen(max_new, ids, keys)
+        token, done = ("BT ", "BDONE") if self.slot else ("T ", "DONE")
         while True:
             line = self.lines.get(timeout=LINE_TIMEOUT_S)
             if line is None or line.startswith("ERR"):
                 raise RuntimeError(line or "engine exited")
-            if line.startswith("T "):
+            if line.startswith(token):
                 stamps.append(time.monotonic())
-            elif line.startswith("DONE"):
+            elif line.startswith(done):
                 return stamps
 
     def close(self):
@@ -159,8 +169,8 @@ def ban_eos_bias(model):
 class Ours:
     """One figure at a time from our engine: prefill(n, seed) and decode(seed) return tok/s."""
 
-    def __init__(self, binary, model, threads, extra_args=()):
-        self.eng = Engine(binary, model, threads, extra_args)
+    def __init__(self, binary, model, threads, extra_args=(), slot=False):
+        self.eng = Engine(binary, model, threads, extra_args, slot=slot)
         self.ban = ban_eos_bias(model)
         self.eng.gen(1, prompts(1, 32))  # warm the mapping and the scratch
 
@@ -341,19 +351,52 @@ def prefill_phases_report(args):
     return 0
 
 
-# ---- model traffic and CPU time (--where, --cpu) -------------------------------------------------------
+ONE_PATH_TTFT_TOKENS = 32   # --one-path: the short prompt whose first token is timed at the client
+ONE_PATH_READS = (512, 2048)
 
-# ggml type number -> (name, bytes per element) as the engine holds the weight: Q5_0 and IQ4_NL are widened
-# to Q8_0 at load (34 bytes per 32), except Q5_0 with the AVX-512 kernels (KERNEL_SET_BYTES); Q4_K and Q6_K on the
-# AVX2 / AVX-512 sets are read from their row-group copies (PACKED_KQ, engine/kernels_group_kq.h: 384 and 640
-# bytes per 16 x 32; rows a multiple of 16); every other type is read as stored
-ENGINE_TYPE_BYTES = {0: ("F32", 4.0), 1: ("F16", 2.0), 30: ("BF16", 2.0), 2: ("Q4_0", 18 / 32), 3: ("Q4_1", 20 / 32),
-                     6: ("Q5_0->Q8_0", 34 / 32), 7: ("Q5_1", 24 / 32), 8: ("Q8_0", 34 / 32), 10: ("Q2_K", 84 / 256),
-                     11: ("Q3_K", 110 / 256), 12: ("Q4_K", 144 / 256), 13: ("Q5_K", 176 / 256),
-                     14: ("Q6_K", 210 / 256), 20: ("IQ4_NL->Q8_0", 34 / 32), 23: ("IQ4_XS", 136 / 256)}
-PACKED_KQ = {12: ("Q4_K->group", 384 / 512), 14: ("Q6_K->group", 640 / 512)}
-# kernel set (INFO kernels=) -> how it holds some types, over ENGINE_TYPE_BYTES
-KERNEL_SET_BYTES = {"avx512_vnni": {6: ("Q5_0", 22 / 32), **PACKED_KQ}, "avx2": PACKED_KQ}
+
+def one_path_pair(sides, r):
+    """One run of --one-path on each side (solo, slot), in the order given: {figure: [value per side]}."""
+    out = {}
+    for i, side in enumerate(sides):
+        eng = side.eng
+        stamps = eng.gen_stamps(1, prompts(9000 + r, ONE_PATH_TTFT_TOKENS))
+        out.setdefault("ttft_ms pp%d" % ONE_PATH_TTFT_TOKENS, [0.0, 0.0])[i] = 1000 * (stamps[0] - eng.sent_at)
+        for n in ONE_PATH_READS:
+            out.setdefault("pp%d tok/s" % n, [0.0, 0.0])[i] = side.prefill(n, 1000 * n + r)
+        out.setdefault("tg%d tok/s" % DECODE_TOKENS, [0.0, 0.0])[i] = side.decode(7 + r)
+    return out
+
+
+def one_path_report(args):
+    """--one-path: the one-slot path (`--batch 1`, `BGEN 0`) against the solo `GEN` on the same binary, model
+    and threads: TTFT of a short prompt (at the client), prompt read tok/s, decode tok/s; --runs pairs, the
+    side that goes first alternating; medians, and the slot/solo ratio."""
+    import statistics
+    solo = Ours(args.engine, args.model, args.threads, engine_flags(args))
+    slot = Ours(args.engine, args.model, args.threads, engine_flags(args), slot=True)
+    runs = {}
+    try:
+        for r in range(args.runs):
+            order = [solo, slot] if r % 2 == 0 else [slot, solo]
+            got = one_path_pair(order, r)
+            for k, v in got.items():
+                runs.setdefault(k, []).append(v if r % 2 == 0 else v[::-1])
+    finally:
+        solo.close()
+        slot.close()
+    print("cpu: %s  STRATA_KERNELS=%s  threads=%d  median of %d pairs (order alternating)"
+          % (cpu_name(), os.environ.get("STRATA_KERNELS", "-"), args.threads, args.runs))
+    print("%-16s %12s %12s %8s" % ("figure", "solo GEN", "one slot", "slot/solo"))
+    for k, pairs in runs.items():
+        a = statistics.median(p[0] for p in pairs)
+        b = statistics.median(p[1] for p in pairs)
+        print("%-16s %12.1f %12.1f %7.3fx" % (k, a, b, b / a if a else 0.0))
+    return 0
+
+
+# ---- CPU time (--cpu; the --where table is tools/weight_traffic.py) ------------------------------------
+
 CPU_PREFILL_TOKENS = 512
 CPU_DECODE_TOKENS = 64
 
@@ -364,37 +407,6 @@ def resolve_model(name):
     sys.path.insert(0, REPO_ROOT)
     from serve import bootstrap
     return bootstrap.packaged_model_path(name) or name
-
-
-def weight_traffic(model, kernels="?"):
-    """[(group, type names, MB read per decoded token, share)]: the 2-D weights one decode step reads, the
-    output head (output.weight, or the tied token_embd.weight) apart from the layer matrices by kind;
-    kernels: the engine's kernel set (INFO kernels=), which decides how Q5_0, Q4_K and Q6_K are held."""
-    type_bytes = {**ENGINE_TYPE_BYTES, **KERNEL_SET_BYTES.get(kernels, {})}
-    sys.path.insert(0, REPO_ROOT)
-    from tokenizer import gguf_meta
-    infos = gguf_meta.read_tensor_infos(model)
-    names = {n for n, _, _ in infos}
-    head = "output.weight" if "output.weight" in names else "token_embd.weight"
-    groups = {}
-    for name, type_num, ne in infos:
-        if len(ne) != 2 or (name.startswith("token_embd") and head != name):
-            continue
-        kind = "output head" if name == head else name.split(".")[-2]
-        tname, per = type_bytes.get(type_num, ("type %d" % type_num, 0.0))
-        mb, types = groups.get(kind, (0.0, set()))
-        groups[kind] = (mb + ne[0] * ne[1] * per / 1e6, types | {tname})
-    total = sum(mb for mb, _ in groups.values()) or 1.0
-    return [(k, "/".join(sorted(t)), mb, mb / total) for k, (mb, t) in sorted(groups.items(), key=lambda kv: -kv[1][0])]
-
-
-def format_traffic(rows, decode_tok_s=None):
-    total = sum(r[2] for r in rows)
-    lines = ["weights read per decoded token (as the engine holds them): %.1f MB" % total]
-    lines += ["  %-12s %-16s %8.1f MB %5.1f%%" % (k, t, mb, 100 * share) for k, t, mb, share in rows]
-    if decode_tok_s:
-        lines.append("  at %.1f tok/s decode: %.2f GB/s of weights" % (decode_tok_s, total * decode_tok_s / 1000))
-    return "\n".join(lines)
 
 
 def _cpu_s(side):
@@ -461,6 +473,8 @@ def main(argv=None):
                     "a shared machine disturbs it least) or in wall time")
     ap.add_argument("--prefill-phases", action="store_true",
                     help="only prefill: where a %d-token prompt read's time goes (STRATA_STEP_TIMING)" % PREFILL_PHASES_TOKENS)
+    ap.add_argument("--one-path", action="store_true",
+                    help="only: the one-slot path (--batch 1, BGEN) against the solo GEN, alternating pairs")
     ap.add_argument("--where", action="store_true", help="also: the weight bytes one decoded token reads, by kind")
     ap.add_argument("--no-long", action="store_true", help="leave out the decode after a %d-token prompt"
                     % LONG_PROMPT_TOKENS)
@@ -476,6 +490,8 @@ def main(argv=None):
         print("no engine at %s: build it first (cmake -S . -B build -G Ninja && ninja -C build)" % args.engine,
               file=sys.stderr)
         return 2
+    if args.one_path:
+        return one_path_report(args)
     if args.phases:
         return phases_report(args)
     if args.prefill_phases:
@@ -502,7 +518,10 @@ def main(argv=None):
     if cpu:
         print(format_cpu(cpu))
     if args.where:
-        print(format_traffic(weight_traffic(args.model, kernels), figures["tg%d" % DECODE_TOKENS][0]))
+        sys.path.insert(0, REPO_ROOT)
+        from tools import weight_traffic
+        print(weight_traffic.format_traffic(weight_traffic.weight_traffic(args.model, kernels),
+                                            figures["tg%d" % DECODE_TOKENS][0]))
     return 0
 
 

@@ -32,6 +32,7 @@ from serve.core.events import (
 from serve.api.wire import SHUTDOWN_TEXT, cut_by_shutdown, error_text, model_name
 from serve.core.effort import check_budget, normalize_effort
 from serve.api.wire import reasoning_fields
+from serve.api.fields import model_field
 from serve.api.replies import JsonReply, StreamReply, cut
 from serve.core.sampling import check_max_tokens, check_request_sampling
 
@@ -234,10 +235,7 @@ def parse_messages(body: dict, anthropic_thinking: str = "model") -> ChatRequest
         # Anthropic's budget is the thinking budget (checked here too: output_config.effort skips the mapping)
         req.reasoning_budget_tokens = check_budget(thinking.get("budget_tokens"), "thinking.budget_tokens")
     reasoning_fields(body, req)
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise BadRequest("model: a string", param="model")
-    req.model = model
+    req.model = model_field(body)
     req.extra = {k: v for k, v in body.items() if k.startswith("strata_")}
     return req
 

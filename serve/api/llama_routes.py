@@ -49,8 +49,9 @@ import os
 from serve.ops import llama_views
 from serve.core import sampling as sampling_mod
 from serve.core.events import BadRequest, CompletionRequest, Done, KIND_CONTENT, KIND_PING, LiveTimings, ProgressFeed
-from serve.generation.choices import check_n, collect_text, prepare_choices, run_choices
-from serve.generation.logprobs import llama_n_probs, llama_probs
+from serve.api.fields import check_n, llama_n_probs
+from serve.generation.choices import collect_text, prepare_choices, run_choices
+from serve.generation.logprobs import llama_probs
 from serve.api.wire import error_text, model_name, sse
 from serve.api.openai import parse_chat
 from serve.api.replies import JsonReply, StreamReply, cut
@@ -211,7 +212,7 @@ def _llama_request(service, body: dict, ids, text: str) -> CompletionRequest:
                              sampling=sampling, stop=check_stop(body.get("stop")), stream=stream,
                              model=body.get("model") if isinstance(body.get("model"), str) else None,
                              logprobs=llama_n_probs(body, post_ok=True),
-                             logprobs_post=body.get("post_sampling_probs") is True)
+                             logprobs_post=body.get("post_sampling_probs") is True, n=_n_cmpl(body))
 
 
 def _logit_bias(tok, value):
@@ -252,7 +253,7 @@ def completion(service, body: dict, ctx):
 
 
 def _complete(service, body, ctx, req: CompletionRequest):
-    n = _n_cmpl(body)
+    n = req.n
     preps = prepare_choices(service, req, n)
     meta = {"model": model_name(service, req), "prompt": req.prompt, "n_prompt": preps[0].prompt_tokens,
             "settings": _settings(service, req), "fields": body.get("response_fields") or [],

@@ -44,7 +44,8 @@ from serve.core.events import (
     BadRequest, ChatRequest, CompletionRequest, Done, Message, ToolCall, KIND_CONTENT, KIND_PING, KIND_REASONING,
     KIND_TOOL_CALL)
 from serve.generation.json_schema import ANY_OBJECT_GRAMMAR
-from serve.generation.logprobs import chat_logprobs, ollama_logprobs
+from serve.api.fields import chat_logprobs, model_field
+from serve.generation.logprobs import ollama_logprobs
 from serve.api.wire import error_text, text_of, parse_tools
 from serve.core.effort import normalize_effort
 from serve.api.replies import EventRun, JsonReply, StreamReply, cut
@@ -282,10 +283,7 @@ def _common(body: dict, req) -> dict:
     stream = body.get("stream", True)
     if not isinstance(stream, bool) and stream is not None:
         raise BadRequest("stream: true or false", param="stream")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise BadRequest("model: the model's name", param="model")
-    req.model, req.stream = model, stream is not False
+    req.model, req.stream = model_field(body, required=True), stream is not False
     req.logprobs = chat_logprobs(body)  # Ollama 0.12.11's logprobs / top_logprobs (serve/generation/logprobs.py)
     return {"num_ctx": num_ctx}
 

@@ -27,28 +27,20 @@ import secrets
 import time
 from urllib.parse import unquote
 
-from serve.generation.choices import check_best_of, check_n, collect_text, merge_done, prepare_choices, run_choices
-from serve.generation.constrain import openai_grammar, refuse_unsupported, strict_requested
+from serve.api.fields import (
+    chat_logprobs, check_best_of, check_n, completions_logprobs, llama_n_probs, model_field, openai_grammar,
+    refuse_unsupported, strict_requested)
+from serve.generation.choices import collect_text, merge_done, prepare_choices, run_choices
 from serve.core.events import (
     BadRequest, ChatRequest, CompletionRequest, Done, LiveTimings, Message, ProgressFeed, ToolCall,
     KIND_CONTENT, KIND_PING, KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START)
 from serve.ops.llama_views import ENGINE_VERSION_DEFAULT
-from serve.generation.logprobs import (
-    chat_logprobs, completions_logprobs, legacy_logprobs, llama_n_probs, openai_content)
+from serve.generation.logprobs import legacy_logprobs, openai_content
 from serve.api.replies import JsonReply, StreamReply, cut
-from serve.core.sampling import check_max_tokens
+from serve.core.sampling import check_max_tokens, check_request_sampling
 from serve.api.wire import (
-    KEEP_ALIVE, SHUTDOWN_TEXT, bool_field, check_stop, cut_by_shutdown, error_text, model_name, parse_tool_choice,
-    parse_tools, sse, text_of)
-
-try:
-    from serve.core.sampling import check_request_sampling
-except ImportError:
-    check_request_sampling = None
-try:
-    from serve.api.wire import effort_from_openai, reasoning_fields
-except ImportError:
-    effort_from_openai = reasoning_fields = None
+    KEEP_ALIVE, SHUTDOWN_TEXT, bool_field, check_stop, cut_by_shutdown, effort_from_openai, error_text, model_name,
+    parse_tool_choice, parse_tools, reasoning_fields, sse, text_of)
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 def error_body(status: int, err_type: str, message: str, param=None, code=None) -> dict:
@@ -107,13 +99,6 @@ def _messages(raw) -> list[Message]:
     return out
 
 
-def _sampling(body):
-    if check_request_sampling is not None:
-        return check_request_sampling(body)
-    from serve.core.events import Sampling
-    return Sampling()
-
-
 def parse_chat(body: dict) -> ChatRequest:
     if bool_field(body, "continue_final_message"):  # vLLM / llama.cpp: go on writing the last assistant turn
         raise BadRequest("continue_final_message: not supported here; every reply starts a new assistant turn",
@@ -130,19 +115,15 @@ def parse_chat(body: dict) -> ChatRequest:
     req.max_new = newer if newer is not None else older
     req.stream = bool_field(body, "stream")
     req.stop = check_stop(body.get("stop"))
-    req.sampling = _sampling(body)
-    if effort_from_openai is not None:
-        req.reasoning_effort = effort_from_openai(body)
-        reasoning_fields(body, req)  # reasoning_budget_tokens, answer_room, reasoning_close_retry
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise BadRequest("model: a string", param="model")
-    req.model = model
+    req.sampling = check_request_sampling(body)
+    req.reasoning_effort = effort_from_openai(body)
+    reasoning_fields(body, req)  # reasoning_budget_tokens, answer_room, reasoning_close_retry
+    req.model = model_field(body)
     req.extra = {k: v for k, v in body.items() if k.startswith("strata_")}
     req.logprobs = chat_logprobs(body)
     if req.logprobs is None:  # llama.cpp's native name on its OpenAI routes: logprobs with n_probs alternatives
         req.logprobs = llama_n_probs(body)
-    check_n(body)  # here too so that every route that parses a chat checks it; the choices are the handler's
+    req.n = check_n(body)  # here so that every route that parses a chat checks it
     req.grammar = openai_grammar(body)  # response_format, llama.cpp json_schema / grammar (serve/generation/constrain.py)
     req.strict_tools = strict_requested(body.get("tools"))
     return req
@@ -207,10 +188,9 @@ class _ChatChoice:
 
 def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     req = parse_chat(body)
-    n = check_n(body)
-    check_best_of(body, n)  # vLLM's chat field: refused as on completions, never ignored
+    check_best_of(body, req.n)  # vLLM's chat field: refused as on completions, never ignored
     include_usage = _include_usage(body)
-    preps = prepare_choices(service, req, n)
+    preps = prepare_choices(service, req, req.n)
     meta = {"id": "chatcmpl-" + secrets.token_hex(12), "created": int(time.time()),
             "model": model_name(service, req)}
     if req.stream:
@@ -301,11 +281,11 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     if not isinstance(prompt, str) or not prompt:
         raise BadRequest("prompt: a non-empty string", param="prompt")
     req = CompletionRequest(prompt=prompt, max_new=check_max_tokens(body.get("max_tokens")),
-                            sampling=_sampling(body),
+                            sampling=check_request_sampling(body),
                             stop=check_stop(body.get("stop")), stream=bool_field(body, "stream"),
                             echo=bool_field(body, "echo"), model=body.get("model"))
     refuse_unsupported(body, ("suffix",))
-    n = check_n(body)
+    req.n = n = check_n(body)
     check_best_of(body, n)
     req.logprobs = completions_logprobs(body)
     if req.logprobs is None:

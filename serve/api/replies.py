@@ -4,7 +4,8 @@
 `on_wait()` (hand it to `service.run` / `run_choices`: the engine client calls it on this thread right before
 it waits for the engine, and a stream's held frames go out then: serve/http/pacing.py), `shutting_down()`,
 `headers` (the request's headers, case-insensitive), `path`, `query` (dict of str), `trusted` (may see local
-detail such as engine log lines: serve/http/access.py), `sessions` (the server's `stream_sessions.SessionStore`).
+detail such as engine log lines: serve/http/access.py), `sessions` (the server's `stream_sessions.SessionStore`),
+`slot_save_path` (--slot-save-path, or None).
 `JsonReply(status, body, headers)`: one JSON answer. `StreamReply(frames, content_type)`: `frames` is an
 iterator of already-framed text (SSE events, keep-alive comments; bytes are written as they are); the server
 writes them a burst at a time (at each `on_wait()`, and at the end), with the stream write timeout, and closes
@@ -36,6 +37,8 @@ class RequestContext:
     trusted: bool = False   # may see local detail: gave the API key, or keyless server and a loopback client
     model_unloaded: bool = False   # (a Lifecycle) the model a view reads has no engine now: views say so
     sessions: Any = None           # the server's resumable stream sessions (serve/http/stream_sessions.py)
+    http_counts: Callable[[], dict] | None = None   # the server's connection counts (serve/http/keepalive.py)
+    slot_save_path: str | None = None   # --slot-save-path: the saved slots' folder (serve/api/slot_routes.py)
 
 
 @dataclass

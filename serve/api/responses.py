@@ -50,7 +50,8 @@ from serve.api.wire import effort_from_openai, reasoning_fields
 from serve.api.replies import EventRun, JsonReply, StreamReply, collect, cut
 from serve.core.sampling import check_max_tokens, check_request_sampling
 from serve.generation.json_schema import ANY_OBJECT_GRAMMAR
-from serve.generation.logprobs import openai_content, responses_logprobs
+from serve.api.fields import model_field, responses_logprobs
+from serve.generation.logprobs import openai_content
 from serve.prompt.tool_text import arguments_text
 
 __all__ = ["responses", "input_tokens", "get_response", "parse_responses", "ResponseBuilder", "error_body"]
@@ -205,10 +206,7 @@ def parse_responses(body: dict) -> ChatRequest:
     req.sampling = check_request_sampling({k: v for k, v in body.items() if k != "logit_bias"})
     req.reasoning_effort = effort_from_openai(body)
     reasoning_fields(body, req)
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise BadRequest("model: a string", param="model")
-    req.model = model
+    req.model = model_field(body)
     return req
 
 

@@ -112,6 +112,7 @@ class ChatRequest:
     constrained_call: tuple[str, str] | None = None  # a forced call's (opening, grammar of the rest), set by
                                                      # Service.encode_chat when the call can be constrained
     logprobs: int | None = None        # top alternatives per token when log-probabilities are asked (serve/generation/logprobs.py)
+    n: int = 1                         # choices of this prompt (serve/generation/choices.py)
 
 
 @dataclass
@@ -128,6 +129,7 @@ class CompletionRequest:
     ids: list[int] | None = None       # the prompt as token ids (llama.cpp's routes); then `prompt` is their text
     logprobs: int | None = None        # top alternatives per token when log-probabilities are asked (serve/generation/logprobs.py)
     logprobs_post: bool = False        # llama.cpp post_sampling_probs: the draw's own distribution (lp_post=1)
+    n: int = 1                         # choices of this prompt (serve/generation/choices.py)
 
 
 KIND_PING = "ping"            # nothing to say yet (a long prompt is being read): send a keep-alive;

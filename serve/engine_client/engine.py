@@ -21,7 +21,8 @@ Public surface (implements serve.engine_client.protocol.EngineClient):
 - `generate(ids, max_new, keys, cancelled, result)`: yields token ids, and `None` as a heartbeat; `result` (a
   dict the caller owns) gets the figures. Closing it early stops the request (STOP / BSTOP) and drains it, so
   the next request never reads this one's lines.
-- `vram(reserve_mib)`, `session_file("SAVE"|"RESTORE", path)`: control commands under `ctl`.
+- `vram(reserve_mib)`, `session_file("SAVE"|"RESTORE", path)`, `control(line, accept)`: control commands
+  under `ctl`.
 - Exceptions (serve/engine_client/protocol.py, re-exported): EngineDied, EngineSilent, EngineStarting, EngineBadLine,
   EngineNonFinite, EngineStuck, EngineRefused.
 """
@@ -442,9 +443,15 @@ class StrataEngine:
                 return {"tokens": int(words[1]), "bytes": int(words[2]), "ms": float(words[3])}
             return None
 
+        return self.control(f"{action} {path}", accept)
+
+    def control(self, line: str, accept, deadline_s: float | None = None):
+        """One control command: hold the control lines, write `line`, read the control lines until
+        `accept(line)` returns a value (ERR -> EngineRefused); silent past `deadline_s` (default: the engine's
+        silence allowance, at least 60 s) -> EngineSilent. For the batch path's slot files (batch_files.py)."""
         with self._exclusive_control() as proc:
-            proc.write(f"{action} {path}")
-            return self._read_control(proc, max(self.silence_s, 60.0), accept)
+            proc.write(line)
+            return self._read_control(proc, deadline_s or max(self.silence_s, 60.0), accept)
 
 
 class _SoloRequest:

@@ -23,6 +23,7 @@ after. With fewer cores than replicas there is no fair share and nothing is pinn
 Public surface: `ReplicaEngine(engines, load_tokens=LOAD_TOKENS, pin=True, cores=None)` (`cores`: the set
 to share, default the server's affinity), `core_shares(n, cores)`, `.pin_note`, `.start()`, `.generate(ids,
 max_new, keys, cancelled, result, replica=None)` (`replica` forces one, for tests and benchmarks), `.pick(ids)`,
+`.remember(index, ids)` (a replica holds these now: a slot restored from a file),
 `.heal()`, `.ensure_running()`, `.alive()`, `.batched()`, `.batch_size()`, `.max_context`, `.known_ctx`, `.info`, `.live()` (with
 each replica's `cores`), `.restart(tries)`, `.close()`, `.kill_now()`, `.death_note()`.
 """
@@ -295,6 +296,10 @@ class ReplicaEngine:
                 raise EngineDied("no replica is running; the next request restarts them")
             return min(alive, key=lambda r: (len(ids) - r.held(hashes) + self.load_tokens * r.running,
                                              r.running, r.routed, r.index))
+
+    def remember(self, index: int, ids) -> None:
+        """Replica `index` holds `ids` now (a slot restored from a file): the routing sends their sequel there."""
+        self._remember(self.replicas[index], list(ids))
 
     def _remember(self, r, ids) -> None:
         with self._state:

@@ -13,8 +13,9 @@ Role: between a translator (serve/api/openai.py, serve/api/llama_routes.py) and 
 - `n` is at most CHOICES_MAX; choices beyond the free lanes wait for one like any request.
 It knows no wire format: `run_choices` yields (index, Event | Done) pairs; `merge_done` sums the usage.
 
-Public surface: `CHOICES_MAX`, `check_n(body, name)`, `check_best_of(body, n)`, `prepare_choices(service,
-req, n)`, `run_choices(service, preps, cancelled, on_wait)`, `collect_text(service, preps, cancelled)`,
+The wire fields `n` / `best_of` are read by serve/api/fields.py into the request's `n`.
+
+Public surface: `CHOICES_MAX`, `prepare_choices(service, req, n)`, `run_choices(service, preps, cancelled, on_wait)`, `collect_text(service, preps, cancelled)`,
 `merge_done(dones)`.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ import queue
 import re
 import threading
 
-from serve.core.events import KIND_CONTENT, KIND_PING, BadRequest, Done
+from serve.core.events import KIND_CONTENT, KIND_PING, Done
 
 CHOICES_MAX = 8      # the engine's most decode lanes (--parallel 1..8): one request's choices may fill every
                      # lane, never more, so n choices never wait behind themselves for a lane
@@ -33,24 +34,6 @@ POLL_S = 0.5         # how often the merge loop looks at `cancelled` while no ch
 JOIN_S = 30.0        # how long a closed merge waits for each choice's thread (its STOP and drain)
 _SEED = re.compile(r"(?<!\S)seed=(\d+)")
 _END = object()
-
-
-def check_n(body: dict, name: str = "n") -> int:
-    value = body.get(name)
-    if value is None:
-        return 1
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= CHOICES_MAX:
-        raise BadRequest(f"{name}: an integer from 1 to {CHOICES_MAX} (choices of one prompt; at most the "
-                         f"engine's most lanes)", param=name)
-    return value
-
-
-def check_best_of(body: dict, n: int) -> None:
-    """best_of (server-side candidates ranked by log-probability, only the best returned) is not offered;
-    best_of equal to n asks for nothing more than n."""
-    value = body.get("best_of")
-    if value is not None and value != n or isinstance(value, bool):
-        raise BadRequest("best_of: not supported (every choice generated is returned); use n", param="best_of")
 
 
 def _seed_plus(keys: str, i: int) -> str:

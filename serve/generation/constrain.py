@@ -1,15 +1,10 @@
 """Constrained output: which grammar (docs/PROTOCOL.md `grammar=`) a request's reply must follow.
 
-Role: read the wire fields that ask for structured output and the forced tool calls whose arguments must
-follow their schema, and turn them into one GBNF grammar (serve/generation/json_schema.py compiles schemas), plus the
-`grammar=` engine key. Also refuses, with a 400 that says so, the output fields Strata does not implement
-(`suffix`): accepted-and-ignored is never an answer.
+Role: turn the schemas a request asks for, and the forced tool calls whose arguments must follow their
+schema, into one GBNF grammar (serve/generation/json_schema.py compiles schemas), plus the `grammar=` engine
+key. The wire fields that ask (`response_format`, `json_schema`, `grammar`, Responses `text.format`, Ollama
+`format`, tools' `strict`) are read by serve/api/fields.py and the translators; they call `schema_ask`.
 
-- Responses `text.format` and Ollama `format` (their translators call `schema_ask` / take ANY_OBJECT_GRAMMAR).
-- OpenAI chat and completions: `response_format` {type: text | json_object (with llama.cpp's `schema` beside it:
-  that schema) | json_schema {json_schema: {schema, strict, name}}}; llama.cpp's extensions on the same routes:
-  `json_schema` (a schema) and
-  `grammar` (GBNF text, sent as written; the engine refuses a malformed one, which the service maps to a 400).
 - Forced tool calls (OpenAI tool_choice required/named, Anthropic any/tool) in the JSON call form: the call's
   opening stops after `"arguments": ` (or after `"name": "` when the tool is not named) and the grammar is
   the arguments per the tool's schema, then `}` and `</tool_call>`; a schema outside the subset is a 400.
@@ -21,8 +16,9 @@ follow their schema, and turn them into one GBNF grammar (serve/generation/json_
   (toolcalls.value_is_text) is raw text, as the call parser reads it: its `const`/`enum` strings, its
   `format`, or up to `maxLength` characters other than `<`; any other value is JSON per its schema.
 
-Public surface: `openai_grammar(body)`, `schema_ask(schema, field)`, `refuse_unsupported(body, api)`, `forced_call(tool_choice, tools,
-fmt)`, `grammar_key(text)`, `GRAMMAR_INFO_KEY`. Knows no HTTP beyond BadRequest and no engine.
+Public surface: `schema_ask(schema, field)`, `forced_call(tool_choice, tools, fmt)`,
+`auto_tools_grammar(tools, fmt, parallel)`, `grammar_key(text)`, `GRAMMAR_INFO_KEY`. Knows no HTTP beyond
+BadRequest and no engine.
 """
 from __future__ import annotations
 
@@ -30,29 +26,11 @@ import json
 import urllib.parse
 
 from serve.core.events import BadRequest
-from serve.generation.json_schema import ANY_OBJECT_GRAMMAR, FORMATS, SchemaError, gbnf_literal, schema_grammar
+from serve.generation.json_schema import FORMATS, SchemaError, gbnf_literal, schema_grammar
 from serve.prompt.tool_text import CALL_CLOSE, CALL_OPEN, FUNCTION_CLOSE, PARAM_CLOSE, PARAM_OPEN, forced_opening
 from serve.generation.toolcall_parsers import value_is_text
 
 GRAMMAR_INFO_KEY = "grammar"  # INFO grammar=1: the engine applies grammar= (docs/PROTOCOL.md)
-GRAMMAR_TEXT_MAX_BYTES = 1 << 20
-
-# Output fields Strata does not implement; each is a 400 naming it unless it asks for the default.
-# name -> (the values that ask for nothing, what to say)
-_UNSUPPORTED = {
-    "suffix": ((None, ""), "suffix (insertion) is not supported"),
-}
-
-
-def refuse_unsupported(body: dict, fields: tuple[str, ...]) -> None:
-    """A 400 for each of `fields` the body sets to something other than its default."""
-    for name in fields:
-        if name not in body:
-            continue
-        quiet, why = _UNSUPPORTED[name]
-        value = body[name]
-        if not any(value == q and type(value) is type(q) or (value is None and q is None) for q in quiet):
-            raise BadRequest(f"{name}: {why} (got {json.dumps(value)[:60]})", param=name)
 
 
 def _schema_grammar(schema, field: str) -> str:
@@ -66,38 +44,6 @@ def schema_ask(schema, field: str) -> str:
     """The grammar of a JSON Schema a request asks for in `field` (Responses `text.format`, Ollama `format`);
     a 400 naming the field and the keyword outside the subset."""
     return _schema_grammar(schema, field)
-
-
-def openai_grammar(body: dict) -> str | None:
-    """The grammar asked by response_format / json_schema / grammar, or None; a 400 for a bad or double ask."""
-    asks = []
-    rf = body.get("response_format")
-    if rf is not None:
-        if not isinstance(rf, dict) or rf.get("type") not in ("text", "json_object", "json_schema"):
-            raise BadRequest('response_format: {"type": "text" | "json_object" | "json_schema", ...}',
-                             param="response_format")
-        if rf["type"] == "json_object" and rf.get("schema") is not None:  # llama.cpp's extension: a schema
-            asks.append(_schema_grammar(rf["schema"], "response_format.schema"))
-        elif rf["type"] == "json_object":
-            asks.append(ANY_OBJECT_GRAMMAR)
-        elif rf["type"] == "json_schema":
-            js = rf.get("json_schema")
-            if not isinstance(js, dict) or "schema" not in js:
-                raise BadRequest('response_format.json_schema: {"name": ..., "schema": {...}, "strict": ...}',
-                                 param="response_format")
-            asks.append(_schema_grammar(js["schema"], "response_format.json_schema.schema"))
-    if body.get("json_schema") is not None:
-        asks.append(_schema_grammar(body["json_schema"], "json_schema"))
-    if body.get("grammar") is not None:
-        g = body["grammar"]
-        if not isinstance(g, str) or not g.strip():
-            raise BadRequest("grammar: GBNF text with a root rule", param="grammar")
-        if len(g.encode()) > GRAMMAR_TEXT_MAX_BYTES:
-            raise BadRequest(f"grammar: over {GRAMMAR_TEXT_MAX_BYTES >> 20} MiB", param="grammar")
-        asks.append(g)
-    if len(asks) > 1:
-        raise BadRequest("response_format, json_schema and grammar: give one of them", param="response_format")
-    return asks[0] if asks else None
 
 
 def forced_call(tool_choice, tools, fmt: str) -> tuple[str, str] | None:
@@ -219,14 +165,6 @@ def _rename(body: str, names: set[str], prefix: str) -> str:
             out.append(c)
             i += 1
     return "".join(out)
-
-
-def strict_requested(raw_tools) -> bool:
-    """OpenAI tools with `"strict": true` (on the function or the tool object)."""
-    return isinstance(raw_tools, list) and any(
-        isinstance(t, dict) and (t.get("strict") is True or (isinstance(t.get("function"), dict)
-                                                             and t["function"].get("strict") is True))
-        for t in raw_tools)
 
 
 def _text_without(literal: str, prefix: str) -> list[str]:

@@ -21,70 +21,20 @@ UTF-8 has U+FFFD where its bytes break (as Go's JSON encoder writes it), `bytes`
 `include: ["message.output_text.logprobs"]` (or `top_logprobs` > 0) puts chat's entries on the output_text
 part and on each `response.output_text.delta`.
 
-Public surface: `LOGPROBS_TOP_MAX`, `LOGPROB_FLOOR`, `chat_logprobs(body)`, `completions_logprobs(body)`,
-`llama_n_probs(body)`, `responses_logprobs(body)` (the K to ask the engine for, or None; a 400 naming the
-field for a bad value), `engine_keys(req)`, `Trail` (Service's per-reply collector), `openai_content`, `legacy_logprobs`,
+The request fields that ask (`logprobs`, `top_logprobs`, `n_probs`, `include`) are read by
+serve/api/fields.py into the request's `logprobs` (K) and `logprobs_post`.
+
+Public surface: `LOGPROBS_TOP_MAX`, `LOGPROB_FLOOR`, `engine_keys(req)`, `Trail` (Service's per-reply collector), `openai_content`, `legacy_logprobs`,
 `llama_probs`, `ollama_logprobs`.
 """
 from __future__ import annotations
 
 import math
 
-from serve.core.events import KIND_CONTENT, KIND_PING, BadRequest
+from serve.core.events import KIND_CONTENT, KIND_PING
 
 LOGPROBS_TOP_MAX = 20     # the engine's bound (engine/logprobs.h) and OpenAI's for top_logprobs
 LOGPROB_FLOOR = -9999.0   # a -inf log-prob on the wire (OpenAI's value for a token that cannot be sampled)
-
-
-def _count(body: dict, name: str, lo: int, hi: int) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise BadRequest(f"{name}: an integer from {lo} to {hi}", param=name)
-    return value
-
-
-def chat_logprobs(body: dict) -> int | None:
-    """OpenAI chat: `logprobs` true|false, `top_logprobs` 0..20 (only with logprobs true)."""
-    on = body.get("logprobs")
-    if on is not None and not isinstance(on, bool):
-        raise BadRequest("logprobs: true or false", param="logprobs")
-    top = _count(body, "top_logprobs", 0, LOGPROBS_TOP_MAX)
-    if top is not None and not on:
-        raise BadRequest("top_logprobs: needs logprobs: true", param="top_logprobs")
-    return (top or 0) if on else None
-
-
-def completions_logprobs(body: dict) -> int | None:
-    """OpenAI completions (legacy): `logprobs` k, 0..20 alternatives per token (OpenAI allows 5)."""
-    return _count(body, "logprobs", 0, LOGPROBS_TOP_MAX)
-
-
-def llama_n_probs(body: dict, post_ok: bool = False) -> int | None:
-    """llama.cpp: `n_probs` k > 0 (0 = none); `post_sampling_probs` (the probabilities of the distribution the
-    draw used, the engine's `lp_post=1`) only where `post_ok` (/completion), else a 400."""
-    post = body.get("post_sampling_probs")
-    if post not in (None, False, True):
-        raise BadRequest("post_sampling_probs: true or false", param="post_sampling_probs")
-    if post and not post_ok:
-        raise BadRequest("post_sampling_probs: not supported on this route (only /completion); n_probs here gives "
-                         "the model's distribution before sampling (log-probabilities)", param="post_sampling_probs")
-    k = _count(body, "n_probs", 0, LOGPROBS_TOP_MAX)
-    return k or None
-
-
-RESPONSES_INCLUDE = "message.output_text.logprobs"
-
-
-def responses_logprobs(body: dict) -> int | None:
-    """OpenAI Responses: `include` holding "message.output_text.logprobs", `top_logprobs` 0..20 (top_logprobs
-    > 0 alone asks too: a count of alternatives is never ignored)."""
-    include = body.get("include")
-    if include is not None and not (isinstance(include, list) and all(isinstance(x, str) for x in include)):
-        raise BadRequest("include: a list of strings", param="include")
-    top = _count(body, "top_logprobs", 0, LOGPROBS_TOP_MAX)
-    return (top or 0) if RESPONSES_INCLUDE in (include or ()) or top else None
 
 
 def _floor(value: float) -> float:

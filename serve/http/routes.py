@@ -15,7 +15,8 @@ Public surface: `GET_ROUTES`, `POST_ROUTES`, `DELETE_ROUTES`, `PREFIX_ROUTES`, `
 """
 from __future__ import annotations
 
-from serve.api import anthropic, embeddings, lifecycle_routes as lc, llama_routes, ollama, openai, responses
+from serve.api import (anthropic, embeddings, lifecycle_routes as lc, llama_routes, ollama, openai, responses,
+                       slot_routes)
 from serve.api.replies import JsonReply
 from serve.http import stream_sessions, views
 from serve.ops import llama_views, metrics_views
@@ -59,12 +60,13 @@ POST_ROUTES = {
 }
 DELETE_ROUTES = {"/api/delete": ollama.no_hub, "/v1/stream": stream_sessions.delete_stream}
 PREFIX_ROUTES = {**{(m, "/v1/responses/"): responses.get_response for m in ("GET", "POST", "DELETE")},  # nothing stored
-                 ("GET", "/v1/models/"): openai.model_get}
+                 ("GET", "/v1/models/"): openai.model_get,
+                 ("POST", "/slots/"): slot_routes.slot_action}   # llama-server's saved slots: ?action=save|...
 
 # Error bodies in the dialect of the path (the rest: OpenAI's, or Anthropic's under /v1/messages)
 ERROR_DIALECTS = (("/api/", ollama), ("/completion", llama_routes), ("/infill", llama_routes),
                   ("/apply-template", llama_routes), ("/tokenize", llama_routes), ("/detokenize", llama_routes),
-                  ("/embedding", llama_routes))
+                  ("/embedding", llama_routes), ("/slots/", llama_routes))
 # Routes that change the server for every client: JSON only, and from this server's own page (or a client
 # that sends no Origin, such as curl), whatever the API key
 OWN_PAGE_ROUTES = {"/settings", "/config"}

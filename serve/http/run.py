@@ -40,7 +40,7 @@ def _health_ok(host, port, timeout_s=2.0) -> bool:
 
 def run_server(svc, opts: Options, start_engine=True, httpd=None) -> int:
     """Serve until a signal or the parent's exit; returns the exit code. `svc`: a Service, or a Lifecycle
-    (serve/lifecycle.py: it loads the default model unless lazy, and unloads idle ones). `httpd`: a server
+    (serve/lifecycle/: it loads the default model unless lazy, and unloads idle ones). `httpd`: a server
     bound already (bootstrap.bind: the port is taken before anything loads)."""
     httpd = httpd or make_server(svc, opts)
     httpd.service = svc

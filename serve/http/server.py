@@ -3,7 +3,7 @@
 Role: accept connections (one thread each, at most `max_connections`; read deadlines, bodies and the raw
 socket rules are `serve/http/guard.py`'s), check Host / API key / Origin (`serve/http/access.py`), route to the
 API translators (`serve/api/openai.py`, `serve/api/anthropic.py`) and to the plain views (health, models, status,
-metrics, tokenize, web app), write JSON answers and SSE streams (a burst of frames a write, at most one every
+metrics, tokenize, web app), write JSON answers and SSE streams (serve/http/stream_writer.py: a burst of frames a write, at most one every
 `--stream-interval-ms`: `serve/http/pacing.py`), and turn exceptions into error answers at this one
 boundary. It knows nothing of pipes: `Service` and `StrataEngine` own those.
 
@@ -51,8 +51,9 @@ from serve.core.errors import ServiceError, public_text
 from serve.core.events import BadRequest
 from serve.http.guard import HttpError
 from serve.lifecycle import Lifecycle, LifecycleError
-from serve.api.replies import CutFrame, JsonReply, RequestContext, StreamReply
-from serve.http.pacing import StreamPacer
+from strata_control.files import StorageFull
+from serve.api.replies import JsonReply, RequestContext, StreamReply
+from serve.http.stream_writer import StreamWriter
 
 HTTP_BACKLOG = 256              # listen queue (env STRATA_HTTP_BACKLOG)
 CANCEL_CHECK_S = 0.05           # the socket is probed for a hang-up at most this often
@@ -71,6 +72,8 @@ class Options:
     parent_pid: int | None = None
     quiet: bool = False
     stream_interval_ms: float | None = None   # None: $STRATA_STREAM_INTERVAL_MS or the default (http_guard)
+    host_name: str | None = None   # sent as X-Strata-Host on every answer (which host of a cluster answered)
+    slot_save_path: str | None = None         # --slot-save-path (a 0700 folder), None: saved slots are off
 
 
 class StrataHTTPServer(http_guard.GuardedServer, ThreadingHTTPServer):
@@ -111,7 +114,7 @@ def make_server(service, opts: Options) -> StrataHTTPServer:
     return StrataHTTPServer((opts.host, opts.port), service, opts)
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(StreamWriter, BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"   # persistent connections, chunked streams: serve/http/keepalive.py
     server_version = "strata"
     # TCP_NODELAY: a stream is one small write a token; with Nagle on, a write waits for the previous one's ACK,
@@ -130,6 +133,12 @@ class Handler(BaseHTTPRequestHandler):
         self.rfile = io.BufferedReader(self._reader)
         self._n_requests = 0   # requests read on this connection
         self.server.counts.connection()
+
+    def finish(self):
+        try:
+            super().finish()
+        finally:
+            self.server.counts.closed()
 
     def handle_one_request(self):
         """One request of the connection (the next one waits in the idle phase again: serve/http/keepalive.py)."""
@@ -168,6 +177,8 @@ class Handler(BaseHTTPRequestHandler):
     def end_headers(self):
         """Every final answer says `Connection: close` when the connection ends after it."""
         if self._status >= 200:
+            if self.server.opts.host_name:
+                self.send_header("X-Strata-Host", self.server.opts.host_name)
             if not self.close_connection and (self.server.stopping.is_set() or self._body_unread()):
                 self.close_connection = True
             if self.close_connection:
@@ -187,7 +198,7 @@ class Handler(BaseHTTPRequestHandler):
             return False
         self._set_idle(False)
         self._n_requests += 1
-        self.server.counts.request()
+        self.server.counts.request(reused=self._n_requests > 1)
         if not keepalive.speaks_http11(self.request_version) or \
                 self._n_requests >= keepalive.MAX_REQUESTS_PER_CONNECTION:
             self.close_connection = True   # HTTP/1.0 (even with Connection: keep-alive), or the connection's last
@@ -338,7 +349,7 @@ class Handler(BaseHTTPRequestHandler):
             self._leave_model()
 
     def _leave_model(self):
-        """The reply has ended: the model it ran on may be unloaded or switched now (serve/lifecycle.py)."""
+        """The reply has ended: the model it ran on may be unloaded or switched now (serve/lifecycle/)."""
         ticket, self._ticket = getattr(self, "_ticket", None), None
         if ticket is not None:
             ticket.release()
@@ -403,7 +414,8 @@ class Handler(BaseHTTPRequestHandler):
                                  shutting_down=self.server.stopping.is_set,
                                  headers=self.headers, path=path, query=query, trusted=access.trusted(
                                      self.server.opts.api_keys, key_checked, self.client_address[0]),
-                                 sessions=self.server.stream_sessions)
+                                 sessions=self.server.stream_sessions, http_counts=self.server.counts.snapshot,
+                                 slot_save_path=self.server.opts.slot_save_path)
             conv_id = stream_sessions.conversation_id(self.headers) if method == "POST" else None
             reply = self._route(route, path, method, body, ctx, svc)
             if conv_id and isinstance(reply, StreamReply) and reply.content_type.startswith("text/event-stream"):
@@ -414,6 +426,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._error(path, e.status, "invalid_request_error", e.message, e.param, e.code, e.extra)
         except ServiceError as e:  # the Service turned every engine failure into one (503 / 502)
             return self._error(path, e.status, e.err_type, public_text(e.message))
+        except StorageFull as e:  # a settings or run-config write found a full disk; the old file is intact
+            return self._error(path, 507, "insufficient_storage", public_text(e.message))
         except ValueError as e:  # an engine ERR, or a value the translator refused
             return self._error(path, 400, "invalid_request_error", public_text(str(e)))
         except RecursionError:  # a body nested deeper than a walk over it can go
@@ -442,95 +456,3 @@ class Handler(BaseHTTPRequestHandler):
             raise HttpError(404, "not_found_error", "not found")
         with open(full, "rb") as f:
             self._send(200, f.read(), STATIC_TYPES[ext], {"Cache-Control": "no-cache"})
-
-    def _stream(self, reply: StreamReply):
-        srv = self.server
-        with srv.streams_lock:
-            srv.streams += 1
-        frames = reply.frames
-        # HTTP/1.1: chunked, so the end is explicit and the connection can carry the next request; HTTP/1.0:
-        # the stream ends when the connection closes (serve/http/keepalive.py)
-        self._chunked = keepalive.speaks_http11(self.request_version)
-        self._end_body = False   # set once the stream is known to end cleanly: the last chunk joins the last write
-        if not self._chunked:
-            self.close_connection = True
-        try:
-            self.send_response(reply.status)
-            self.send_header("Content-Type", reply.content_type)
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("X-Accel-Buffering", "no")
-            if self._chunked:
-                self.send_header("Transfer-Encoding", "chunked")
-            for k, v in self._cors_headers().items():
-                self.send_header(k, v)
-            self.end_headers()
-            # a moderate send buffer, so a client that stops reading blocks the write within a few hundred
-            # tokens and the write timeout (sendall's total limit) ends the stream and the engine request
-            http_guard.limit_send_buffer(self.connection, srv.limits)
-            timeout = srv.limits.write_s
-            self.connection.settimeout(timeout if timeout > 0 else None)
-            session = getattr(self, "_session", None)
-            if session is not None:   # written frame by frame (the session keeps each): released before the last
-                cut = self._tee(_release_before_last(frames, reply.before_last) if reply.before_last else frames,
-                                session)
-            else:   # frames are held and written a burst at a time: at the engine client's next wait (ctx.on_wait)
-                self._pacer = pacer = StreamPacer(self._write_body, srv.limits.stream_interval_s)
-                cut = False
-                for frame in frames:
-                    cut = cut or isinstance(frame, CutFrame)
-                    pacer.hold(frame if isinstance(frame, bytes) else frame.encode("utf-8"))
-                    if pacer.gone:
-                        break
-                self._end_body = self._chunked and not cut and not pacer.gone
-                pacer.finish(reply.before_last)
-            if cut or getattr(self, "_gone", False):   # visibly incomplete: no last chunk, and the connection ends
-                self.close_connection = True
-            elif self._chunked and (self._end_body or session is not None):   # not written with the last frames
-                self.wfile.write(keepalive.LAST_CHUNK)
-        except (OSError, ValueError):  # the client hung up or stopped reading past the limit
-            self._gone = self.close_connection = True
-        finally:
-            self._pacer = None
-            frames.close()  # stops the engine (STOP + drain) if the stream did not finish
-            with srv.streams_lock:
-                srv.streams -= 1
-
-    def _write_body(self, data: bytes) -> None:
-        """A stream's bytes to the client: one chunk (HTTP/1.1) or as they are (HTTP/1.0)."""
-        if data:
-            last, self._end_body = (keepalive.LAST_CHUNK if self._end_body else b""), False
-            self.wfile.write(keepalive.chunk(data) + last if self._chunked else data)
-
-    def _tee(self, frames, session) -> bool:
-        """A resumable reply (serve/http/stream_sessions.py): every frame into its session, and to the client while
-        it listens; the reply runs to its end after a hang-up unless stopped (ctx.cancelled: _cancelled).
-        True when the reply was cut short (a `CutFrame`)."""
-        cut, ended = False, False
-        try:
-            for frame in frames:
-                cut = cut or isinstance(frame, CutFrame)
-                data = frame if isinstance(frame, bytes) else frame.encode("utf-8")
-                session.append(data)
-                if not getattr(self, "_gone", False):
-                    try:
-                        self._write_body(data)
-                    except (OSError, ValueError):
-                        self._gone = True
-            ended = True
-        finally:
-            session.finish(cut=cut or not ended)
-        return cut
-
-
-def _release_before_last(frames, release):
-    """`frames`, with `release()` called once the last frame is known (before it is written)."""
-    try:
-        prev = next(frames, None)
-        while prev is not None:
-            nxt = next(frames, None)
-            if nxt is None:
-                release()
-            yield prev
-            prev = nxt
-    finally:
-        frames.close()

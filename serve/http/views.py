@@ -18,6 +18,7 @@ from serve.core.errors import public_text
 from serve.core.events import BadRequest
 from serve.http.guard import HttpError
 from serve.ops import llama_views, metrics_views, prometheus, telemetry
+from strata_control.files import StorageFull
 from strata_control.runconfig_file import save_shared_settings
 
 # The paths of the dialects that answer chat and completion requests (listed by /v1/status)
@@ -70,7 +71,8 @@ def metrics(svc, body, ctx):
             "application/json" in accept and "text/plain" not in accept and "openmetrics" not in accept):
         return JsonReply(200, metrics_views.metrics_json(svc, all_requests=ctx.query.get("requests") == "all"),
                          start)
-    return (prometheus.CONTENT_TYPE, prometheus.render_all(svc), start)
+    counts = ctx.http_counts() if ctx.http_counts else None   # the HTTP server's connections (strata:http_*)
+    return (prometheus.CONTENT_TYPE, prometheus.render_all(svc, counts), start)
 
 
 def prometheus_text(svc, body, ctx):
@@ -87,11 +89,15 @@ def settings_post(svc, body, ctx):
     it omits (checked whole: a 400 names the field). Saved beside the run config when there is one."""
     if "defaults" not in body:
         raise BadRequest('send {"defaults": {...}} (or {"defaults": null} to clear them)', param="defaults")
+    before = svc.settings_view()["defaults"]
     view = svc.set_settings(body["defaults"])
     path = getattr(svc, "settings_path", None)
     if path:
         try:
             save_shared_settings(path, view["defaults"])
+        except StorageFull:   # a 507: the server keeps what the file keeps, so a restart changes nothing
+            svc.set_settings(before)
+            raise
         except OSError as e:
             print(f"strata: shared settings not saved to {path}: {e}", file=sys.stderr)
     return JsonReply(200, view)

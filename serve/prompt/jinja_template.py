@@ -3,10 +3,10 @@
 Contract: `JinjaTemplate(text, bos_token, eos_token)` compiles once (a syntax error raises `TemplateRenderError`);
 `render(messages, tools=None, add_generation_prompt=True, **flags)` returns the prompt text or raises
 `TemplateRenderError` (the caller answers 400 naming its message, never 500). The environment is jinja2's
-`ImmutableSandboxedEnvironment` with trim_blocks / lstrip_blocks on and the loop-controls extension, as
-transformers sets it; globals `raise_exception(msg)` and `strftime_now(fmt)`; the `tojson` filter with
+`ImmutableSandboxedEnvironment` with trim_blocks / lstrip_blocks on, the loop-controls extension and Hugging
+Face's `{% generation %}` block (its body rendered as is), as transformers sets it; globals `raise_exception(msg)` and `strftime_now(fmt)`; the `tojson` filter with
 `ensure_ascii=False`, an optional `indent`, keys in the caller's order (transformers does not sort).
-Bounds: a rendered prompt over `MAX_OUTPUT_BYTES` is refused. Not yet wired into serve/bootstrap.py.
+Bounds: a rendered prompt over `MAX_OUTPUT_BYTES` is refused. serve/prompt/jinja_chat.py puts it behind the native renderers' interface.
 """
 
 import json
@@ -31,6 +31,20 @@ def _tojson(value, indent=None, separators=None, sort_keys=False):
     return json.dumps(value, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
+def _generation_extension(jinja2):
+    """`{% generation %}...{% endgeneration %}` (transformers marks the assistant's tokens with it): the body only."""
+    from jinja2.ext import Extension
+
+    class Generation(Extension):
+        tags = {"generation"}
+
+        def parse(self, parser):
+            next(parser.stream)
+            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+    return Generation
+
+
 class JinjaTemplate:
     """One compiled chat template; immutable after construction, so safe to share across threads."""
 
@@ -39,7 +53,7 @@ class JinjaTemplate:
         from jinja2.sandbox import ImmutableSandboxedEnvironment
         self._jinja2 = jinja2
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                            extensions=["jinja2.ext.loopcontrols"])
+                                            extensions=["jinja2.ext.loopcontrols", _generation_extension(jinja2)])
         env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now

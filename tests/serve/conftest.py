@@ -97,9 +97,9 @@ def chat(text="hi", **extra):
 
 
 @contextlib.contextmanager
-def real_server(engine_exe, model, tmp, ctx, args=()):
+def real_server(engine_exe, model, tmp, ctx, args=(), **opts):
     """An in-process server over the real engine and model (the callers skip when either is absent); `args`:
-    more engine flags (e.g. --batch 4)."""
+    more engine flags (e.g. --batch 4); `opts`: more server Options (e.g. slot_save_path)."""
     from serve.prompt.chatml import ChatTemplate
     from tokenizer.bpe import Tokenizer
     tok = Tokenizer.from_gguf(model, cache_dir=str(tmp))
@@ -107,7 +107,7 @@ def real_server(engine_exe, model, tmp, ctx, args=()):
                           log_path=str(tmp / "e.log"))
     engine.start()
     svc = Service(engine, tok, "smollm2", ChatTemplate.from_text(tok.chat_template), arch="llama")
-    httpd = make_server(svc, Options(port=0, quiet=True))
+    httpd = make_server(svc, Options(port=0, quiet=True, **opts))
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         yield Running(httpd, svc)

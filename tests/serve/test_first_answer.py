@@ -258,20 +258,27 @@ def test_the_template_s_own_system_prompt_is_the_default():
     assert _template(SMOL_TEMPLATE, **{"default_system_prompt": "none"}).default_system is None
 
 
-def test_a_template_of_another_family_is_refused_by_name():
+def test_a_template_of_another_family_is_rendered_by_its_own_jinja_text():
     from serve.bootstrap import SetupError
-    with pytest.raises(SetupError, match="'mistral' family.*--chat-template FAMILY"):
-        _template(MISTRAL_TEMPLATE)
-    with pytest.raises(SetupError, match="'unknown' family"):
-        _template("{{ messages[0]['content'] }}")
+    from serve.core.events import Message
+    mistral = _template(MISTRAL_TEMPLATE)
+    assert (type(mistral).__name__, mistral.family) == ("JinjaChat", "mistral")
+    assert mistral.render([Message("user", "Hi")]).text == "[INST] Hi [/INST]"
+    assert _template("{{ messages[0]['content'] }}").family == "unknown"
+    with pytest.raises(SetupError, match="does not compile.*endfor"):
+        _template("{% for m in messages %}{{ m.content }}")
     assert _template(MISTRAL_TEMPLATE, chat_template="chatml").default_system is None  # forced: served as ChatML
-    with pytest.raises(SetupError, match="renders chatml, llama3, gemma"):
+    with pytest.raises(SetupError, match="renders chatml, llama3, gemma natively, or jinja"):
         _template(SMOL_TEMPLATE, chat_template="mistral")
     assert type(_template(LLAMA3_TEMPLATE)).__name__ == "FamilyTemplate"  # rendered natively
+    assert type(_template(LLAMA3_TEMPLATE, chat_template="jinja")).__name__ == "JinjaChat"  # unless asked
+    assert _template(MISTRAL_TEMPLATE, system_prompt="Be brief.").default_system == "Be brief."
     assert type(_template(None)).__name__ == "NoTemplate"  # a real model without a template: chat routes 400
+    with pytest.raises(SetupError, match="no chat template of its own"):
+        _template(None, chat_template="jinja")
 
 
-def test_serve_refuses_a_model_of_another_family(tmp_path, monkeypatch):
+def test_serve_starts_a_model_of_another_family_with_its_own_template(tmp_path, monkeypatch):
     from serve import bootstrap
     from strata_cli import parser
     from tokenizer import bpe as strata_tokenizer
@@ -283,7 +290,7 @@ def test_serve_refuses_a_model_of_another_family(tmp_path, monkeypatch):
     monkeypatch.setattr(strata_tokenizer, "ByteTokenizer", MistralTok)
     argv = ["serve", "--tokenizer", "bytes", "--engine", f"{sys.executable} {FAKE_SLOTS}",
             "--log", str(tmp_path / "e.log")]
-    with pytest.raises(bootstrap.SetupError, match="'mistral' family"):  # strata_cli prints it and exits 2
-        bootstrap.build(parser().parse_args(argv))
+    svc, _ = bootstrap.build(parser().parse_args(argv))
+    assert svc.template.family == "mistral" and svc.template.renderer == "jinja"
     svc, _ = bootstrap.build(parser().parse_args(argv + ["--chat-template", "chatml"]))
     assert svc.template.default_system is None

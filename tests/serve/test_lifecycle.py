@@ -1,4 +1,4 @@
-"""serve/lifecycle.py through HTTP, over fake engines: lazy load, idle unload, load/unload (409 while busy),
+"""serve/lifecycle/ through HTTP, over fake engines: lazy load, idle unload, load/unload (409 while busy),
 switching by the request's model under concurrent clients, unknown models, the resource lease, /config."""
 import json
 import os

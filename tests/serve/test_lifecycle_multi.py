@@ -1,4 +1,4 @@
-"""Several models loaded at once (serve/lifecycle.py `max_loaded`, `ram_budget_bytes`) over fake engines: each
+"""Several models loaded at once (serve/lifecycle/ `max_loaded`, `ram_budget_bytes`) over fake engines: each
 model keeps its own engine, replies never cross under concurrent clients, the least recently used (idle before
 busy) is unloaded first, a model over the RAM budget is refused with the numbers, idle unload per model, and
 a lease unloads them all."""

@@ -47,6 +47,20 @@ def test_commands_and_a_streamed_reply_over_a_server(server, tmp_path):
     assert s.handle("/exit") is False
 
 
+def test_save_on_a_full_disk_says_so_and_keeps_the_old_file(small_disk):
+    out = io.StringIO()
+    s = chat_terminal.ChatSession(Server(), out=out)
+    s.system = "Be brief."
+    path = f"{small_disk.path}/chat.json"
+    assert s.handle(f"/save {path}") and "saved" in out.getvalue()
+    before = open(path).read()
+    small_disk.fill()
+    s.system = "Be verbose."
+    assert s.handle(f"/save {path}")
+    assert "(not saved: cannot save " in out.getvalue() and "No space left" in out.getvalue()
+    assert open(path).read() == before
+
+
 def test_reasoning_is_dimmed_and_ctrl_c_keeps_what_came(monkeypatch):
     out = io.StringIO()
     s = chat_terminal.ChatSession(Server(), out=out, color=True)

@@ -47,3 +47,14 @@ def test_the_lease_token_file_is_private_and_goes_with_the_record(tmp_path):
     assert open(token).read() == "secret" and stat.S_IMODE(os.stat(token).st_mode) == 0o600
     activity.release(path)
     assert os.listdir(tmp_path) == []
+
+
+def test_a_full_runtime_folder_leaves_no_token_without_its_record(small_disk):
+    small_disk.fill()
+    try:
+        activity.take(8080, "127.0.0.1", "m", folder=small_disk.path, lease_token="t")
+    except OSError as e:
+        assert "No space left" in str(e)
+    else:
+        raise AssertionError("a full folder took a record")
+    assert sorted(os.listdir(small_disk.path)) == [".filler"]

@@ -20,13 +20,17 @@ def test_unsupported_and_unreadable_files_are_listed_with_the_reason(tmp_path):
     write_model(d / "a-gemma.gguf", arch="gemma2")
     write_model(d / "b-five.gguf", file_type=19)
     write_model(d / "c-llama3.gguf", template="[INST] {{ m.content }} [/INST]")
+    write_model(d / "e-mistral.gguf", template="{% for m in messages %}[INST] {{ m.content }} [/INST]{% endif %}")
     (d / "sub" / "d-broken.gguf").write_bytes(b"GGUF\x03\x00")
     (d / "notes.txt").write_text("not a model")
-    rows = {m.id: m.problem for m in discover(models_dirs=[str(d)])}
-    assert set(rows) == {"a-gemma", "b-five", "c-llama3", "d-broken"}
+    found = {m.id: m for m in discover(models_dirs=[str(d)])}
+    rows = {k: m.problem for k, m in found.items()}
+    assert set(rows) == {"a-gemma", "b-five", "c-llama3", "d-broken", "e-mistral"}
     assert "architecture 'gemma2'" in rows["a-gemma"]
     assert "quantization IQ2_XXS" in rows["b-five"]
-    assert "template family 'mistral'" in rows["c-llama3"]
+    # a template of another family is rendered by its own Jinja text; only one that does not compile is refused
+    assert rows["c-llama3"] is None and found["c-llama3"].template == "mistral"
+    assert "does not compile" in rows["e-mistral"] and "endif" in rows["e-mistral"]
     assert rows["d-broken"].startswith("unreadable")
 
 
@@ -58,5 +62,5 @@ def test_the_lists_of_what_strata_serves_have_one_source():
     from strata_control import models
     root = pathlib.Path(__file__).resolve().parents[2]
     assert sorted(models.SUPPORTED_ARCHS) == sorted(p.stem for p in (root / "engine" / "models").glob("*.cpp"))
-    assert models.FAMILIES is families.FAMILIES
+    assert models.template_problem is families.template_problem
     assert template_family("{{ '<|start_header_id|>' }}") == families.template_family("<|start_header_id|>")

@@ -80,19 +80,19 @@ def test_default_model():
 
 
 def test_tensor_infos_and_decode_traffic(tmp_path):
-    """read_tensor_infos walks past the metadata to the tensor table; bench_engine's weight_traffic sizes
+    """read_tensor_infos walks past the metadata to the tensor table; tools/weight_traffic.py sizes
     each kind as the engine holds it (Q5_0 widened to Q8_0, or kept 5-bit by the AVX-512 kernels) with the
     tied head apart."""
     from tests import gguf_writer
-    from tools import bench_engine
+    from tools import weight_traffic
     from tokenizer.gguf_meta import read_tensor_infos
     vocab = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": [f"t{i}" for i in range(64)]}
     path = gguf_writer.random_model(tmp_path / "m.gguf", "llama", vocab, wtype="Q5_0", embd_type="Q8_0")
     infos = {name: (t, ne) for name, t, ne in read_tensor_infos(str(path))}
     assert infos["token_embd.weight"] == (8, [256, 64]) and infos["blk.1.ffn_down.weight"] == (6, [512, 256])
-    traffic = {k: (types, mb) for k, types, mb, _ in bench_engine.weight_traffic(str(path))}
+    traffic = {k: (types, mb) for k, types, mb, _ in weight_traffic.weight_traffic(str(path))}
     assert traffic["output head"] == ("Q8_0", pytest.approx(256 * 64 * 34 / 32 / 1e6))
     assert traffic["ffn_down"] == ("Q5_0->Q8_0", pytest.approx(2 * 512 * 256 * 34 / 32 / 1e6))
-    traffic = {k: (types, mb) for k, types, mb, _ in bench_engine.weight_traffic(str(path), "avx512_vnni")}
+    traffic = {k: (types, mb) for k, types, mb, _ in weight_traffic.weight_traffic(str(path), "avx512_vnni")}
     assert traffic["ffn_down"] == ("Q5_0", pytest.approx(2 * 512 * 256 * 22 / 32 / 1e6))
     assert traffic["output head"] == ("Q8_0", pytest.approx(256 * 64 * 34 / 32 / 1e6))

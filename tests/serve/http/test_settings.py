@@ -77,3 +77,18 @@ def test_settings_post_saves_to_the_service_path(server, tmp_path):
     s.svc.settings_path = str(tmp_path / "x.shared-settings.json")
     assert s.post("/settings", {"defaults": {"top_k": 20}}, headers=JSON)[0] == 200
     assert load_shared_settings(s.svc.settings_path)[0] == {"top_k": 20}
+
+
+def test_settings_on_a_full_disk_are_a_507_and_change_nothing(server, small_disk):
+    s = server()
+    s.svc.settings_path = os.path.join(small_disk.path, "x.shared-settings.json")
+    assert s.post("/settings", {"defaults": {"top_k": 20}}, headers=JSON)[0] == 200
+    small_disk.fill()
+    status, out, _ = s.post("/settings", {"defaults": {"top_k": 30}}, headers=JSON)
+    assert status == 507 and "No space left" in out["error"]["message"], out
+    assert "x.shared-settings.json" in out["error"]["message"] and small_disk.path not in out["error"]["message"]
+    assert load_shared_settings(s.svc.settings_path)[0] == {"top_k": 20}      # the old file, whole
+    assert s.request("GET", "/settings")[1]["defaults"] == {"top_k": 20}     # and the server agrees with it
+    assert [n for n in os.listdir(small_disk.path) if ".tmp" in n] == []
+    small_disk.free()
+    assert s.post("/settings", {"defaults": {"top_k": 30}}, headers=JSON)[0] == 200

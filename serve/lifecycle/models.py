@@ -1,106 +1,22 @@
-"""The models a server can serve and the engine of each: lazy load, idle unload, load/unload, switching by the
-request's `model`, several models loaded within a count and RAM budget, and the resource lease.
+"""Which model's engine runs: `Lifecycle` (lazy load, switching by the request's `model`, several models loaded
+within a count and RAM budget, load/unload), with idle unload and leases from serve/lifecycle/leases.py.
 
-Role: own one `Service` per model (built on first use by the factory bootstrap gives; its engine started and
-closed here) and decide which engines run. By default one model is loaded at a time (`max_loaded` 1); with
-`max_loaded` N and/or `ram_budget_bytes` several stay loaded, each with its own Service and engine, and a load
-that would pass either limit unloads the least recently used ones first (idle ones before busy ones). A model
-chosen for unloading is *draining*: its running requests finish, requests that arrive for it meanwhile wait
-(so the switch cannot starve), then its engine is closed and the wanted one started. A request is served only
-by the Service of the model it named, so it can never get another model's answer. A model whose own need
-(weights + KV + overhead, the launch plan's arithmetic) is over the RAM budget is refused with the numbers. It
-knows no HTTP: the server maps `LifecycleError.status` onto its error answers.
+Role and locking: serve/lifecycle/__init__.py (the package's contract).
 
-Locking: `_cv` (a Condition) guards `_loaded`, `_busy` (a load or unload in progress), `_pending`, every
-entry's `in_flight`/`last_used`/`draining` and `_leases`; engine starts and closes run outside it, with `_busy`
-set (one load/unload at a time; requests for other loaded models run on meanwhile). Every wait has a limit
-(`SWITCH_WAIT_S`).
-
-Public surface: `Lifecycle(entries, default, lazy_load, idle_unload_s, max_loaded, ram_budget_bytes)`,
-`ModelEntry(name, make, aliases, info)`, `enter(model) -> Ticket` / `Ticket.release()`, `view_service()`,
-`load(model)`, `unload(model=None)` (None: every loaded model), `models_view()`, `loaded_entries()`,
-`health()`, `lease(seconds, reason)`, `renew(id, seconds)`, `end_lease(id)`, `leases_view()`, `boot()`,
-`start_idle_thread()`, `start_engine()` / `stop_engine()` / `kill_engine()` / `close()` (the server's life
-cycle calls, as a Service has them), `LifecycleError`, `loaded_line(svc)`. With `lease_wait`, requests wait out
-a lease instead of a 503.
+Public surface: `Lifecycle`, `SWITCH_WAIT_S`.
 """
 from __future__ import annotations
 
-import secrets
 import threading
 import time
-from dataclasses import dataclass, field
 
-from serve.ops import telemetry
+from serve.lifecycle.entries import MIB, LifecycleError, ModelEntry, Ticket, close_engine
+from serve.lifecycle.leases import Leases
 
 SWITCH_WAIT_S = 600.0      # a request waits at most this long for the model it named (running replies end)
-IDLE_TICK_MAX_S = 30.0     # the idle thread looks at most this far apart (and at least every second)
-LEASE_MAX_S = 7 * 24 * 3600  # a lease is at most a week; renew it for longer
-MIB = 1 << 20
 
 
-class LifecycleError(Exception):
-    """A request the lifecycle refuses: `status` 404 unknown model, 409 busy, 503 leased or timed out."""
-
-    def __init__(self, status: int, err_type: str, message: str, param: str | None = None, code=None):
-        super().__init__(message)
-        self.status, self.err_type, self.message, self.param, self.code = status, err_type, message, param, code
-
-
-@dataclass
-class ModelEntry:
-    name: str
-    make: object                        # () -> Service (engine not started); called once, on first use
-    aliases: list = field(default_factory=list)
-    info: dict = field(default_factory=dict)   # what /v1/models shows before it is built: n_ctx, architecture;
-    #                                            ram_bytes (the plan's need), idle_unload_s (its own), config_path
-    svc: object = None
-    in_flight: int = 0                  # requests holding a Ticket (guarded by Lifecycle._cv)
-    last_used: float = 0.0              # (guarded by Lifecycle._cv)
-    draining: bool = False              # chosen to be unloaded: admits no request (guarded by Lifecycle._cv)
-    _build: threading.Lock = field(default_factory=threading.Lock)   # guards the one call of `make`
-
-    def service(self):
-        with self._build:
-            if self.svc is None:
-                self.svc = self.make()
-            return self.svc
-
-    @property
-    def ram_bytes(self) -> int:
-        """What its engine needs loaded: the launch plan's weights + KV + overhead (0 = not known)."""
-        memory = getattr(self.svc, "plan_memory", None) if self.svc is not None else None
-        return int((memory or {}).get("total") or self.info.get("ram_bytes") or 0)
-
-
-@dataclass
-class Ticket:
-    entry: ModelEntry
-    owner: "Lifecycle"
-    released: bool = False
-
-    @property
-    def service(self):
-        return self.entry.svc
-
-    def release(self) -> None:
-        if not self.released:
-            self.released = True
-            self.owner._leave(self.entry)
-
-
-def loaded_line(svc) -> str:
-    """The console line for a loaded model: model, architecture, context, threads, lanes, kernels, RAM."""
-    info = svc.engine.info
-    _, engines = telemetry.process_rss()
-    ram = f"{engines // MIB} MiB" if engines else "?"
-    return (f"strata: loaded {svc.model_name} ({info.get('arch') or svc.arch or '?'}): context "
-            f"{svc.engine.max_context or svc.engine.known_ctx}, threads {info.get('threads', '?')}, lanes "
-            f"{max(1, int(info.get('batch_slots') or 0))}, kernels {info.get('kernels', '?')}, kv "
-            f"{info.get('kv', '?')}, weights {info.get('weights_mib', '?')} MiB, engine RAM {ram}")
-
-
-class Lifecycle:
+class Lifecycle(Leases):
     def __init__(self, entries: list, default: str | None = None, lazy_load: bool = False,
                  idle_unload_s: float = 0.0, on_loaded=None, clock=time.monotonic, wall=time.time,
                  lease_wait: bool = False, max_loaded: int = 1, ram_budget_bytes: int | None = None):
@@ -263,7 +179,7 @@ class Lifecycle:
         try:
             for old in victims:
                 if old.svc is not None:
-                    _close_engine(old.svc)
+                    close_engine(old.svc)
                     self.unloads += 1
             if new is not None:
                 svc = new.service()
@@ -344,143 +260,13 @@ class Lifecycle:
         """At shutdown: every model's engine closed."""
         for e in self.entries:
             if e.svc is not None:
-                _close_engine(e.svc)
+                close_engine(e.svc)
 
     def kill_engine(self) -> None:
         """A second Ctrl+C: kill the loaded engines without waiting."""
         for e in self.loaded_entries():
             if e.svc is not None:
                 e.svc.kill_engine()
-
-    # ---------------------------------------------------------------- idle unload and leases
-    def start_idle_thread(self) -> None:
-        threading.Thread(target=self._idle_loop, daemon=True, name="lifecycle-idle").start()
-
-    def _idle_s(self, entry: ModelEntry) -> float:
-        own = entry.info.get("idle_unload_s")
-        return float(own) if own is not None else self.idle_unload_s
-
-    def _tick_s(self) -> float:
-        times = [t for t in (self._idle_s(e) for e in self.entries) if t]
-        if self._leases or not times:
-            return 1.0
-        return max(1.0, min(IDLE_TICK_MAX_S, min(times) / 4))
-
-    def _idle_loop(self) -> None:
-        while not self._stop.wait(self._tick_s()):
-            self.tick()
-
-    def tick(self) -> str | None:
-        """One look: unload the idle models (each after its own idle time) or, while leased, every loaded
-        model without running requests; end expired leases -> what it did (for tests)."""
-        with self._cv:
-            ended = self._expire_leases()
-            now = self.clock()
-            gone = [] if self._busy or self._pending is not None else [
-                e for e in self._loaded if not e.in_flight and (
-                    self._leases or (self._idle_s(e) and now - e.last_used >= self._idle_s(e)))]
-            if gone:
-                self._take_load(gone)
-                if self._leases:   # reloaded when the lease ends, least recently used first
-                    self._lease_unloaded = sorted(self._lease_unloaded + gone, key=lambda e: e.last_used)
-        if ended:
-            self._reload_after_lease()
-        if not gone:
-            return "lease ended" if ended else None
-        self._switch(gone, None)
-        return "unloaded (leased)" if self._leases else "unloaded (idle)"
-
-    def _expire_leases(self) -> bool:
-        now = self.clock()
-        gone = [k for k, v in self._leases.items() if v["until_m"] <= now]
-        for k in gone:
-            del self._leases[k]
-        if gone:
-            self._cv.notify_all()
-        return bool(gone)
-
-    def _refuse_if_leased(self, deadline: float | None = None) -> None:
-        """(under _cv) 503 with the lease's reason and end time while a lease holds the memory; with
-        `lease_wait` a request waits for the lease's end until `deadline` first."""
-        self._expire_leases()
-        while self._leases and self.lease_wait and deadline is not None and self.clock() < deadline:
-            self._cv.wait(min(1.0, max(0.0, deadline - self.clock())))
-            self._expire_leases()
-        if self._leases:
-            last = max(self._leases.values(), key=lambda v: v["until"])
-            raise LifecycleError(503, "unavailable_error", f"Strata's memory is leased ({last['reason']}) until "
-                                 f"{time.strftime('%H:%M:%S', time.localtime(last['until']))}; try again then",
-                                 code="leased")
-
-    @staticmethod
-    def _seconds(value) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= LEASE_MAX_S:
-            raise LifecycleError(400, "invalid_request_error", f"seconds: a number of seconds, 1..{LEASE_MAX_S}",
-                                 param="seconds")
-        return float(value)
-
-    def lease(self, seconds, reason) -> dict:
-        """Grant a lease: requests are refused (503) until it ends; the loaded model is unloaded as soon as
-        its running requests have finished (now when none run)."""
-        seconds = self._seconds(seconds)
-        if not isinstance(reason, str) or not reason.strip() or len(reason) > 200:
-            raise LifecycleError(400, "invalid_request_error", "reason: a short text (1..200 characters)",
-                                 param="reason")
-        lease_id = "lease_" + secrets.token_hex(8)
-        with self._cv:
-            self._leases[lease_id] = {"reason": reason.strip(), "until": self.wall() + seconds,
-                                      "until_m": self.clock() + seconds}
-        self.tick()
-        return {"id": lease_id, **self._lease_view(lease_id)}
-
-    def renew(self, lease_id, seconds) -> dict:
-        seconds = self._seconds(seconds)
-        with self._cv:
-            self._expire_leases()
-            if lease_id not in self._leases:
-                raise LifecycleError(404, "not_found_error", f"no lease {lease_id!r} (ended or never granted)",
-                                     param="id")
-            self._leases[lease_id].update(until=self.wall() + seconds, until_m=self.clock() + seconds)
-        return {"id": lease_id, **self._lease_view(lease_id)}
-
-    def end_lease(self, lease_id) -> dict:
-        with self._cv:
-            found = self._leases.pop(lease_id, None)
-            self._cv.notify_all()
-        if found is None:
-            raise LifecycleError(404, "not_found_error", f"no lease {lease_id!r}", param="id")
-        self._reload_after_lease()
-        return {"id": lease_id, "status": "released"}
-
-    def _reload_after_lease(self) -> None:
-        """Strata reloads when the lease ends (unless it loads lazily): the models the lease unloaded, the
-        most recently used last (so it is the one kept if they no longer fit together), else the default."""
-        with self._cv:
-            if self._leases or self._loaded or self.lazy_load:
-                return
-            names, self._lease_unloaded = [e.name for e in self._lease_unloaded] or [None], []
-        threading.Thread(target=lambda: [self._quiet(self.load, n) for n in names], daemon=True,
-                         name="lease-reload").start()
-
-    @staticmethod
-    def _quiet(fn, *args):
-        try:
-            fn(*args)
-        except Exception:   # the next request loads it and reports what went wrong
-            pass
-
-    def _lease_view(self, lease_id) -> dict:
-        with self._cv:
-            v = self._leases.get(lease_id)
-            return {} if v is None else {"reason": v["reason"], "until": round(v["until"], 3),
-                                         "seconds_left": round(max(0.0, v["until_m"] - self.clock()), 3),
-                                         "loaded": bool(self._loaded)}
-
-    def leases_view(self) -> dict:
-        with self._cv:
-            self._expire_leases()
-            ids = list(self._leases)
-        return {"leases": [{"id": i, **self._lease_view(i)} for i in ids]}
 
     # ---------------------------------------------------------------- views
     def models_view(self) -> list[tuple[ModelEntry, bool]]:
@@ -502,12 +288,3 @@ class Lifecycle:
         for e in self.entries:
             if e.svc is not None:
                 e.svc.close()
-
-
-
-def _close_engine(svc) -> None:
-    """Unload: the engine ends (closed on purpose: its supervisor leaves it alone until the next start)."""
-    try:
-        svc.engine.close()
-    except Exception as e:   # EngineStuck: as the HTTP layer sees it (ServiceUnavailable)
-        raise svc.service_error(e) from None
