@@ -4,7 +4,7 @@
 //
 // Contract:
 //  - Plain C++ when not compiled by nvcc (CM_FN is `inline`): no CUDA header, no intrinsic.
-//  - Block layouts are engine/quants.h's; every function reads bytes (a GGUF block is only 2-byte aligned, so a
+//  - Block layouts are engine/cpu/quants.h's; every function reads bytes (a GGUF block is only 2-byte aligned, so a
 //    wider load could fault on the device).
 //  - A "sub-block" here is 32 consecutive elements of a row, [32 s, 32 s + 32): the unit of work of one lane in
 //    the GEMV and of one thread in the bf16 dequantisation. Every type the CUDA path reads natively has one:
@@ -28,7 +28,7 @@
 
 namespace cm {
 
-// GGUF type numbers (engine/quants.h ggml_type), repeated so that device code needs no host header
+// GGUF type numbers (engine/cpu/quants.h ggml_type), repeated so that device code needs no host header
 enum : uint32_t {
     CM_F32 = 0, CM_F16 = 1, CM_Q4_0 = 2, CM_Q4_1 = 3, CM_Q5_0 = 6, CM_Q8_0 = 8,
     CM_Q4_K = 12, CM_Q5_K = 13, CM_Q6_K = 14, CM_BF16 = 30,

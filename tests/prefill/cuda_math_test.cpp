@@ -12,8 +12,8 @@
 #include <random>
 #include <vector>
 
-#include "engine/gelu.h"
-#include "engine/kernels.h"
+#include "engine/cpu/gelu.h"
+#include "engine/cpu/kernels.h"
 #include "engine/kv_cache.h"
 #include "prefill/cuda_math.h"
 #include "tests/engine/test_check.h"

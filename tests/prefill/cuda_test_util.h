@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/quants.h"
+#include "engine/cpu/quants.h"
 
 // The types the CUDA path reads natively (prefill/cuda_math.h cm::native), with their names.
 inline const ggml_type CUDA_TEST_TYPES[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0,
