@@ -100,6 +100,8 @@ def _serve_args(s) -> None:
     s.add_argument("--stream-interval-ms", type=float, metavar="MS", help="a streamed reply is written at most "
                    "every MS milliseconds; tokens that come sooner go out together in the next write (default "
                    "20; 0 = each at once). Fewer writes leave the cores to the engine (README: Streaming)")
+    s.add_argument("--model-store", metavar="FOLDER", help="where models made with Ollama's /api/create and "
+                   "uploaded blobs are kept (made 0700; default ~/.cache/strata/model-store)")
     s.add_argument("--slot-save-path", metavar="FOLDER", help="allow POST /slots/ID?action=save|restore|erase "
                    "(llama-server's saved slots) with files in FOLDER (made 0700; files 0600); default: off")
     s.add_argument("--parent-pid", type=int, metavar="PID", help="shut down when this process is gone")
