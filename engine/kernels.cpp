@@ -556,7 +556,8 @@ struct mm_runs_job {
     int n_runs;
     const int64_t* first;  // (n_runs + 1) each run's first item (rows, or groups when grouped)
     act_q16 act;           // all n_x rows
-    bool grouped;
+    bool grouped;          // items are row groups (MM_GROUP_ROWS rows) of every run, else single rows
+    bool mixed;            // grouped items, but a run without a packed copy reads its group on row kernels
 };
 
 // run i's view of the activations: its rows start at token 0
@@ -579,7 +580,10 @@ void mm_runs_range(void* ctx, int64_t i0, int64_t i1, int) {
         if (a >= b) continue;
         const mm_run& run = j.runs[r];
         const act_q16 act = act_from(j.act, run.t0);
-        if (j.grouped) mm_groups(*run.w, packed_fn(*j.ks, *run.w), act, run.n_tok, run.y, a - j.first[r], b - j.first[r]);
+        const mm_group_fn gfn = j.grouped ? packed_fn(*j.ks, *run.w) : nullptr;
+        if (gfn) mm_groups(*run.w, gfn, act, run.n_tok, run.y, a - j.first[r], b - j.first[r]);
+        else if (j.mixed) mm_rows(*run.w, row_fn(*j.ks, run.w->type), act, run.n_tok, run.y,
+                                  (a - j.first[r]) * MM_GROUP_ROWS, (b - j.first[r]) * MM_GROUP_ROWS);
         else mm_rows(*run.w, row_fn(*j.ks, run.w->type), act, run.n_tok, run.y, a - j.first[r], b - j.first[r]);
     }
 }
@@ -589,13 +593,18 @@ void mm_runs_range(void* ctx, int64_t i0, int64_t i1, int) {
 void matmul_runs(threadpool* pool, const kernel_set& ks, const mm_run* runs, int n_runs, const float* x,
                  int64_t x_stride, int64_t n_x, mm_scratch* scratch) {
     if (n_runs < 1) return;
-    bool all_rows = true, all_packed = true, same = true;
+    bool all_rows = true, all_packed = true, any_packed = false, same = true, whole_groups = true;
     for (int i = 0; i < n_runs; ++i) {
         const weight_view& w = *runs[i].w;
         all_rows = all_rows && kernels_uses_q16(w.type);
         all_packed = all_packed && packed_fn(ks, w) != nullptr;
+        any_packed = any_packed || packed_fn(ks, w) != nullptr;
+        whole_groups = whole_groups && w.n_rows % MM_GROUP_ROWS == 0;
         same = same && w.n_cols == runs[0].w->n_cols && w.act_bits == runs[0].w->act_bits;
     }
+    // experts in RAM (packed) beside experts read from the file (engine/expert_tiers.h): one job in groups of
+    // rows, each run on its own kernels
+    const bool mixed = same && all_rows && any_packed && !all_packed && whole_groups;
     if (!same || !(all_rows || all_packed)) {
         for (int i = 0; i < n_runs; ++i) {
             matmul(pool, ks, *runs[i].w, x + runs[i].t0 * x_stride, x_stride, runs[i].n_tok, runs[i].y, scratch);
@@ -604,8 +613,8 @@ void matmul_runs(threadpool* pool, const kernel_set& ks, const mm_run* runs, int
     }
     mm_job q{&ks, runs[0].w, x, x_stride, n_x, nullptr, act_q16{}, scratch, nullptr, nullptr};
     std::vector<int64_t> first(size_t(n_runs) + 1, 0);
-    const int64_t unit = all_packed ? MM_GROUP_ROWS : 1;
+    const int64_t unit = all_packed || mixed ? MM_GROUP_ROWS : 1;
     for (int i = 0; i < n_runs; ++i) first[size_t(i) + 1] = first[size_t(i)] + runs[i].w->n_rows / unit;
-    mm_runs_job j{&ks, runs, n_runs, first.data(), quantize_acts(pool, &q), all_packed};
+    mm_runs_job j{&ks, runs, n_runs, first.data(), quantize_acts(pool, &q), all_packed || mixed, mixed};
     threadpool_run(pool, first[size_t(n_runs)], mm_runs_range, &j);
 }

@@ -73,6 +73,7 @@ public:
         live_.kv = kv_cache_init(model, cfg.n_ctx, cfg.kv);
         logits_.resize(static_cast<size_t>(info_.n_vocab));
         slots_.set_drafting(cfg.drafting, cfg.draft);
+        if (cfg.n_slots == 1) slots_.set_read_chunk(cfg.chunk);  // nothing is admitted beside its read (slots.h)
     }
     ~serve_loop() {
         if (live_.kv) kv_cache_free(live_.kv);
@@ -90,6 +91,7 @@ private:
     bool check_slot(const char* verb, int32_t s);
     void run_session_file(const command& cmd);
     void run_vram();
+    std::string experts_line() const;
     void run_berase(int32_t slot);
     void run_bclose(int32_t slot);
     bool check_request(const command& cmd);
@@ -494,6 +496,7 @@ void serve_loop::run_bgen(const command& cmd, int64_t seq) {
         err_line("BGEN: cannot allocate the KV cache of slot " + std::to_string(s));
         return;
     }
+    slots_.time_admission(s);
     seq_state* target = &slots_.at(s).st;
     std::vector<const seq_state*> others{&live_};
     slots_.reuse_states(s, &others);  // busy slots too: between steps their kv holds exactly their tokens
@@ -514,6 +517,7 @@ void serve_loop::run_bemb(const command& cmd, int64_t seq) {
         err_line("BEMB: cannot allocate the KV cache of slot " + std::to_string(s));
         return;
     }
+    slots_.time_admission(s);
     session_apply_reuse(&slots_.at(s).st, cmd.ids, reuse_source{}, &cache_);
     slots_.accept_embed(s, seq, cmd.ids);
     protocol_write_line("BACC " + std::to_string(s) + " 0");
@@ -637,10 +641,19 @@ void serve_loop::run_vram() {
     protocol_write_line("VRAM backend=cpu ram_total_mib=" + std::to_string(total_kib / 1024) +
                         " ram_free_mib=" + std::to_string(avail_kib / 1024) + " rss_mib=" + std::to_string(rss_kib / 1024) +
                         " conversation_cache_parked=" + std::to_string(cache_.size()) +
-                        " conversation_cache_bytes=" + std::to_string(cache_.bytes()));
+                        " conversation_cache_bytes=" + std::to_string(cache_.bytes()) + experts_line());
 }
 
 }  // namespace
+
+// The expert tiers' figures for the VRAM answer (engine/expert_tiers.h); empty for a dense model.
+std::string serve_loop::experts_line() const {
+    const expert_figures f = model_expert_figures(model_);
+    if (f.total == 0) return "";
+    return " experts_total=" + std::to_string(f.total) + " experts_resident=" + std::to_string(f.resident) +
+           " experts_hits=" + std::to_string(f.hits) + " experts_misses=" + std::to_string(f.misses) +
+           " experts_swaps=" + std::to_string(f.swaps);
+}
 
 int serve_loop_run(strata_model* model, const engine_config& config, int stdin_fd) {
     auto loop = std::make_unique<serve_loop>(model, config, stdin_fd);

@@ -2,9 +2,12 @@
 #include "slots.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "logprobs.h"
+#include "prefill/chunking.hpp"
 #include "protocol.h"
+#include "step_timer.h"
 #include "stdin_reader.h"
 
 namespace {
@@ -29,6 +32,24 @@ slot_table::~slot_table() {
 void slot_table::set_drafting(drafting_mode mode, draft_model* dm) {
     drafting_ = mode;
     draft_ = dm;
+}
+
+void slot_table::time_admission(int32_t i) {
+    if (any_busy()) {
+        timed_ = -1;  // a second request: the timed one's figures would hold both
+        return;
+    }
+    timed_ = i;
+    timer_.begin();
+    timer_.mark(PF_PHASE_LOOKUP);
+    step_timer_begin();
+}
+
+// The timed slot's read has ended (its first token is sampled, or it ended while reading): the read's lines.
+void slot_table::timed_read_end(int32_t i) {
+    if (i != timed_) return;
+    timer_.finish(at(i).n_read);
+    step_timer_finish(at(i).n_read, "prefill");
 }
 
 bool slot_table::any_busy() const {
@@ -97,6 +118,11 @@ void slot_table::finish(int32_t i, const char* why) {
     slot& s = at(i);
     const bool decoded = s.phase == SLOT_DECODING;
     if (!decoded) s.prompt_ms = ms_since(s.t_acc);
+    if (i == timed_) {
+        if (decoded) step_timer_finish(s.generated - 1);  // the evaluated steps: the first token came with the read
+        else timed_read_end(i);
+        timed_ = -1;
+    }
     s.st.ckpt_len = std::min<int32_t>(s.ckpt, static_cast<int32_t>(s.st.tokens.size()));
     // BDONE <slot> <generated> <finish> <decode_ms> <prompt> <prompt_ms> <reused> <prompt_read>[ drafts_acc=
     // drafts_off=] (the drafts only when the request drafted)
@@ -108,6 +134,11 @@ void slot_table::finish(int32_t i, const char* why) {
                         protocol_fixed1(decoded ? ms_since(s.t0) : 0.0) + " " + std::to_string(s.prompt.size()) +
                         " " + protocol_fixed1(s.prompt_ms) + " " + std::to_string(s.reused) + " " +
                         std::to_string(s.n_read) + drafts);
+    const double decode_ms = decoded ? ms_since(s.t0) : 0.0;
+    std::fprintf(stderr, "strata: BDONE slot=%d prompt=%zu reused=%d read=%d generated=%d finish=%s prompt_ms=%.1f"
+                 " decode_tok_s=%.1f drafts=%lld/%lld\n", i, s.prompt.size(), s.reused, s.n_read, s.generated, why,
+                 s.prompt_ms, s.generated > 1 ? (s.generated - 1) * 1000.0 / std::max(1e-6, decode_ms) : 0.0,
+                 static_cast<long long>(s.dctl.accepted), static_cast<long long>(s.dctl.offered));
     s.phase = SLOT_IDLE;
     s.pending = -1;
     s.drafts.clear();
@@ -187,7 +218,8 @@ void slot_table::plan_reads(int32_t budget) {
         const slot& s = at(i);
         if (s.phase != SLOT_READING) continue;
         const int32_t pos = static_cast<int32_t>(s.st.tokens.size());
-        reads_.push_back({i, pos, static_cast<int32_t>(s.prompt.size()) - pos});
+        const int32_t n = static_cast<int32_t>(s.prompt.size());
+        reads_.push_back({i, pos, read_chunk_ > 0 ? pf::chunk_next_len(pos, n, read_chunk_) : n - pos});
     }
     std::sort(reads_.begin(), reads_.end(), [](const chunk_plan& a, const chunk_plan& b) {
         return a.len != b.len ? a.len < b.len : a.slot < b.slot;
@@ -207,8 +239,9 @@ bool slot_table::step(const stdin_reader& reader, const std::vector<int32_t>& eo
     propose(rows_, (step_tokens - static_cast<int32_t>(rows_.size())) / 2);
     int32_t n_decode = 0;
     for (int32_t i : rows_) n_decode += 1 + static_cast<int32_t>(at(i).drafts.size());
-    plan_reads(std::max<int32_t>(1, step_tokens - n_decode));
+    plan_reads(read_chunk_ > 0 ? read_chunk_ : std::max<int32_t>(1, step_tokens - n_decode));
     if (rows_.empty() && reads_.empty()) return true;
+    const bool timed_read = timed_ >= 0 && at(timed_).phase == SLOT_READING;
     if (!reads_.empty()) protocol_flush_tokens();  // a step with prompt chunks is long: held tokens go first
     token_.clear();
     pos_.clear();
@@ -247,6 +280,7 @@ bool slot_table::step(const stdin_reader& reader, const std::vector<int32_t>& eo
         batch.hidden = hidden_.data();
     }
     logits_.resize(n_want * static_cast<size_t>(n_vocab_));
+    if (timed_read) timer_.mark(PF_PHASE_READ);
     if (model_eval(model_, batch, logits_.data(), err) != 0) {
         fail(rows_);
         rows_.clear();
@@ -276,6 +310,7 @@ void slot_table::after_read(const chunk_plan& c, const float* logits, const std:
     const int32_t n = static_cast<int32_t>(s.prompt.size());
     s.st.tokens.insert(s.st.tokens.end(), s.prompt.begin() + c.pos, s.prompt.begin() + c.pos + c.len);
     s.n_read += c.len;
+    if (c.slot == timed_) timer_.mark(PF_PHASE_EMIT);
     const double ms = ms_since(s.t_acc);
     const double read_s = std::max(1e-9, ms / 1000.0);
     protocol_write_line("BPP " + std::to_string(c.slot) + " " + std::to_string(c.pos + c.len) + " " +
@@ -316,17 +351,24 @@ void slot_table::first_token(int32_t i, const float* logits, const std::vector<i
     slot& s = at(i);
     const int32_t n = static_cast<int32_t>(s.st.tokens.size());
     int32_t tok = -1;
+    if (i == timed_) timer_.mark(PF_PHASE_SAMPLE);
     scratch_.state = &s.sstate;
     if (s.gm) s.gm->set_budget(s.close_now ? 0 : s.max_new);  // the reply always parses (grammar.h, set_budget)
     const sample_status st =
         grammar_sample(s.gm.get(), s.sampling, logits, n_vocab_, s.st.tokens.data(), n, n, s.seed, &scratch_, &tok);
     if (ended_by_sampler(i, st)) return;
+    if (i == timed_) {  // the read's lines; the decode is timed from here to BDONE
+        timed_read_end(i);
+        step_timer_begin();
+    }
     s.prompt_ms = ms_since(s.t_acc);
     s.t0 = clock_type::now();
     s.phase = SLOT_DECODING;
     s.generated = 1;
+    step_mark(STEP_EMIT);
     protocol_write_line("BT " + std::to_string(i) + " " + std::to_string(tok) +
                         logprobs_line(s.sampling, logits, n_vocab_, tok, scratch_, &lp_work_));
+    step_mark(STEP_OTHER);
     if (std::find(eos_ids.begin(), eos_ids.end(), tok) != eos_ids.end()) {
         finish(i, s.gm && s.gm->closing() ? "length" : "stop");
     } else if (s.max_new <= 1 || n + 1 >= n_ctx_) {
@@ -357,8 +399,10 @@ void slot_table::verify_row(int32_t i, const float* logits, const std::vector<in
     auto emit = [&](int32_t tok) {
         // the kept token n_kept was sampled from row n_kept (the pending token's, then each draft's)
         const float* row = logits + static_cast<size_t>(n_kept) * static_cast<size_t>(n_vocab_);
+        const int32_t was = step_mark(STEP_EMIT);
         protocol_write_token_line("BT " + std::to_string(i) + " " + std::to_string(tok) +
                                   logprobs_line(s.sampling, row, n_vocab_, tok, scratch_, &lp_work_));
+        step_mark(was);
         s.generated += 1;
         s.pending = tok;
         const int32_t held = p + 1 + n_kept++;  // the tokens the slot holds before this one
@@ -370,8 +414,10 @@ void slot_table::verify_row(int32_t i, const float* logits, const std::vector<in
     int32_t n_emitted = 0, n_accepted = 0;
     scratch_.state = &s.sstate;
     if (s.gm) s.gm->set_budget(s.close_now ? 0 : s.max_new - s.generated - n_drafts);  // the last draft's, to be safe
+    step_mark(STEP_SAMPLE);
     const sample_status st = draft_verify(s.gm.get(), s.sampling, s.seed, logits, n_vocab_, s.st.tokens.data(), p + 1,
                                           s.drafts.data(), n_drafts, &scratch_, emit, &n_emitted, &n_accepted);
+    step_mark(STEP_OTHER);
     s.drafts.clear();
     if (s.drafting) {
         s.dctl.record(n_drafts, n_accepted);

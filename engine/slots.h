@@ -17,6 +17,14 @@
 //    entries ask for hidden rows instead of logits; when its read ends it writes BVEC and BDONE (generated 0)
 //    and holds its prompt, like a request that ended at once.
 //  - Acceptance (prefix reuse into the slot, the BACC line) is the serve loop's: it calls accept().
+//  - One slot (`--batch 1`, the server's `--parallel 1`): nothing can be admitted beside a read, so the read
+//    goes in --chunk pieces on the boundaries of prefill/chunking.hpp (set_read_chunk) instead of sharing
+//    the --step-tokens budget with other slots' first tokens.
+//  - Timing (STRATA_PF_TIMING=1: prefill/pf_timer.h; STRATA_STEP_TIMING: engine/step_timer.h): a request
+//    admitted while no other slot is busy is timed (time_admission): its prompt read gives one `pf timing:`
+//    and one `prefill timing:` line when the read ends, its decode one `step timing:` line at BDONE. An
+//    admission while a timed request runs abandons that timing (its figures would mix two requests), so
+//    with one slot every request is timed and with more the lone ones are.
 //  - Drafting (engine/drafting.h): before a step, propose() gives each decoding slot that drafts up to k
 //    proposed tokens; its entries are then the pending token and its drafts (all wanting logits), and
 //    after_eval keeps the agreeing prefix plus the model's own next token, truncating the slot's tokens past
@@ -32,6 +40,7 @@
 #include "drafting.h"
 #include "grammar.h"
 #include "model.h"
+#include "prefill/pf_timer.h"
 #include "sampler.h"
 #include "session.h"
 
@@ -98,6 +107,11 @@ public:
     void accept(int32_t i, int64_t seq, const std::vector<int32_t>& prompt, int32_t reused, int32_t ckpt,
                 int32_t max_new, const sampler_params& sp, uint64_t seed,
                 std::shared_ptr<grammar_matcher> gm = nullptr, bool draft = true);
+    // A one-slot engine's read chunk (--chunk; 0, the default: reads share the --step-tokens budget).
+    void set_read_chunk(int32_t chunk) { read_chunk_ = chunk; }
+    // Slot i is being admitted (before its prefix lookup): it is timed when no other slot is busy, and a
+    // timed request that runs is no longer timed when it is (see the contract).
+    void time_admission(int32_t i);
     // The engine's drafting (--drafting, --draft-model); off until set.
     void set_drafting(drafting_mode mode, draft_model* dm);
     // Proposes this step's drafts for the decoding rows, at most max_total tokens over all of them.
@@ -136,6 +150,7 @@ private:
     void embed_done(int32_t i);
     void verify_row(int32_t i, const float* logits, const std::vector<int32_t>& eos_ids);
     bool ended_by_sampler(int32_t i, sample_status st);
+    void timed_read_end(int32_t i);
 
     strata_model* model_;
     int32_t n_vocab_;
@@ -153,4 +168,7 @@ private:
     std::vector<uint8_t> want_hidden_;               // step's embedding entries
     std::vector<float> hidden_;                      // (embedding entries, n_embd)
     std::vector<kv_cache*> kvs_;
+    int32_t read_chunk_ = 0;                         // set_read_chunk
+    pf_timer timer_;                                 // the timed request's prompt read (STRATA_PF_TIMING)
+    int32_t timed_ = -1;                             // the timed slot (-1: none); the only busy one while set
 };

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import shlex
 import sys
 
@@ -356,11 +357,24 @@ def options(ns, cfg: dict) -> Options:
                    api_keys=_keys(ns, cfg), cors_origins=_names(cfg, "cors_origins") + _flag_names(ns, "cors"),
                    allowed_hosts=_names(cfg, "allowed_hosts"),
                    parent_pid=getattr(ns, "parent_pid", None), quiet=bool(getattr(ns, "quiet", False)),
-                   stream_interval_ms=stream_interval_ms(ns, cfg), slot_save_path=slot_save_path(ns, cfg))
+                   stream_interval_ms=stream_interval_ms(ns, cfg), slot_save_path=slot_save_path(ns, cfg),
+                   host_name=host_name(pick("host_name", os.environ.get("STRATA_HOST_NAME"))))
     if "*" in opts.cors_origins and not opts.api_keys:
         print("strata: security: CORS is open to every origin and there is no API key: any web page this "
               "machine's browser opens can use the server (add --api-key, or name the origins)", file=sys.stderr)
     return opts
+
+
+HOST_NAME_CHARS = re.compile(r"[A-Za-z0-9._:-]{1,64}")   # a header value that needs no quoting, any log reads
+
+
+def host_name(value: str | None) -> str | None:
+    """--host-name / host_name / $STRATA_HOST_NAME: this host's name in a cluster, sent as X-Strata-Host."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not HOST_NAME_CHARS.fullmatch(value):
+        raise SetupError(f"host name {value!r}: 1..64 letters, digits and . _ : - (e.g. h1 or gpu-3.lab)")
+    return value
 
 
 def slot_save_path(ns, cfg: dict) -> str | None:

@@ -67,6 +67,7 @@ KEYS: dict[str, Key] = {
                           "(--slot-save-path; made 0700; default off)"),
     "host": Key("str", "address to listen on (--host)"),
     "port": Key("int", "port (--port; 0 = a free one)", 0, 65535),
+    "host_name": Key("str", "this host's name in a cluster, sent as X-Strata-Host (--host-name)"),
     "api_key": Key("str|list", "required API key(s) (--api-key)"),
     "cors_origins": Key("list", "web pages allowed to call the API"),
     "allowed_hosts": Key("list", "extra Host names answered (DNS-rebinding check)"),

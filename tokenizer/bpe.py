@@ -76,6 +76,12 @@ _QWEN2_PATTERN = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^
 _QWEN35_PATTERN = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
                    r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
                    r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# tekken (Mistral Nemo, Mistral Small 3.x, Ministral, Pixtral): llama.cpp's form of the tokenizer.json regex, in
+# which "upper" is a letter other than a-z and "lower" a letter other than A-Z (so a non-ASCII letter is both),
+# and a run of symbols may take trailing slashes as well as newlines.
+_TEKKEN_PATTERN = (r"[^\r\n\p{L}\p{N}]?(?:(?=\p{L})[^a-z])*(?:(?=\p{L})[^A-Z])+"
+                   r"|[^\r\n\p{L}\p{N}]?(?:(?=\p{L})[^a-z])+(?:(?=\p{L})[^A-Z])*"
+                   r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 # pre-tokenizer family -> (pattern, ignore_merges: a piece that is itself a token is emitted whole, as
 # llama.cpp does for its llama3 family)
 PRE_TOKENIZERS = {
@@ -84,6 +90,7 @@ PRE_TOKENIZERS = {
     "llama-bpe": (_LLAMA3_PATTERN, True),
     "qwen2": (_QWEN2_PATTERN, False),
     "qwen35": (_QWEN35_PATTERN, False),
+    "tekken": (_TEKKEN_PATTERN, True),
 }
 # tokenizer.ggml.pre names -> family, as llama.cpp groups them (only names whose encoding is the family's)
 PRE_NAMES = {
@@ -93,6 +100,7 @@ PRE_NAMES = {
     **dict.fromkeys(("llama-bpe", "llama3", "llama-v3", "falcon3", "pixtral"), "llama-bpe"),
     **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "stablelm2", "megrez"), "qwen2"),
     "qwen35": "qwen35",
+    "tekken": "tekken",
 }
 
 

@@ -42,6 +42,8 @@ TOKENIZER_KEYS = tuple("tokenizer.ggml." + k for k in (
     "model", "pre", "tokens", "token_type", "merges", "bos_token_id", "eos_token_id", "eot_token_id",
     "eom_token_id", "padding_token_id", "add_bos_token")) + ("tokenizer.chat_template",)
 
+# pre-tokenizers whose models want <s> first when the GGUF does not say (llama.cpp's default for them)
+ADD_BOS_BY_DEFAULT = ("tekken",)
 Vocab = collections.namedtuple("Vocab", "tokens token_types merges pre special_ids chat_template add_bos")
 
 
@@ -60,7 +62,7 @@ def vocab_from_metadata(meta):
     pre = meta.get("tokenizer.ggml.pre") or "default"  # llama.cpp's name for a missing pre: unsupported
     return Vocab(tokens, types, meta.get("tokenizer.ggml.merges", []), pre,
                  _special_ids_from_meta(meta, len(tokens)), meta.get("tokenizer.chat_template"),
-                 meta.get("tokenizer.ggml.add_bos_token", False))
+                 meta.get("tokenizer.ggml.add_bos_token", pre in ADD_BOS_BY_DEFAULT))
 
 
 def vocab_from_dir(tokenizer_dir):

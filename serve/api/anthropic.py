@@ -9,7 +9,8 @@ Request: `system` (string or text blocks), `messages` (content string or blocks:
 `redacted_thinking`, `tool_use`, `tool_result`; `image`/`document` are refused: no vision encoder), `tools`
 (`{name, description, input_schema}`; server tools without a schema are skipped), `tool_choice`
 (`auto|any|none|tool`, `disable_parallel_tool_use`), `max_tokens`, `stop_sequences`, `stream`, `thinking`,
-`output_config`, `temperature`/`top_p`/`top_k` (and the other sampling fields), `metadata` (ignored).
+`output_config`, `temperature`/`top_p`/`top_k` (and the other sampling fields), `metadata` (ignored). A final
+assistant message is a prefill: the reply continues it and holds only the new text (serve/prompt/prefill.py).
 
 Answer: one `MessageBuilder` turns the event stream into the stream's SSE events *and* the assembled
 message, so a streamed and a non-streamed answer carry the same blocks. Stream order: `message_start`,
@@ -209,6 +210,16 @@ def _stop_sequences(raw) -> list[str]:
     return [s for s in raw if s]
 
 
+def _prefill(last: Message) -> bool:
+    """A final assistant message is a prefill, continued (Anthropic's documented prefill); as Anthropic, its
+    text may not end in white space (the reply would start mid-token)."""
+    if last.role != "assistant":
+        return False
+    if last.content and last.content != last.content.rstrip():
+        raise BadRequest("messages: final assistant content cannot end with trailing whitespace", param="messages")
+    return True
+
+
 def parse_messages(body: dict, anthropic_thinking: str = "model") -> ChatRequest:
     """An Anthropic Messages body -> the internal `ChatRequest` (api "anthropic")."""
     raw = body.get("messages")
@@ -221,6 +232,7 @@ def parse_messages(body: dict, anthropic_thinking: str = "model") -> ChatRequest
     for i, m in enumerate(raw):
         messages += _message(m, i)
     req = ChatRequest(messages=messages, tools=_tools(body.get("tools")), api="anthropic")
+    req.continue_final = _prefill(messages[-1])
     _tool_choice(body.get("tool_choice"), req)
     req.max_new = check_max_tokens(body.get("max_tokens"))
     stream = body.get("stream", False)

@@ -428,6 +428,8 @@ def chat(service, body: dict, ctx):
     t0 = time.monotonic()
     body = _with_created(body, ctx, True)
     req = ChatRequest(messages=_messages(body.get("messages")), tools=parse_tools(body.get("tools")), api="ollama")
+    # a final assistant message is continued, as Ollama does (serve/prompt/prefill.py): the reply is the new text
+    req.continue_final = bool(req.messages) and req.messages[-1].role == "assistant"
     extra = _common(body, req)
     req.reasoning_effort = _think(body.get("think"))
     if not req.messages:  # Ollama loads the model and answers at once

@@ -38,6 +38,7 @@ class RequestContext:
     trusted: bool = False   # may see local detail: gave the API key, or keyless server and a loopback client
     model_unloaded: bool = False   # (a Lifecycle) the model a view reads has no engine now: views say so
     sessions: Any = None           # the server's resumable stream sessions (serve/http/stream_sessions.py)
+    http_counts: Callable[[], dict] | None = None   # the server's connection counts (serve/http/keepalive.py)
     slot_save_path: str | None = None   # --slot-save-path: the saved slots' folder (serve/api/slot_routes.py)
     created: dict | None = None    # (a Lifecycle) the settings of the Ollama-created model the request names
     read_body_into: Callable[[Callable[[bytes], None]], int] | None = None   # an upload route's body -> a sink

@@ -113,6 +113,8 @@ class ChatRequest:
                                                      # Service.encode_chat when the call can be constrained
     logprobs: int | None = None        # top alternatives per token when log-probabilities are asked (serve/generation/logprobs.py)
     n: int = 1                         # choices of this prompt (serve/generation/choices.py)
+    continue_final: bool = False       # the last message is an assistant's to go on writing (prefill,
+                                       # serve/prompt/prefill.py); the reply holds only the new text
 
 
 @dataclass

@@ -12,7 +12,8 @@ Role: the rules `serve/http/server.py` applies after each answer, so it only rou
 - A non-streamed answer carries Content-Length; a stream to an HTTP/1.1 client is `Transfer-Encoding:
   chunked` (`chunk(data)` per write), and only a clean end writes `LAST_CHUNK`; to an HTTP/1.0 client it is
   ended by closing the connection, as before.
-- `Counts`: connections accepted and requests read, so a test (or an operator, /metrics) sees reuse.
+- `Counts`: connections accepted and open, requests read and those on a reused connection, so a test (or an
+  operator, /metrics) sees reuse.
 It knows nothing of routes, keys or the engine.
 
 Public surface: `MAX_REQUESTS_PER_CONNECTION`, `LAST_CHUNK`, `chunk(data)`, `body_pending(headers)`,
@@ -52,21 +53,31 @@ def speaks_http11(version: str) -> bool:
 
 
 class Counts:
-    """Connections accepted and requests read since the server started."""
+    """Connections accepted and open, requests read, and those read on a reused connection (not its first),
+    since the server started: /metrics shows them (strata:http_*), so an operator sees keep-alive work."""
 
     def __init__(self):
-        self._lock = threading.Lock()   # guards connections, requests
+        self._lock = threading.Lock()   # guards connections, open, requests, reused
         self.connections = 0
+        self.open = 0
         self.requests = 0
+        self.reused = 0
 
     def connection(self) -> None:
         with self._lock:
             self.connections += 1
+            self.open += 1
 
-    def request(self) -> None:
+    def closed(self) -> None:
+        with self._lock:
+            self.open -= 1
+
+    def request(self, reused: bool = False) -> None:
         with self._lock:
             self.requests += 1
+            self.reused += int(reused)
 
     def snapshot(self) -> dict:
         with self._lock:
-            return {"connections": self.connections, "requests": self.requests}
+            return {"connections": self.connections, "open": self.open, "requests": self.requests,
+                    "reused": self.reused}

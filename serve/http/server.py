@@ -73,6 +73,7 @@ class Options:
     parent_pid: int | None = None
     quiet: bool = False
     stream_interval_ms: float | None = None   # None: $STRATA_STREAM_INTERVAL_MS or the default (http_guard)
+    host_name: str | None = None   # sent as X-Strata-Host on every answer (which host of a cluster answered)
     slot_save_path: str | None = None         # --slot-save-path (a 0700 folder), None: saved slots are off
 
 
@@ -134,6 +135,12 @@ class Handler(StreamWriter, BaseHTTPRequestHandler):
         self._n_requests = 0   # requests read on this connection
         self.server.counts.connection()
 
+    def finish(self):
+        try:
+            super().finish()
+        finally:
+            self.server.counts.closed()
+
     def handle_one_request(self):
         """One request of the connection (the next one waits in the idle phase again: serve/http/keepalive.py)."""
         self._gone, self._probe_at, self._body_read, self._status = False, 0.0, False, 0
@@ -171,6 +178,8 @@ class Handler(StreamWriter, BaseHTTPRequestHandler):
     def end_headers(self):
         """Every final answer says `Connection: close` when the connection ends after it."""
         if self._status >= 200:
+            if self.server.opts.host_name:
+                self.send_header("X-Strata-Host", self.server.opts.host_name)
             if not self.close_connection and (self.server.stopping.is_set() or self._body_unread()):
                 self.close_connection = True
             if self.close_connection:
@@ -190,7 +199,7 @@ class Handler(StreamWriter, BaseHTTPRequestHandler):
             return False
         self._set_idle(False)
         self._n_requests += 1
-        self.server.counts.request()
+        self.server.counts.request(reused=self._n_requests > 1)
         if not keepalive.speaks_http11(self.request_version) or \
                 self._n_requests >= keepalive.MAX_REQUESTS_PER_CONNECTION:
             self.close_connection = True   # HTTP/1.0 (even with Connection: keep-alive), or the connection's last
@@ -418,7 +427,7 @@ class Handler(StreamWriter, BaseHTTPRequestHandler):
                                  shutting_down=self.server.stopping.is_set,
                                  headers=self.headers, path=path, query=query, trusted=access.trusted(
                                      self.server.opts.api_keys, key_checked, self.client_address[0]),
-                                 sessions=self.server.stream_sessions,
+                                 sessions=self.server.stream_sessions, http_counts=self.server.counts.snapshot,
                                  slot_save_path=self.server.opts.slot_save_path,
                                  read_body_into=self._read_body_into if upload else None)
             conv_id = stream_sessions.conversation_id(self.headers) if method == "POST" else None

@@ -71,7 +71,8 @@ def metrics(svc, body, ctx):
             "application/json" in accept and "text/plain" not in accept and "openmetrics" not in accept):
         return JsonReply(200, metrics_views.metrics_json(svc, all_requests=ctx.query.get("requests") == "all"),
                          start)
-    return (prometheus.CONTENT_TYPE, prometheus.render_all(svc), start)
+    counts = ctx.http_counts() if ctx.http_counts else None   # the HTTP server's connections (strata:http_*)
+    return (prometheus.CONTENT_TYPE, prometheus.render_all(svc, counts), start)
 
 
 def prometheus_text(svc, body, ctx):

@@ -12,11 +12,12 @@
   live state, slots and hardware (a sample that cannot be read is left out, never written as 0).
 Integers are written as integers (`1234567`, never `1.23457e+06`); floats in Python's shortest exact form.
 
-- `render_all(svc)` (GET /metrics by default, as llama-server answers it): llama.cpp's families, then
-  `render_vllm`'s, in one exposition (no name is in both), so a llama.cpp dashboard and a vLLM one can scrape
-  the same route.
+- `render_all(svc, http_counts)` (GET /metrics by default, as llama-server answers it): llama.cpp's families,
+  then `render_vllm`'s, then the HTTP server's connection counts (`render_http`: `strata:http_*`), in one
+  exposition (no name is in both), so a llama.cpp dashboard and a vLLM one can scrape the same route.
 
-Public surface: `render(svc)`, `render_vllm(svc)`, `render_all(svc)`, `CONTENT_TYPE`.
+Public surface: `render(svc)`, `render_vllm(svc)`, `render_http(counts)`, `render_all(svc, http_counts)`,
+`CONTENT_TYPE`.
 """
 from __future__ import annotations
 
@@ -215,5 +216,21 @@ def render_vllm(svc) -> str:
     return o.text()
 
 
-def render_all(svc) -> str:
-    return render(svc, extras=False) + render_vllm(svc)
+def render_http(counts: dict | None) -> str:
+    """The HTTP server's connection counts (serve/http/keepalive.py `Counts.snapshot()`): keep-alive at work is
+    requests well above connections accepted, and `reused` near `requests`."""
+    if not counts:
+        return ""
+    o = _Out()
+    for key, name, kind, help_text in (
+            ("connections", "strata:http_connections_accepted_total", "counter", "TCP connections accepted."),
+            ("requests", "strata:http_requests_total", "counter", "HTTP requests read."),
+            ("reused", "strata:http_requests_reused_total", "counter",
+             "HTTP requests read on a kept connection (not the connection's first)."),
+            ("open", "strata:http_connections_open", "gauge", "TCP connections open now.")):
+        o.family(name, kind, help_text, [({}, counts.get(key))])
+    return o.text()
+
+
+def render_all(svc, http_counts: dict | None = None) -> str:
+    return render(svc, extras=False) + render_vllm(svc) + render_http(http_counts)

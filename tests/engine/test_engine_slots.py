@@ -336,3 +336,42 @@ def test_bclose_ends_a_constrained_slot_with_its_shortest_completion(start_engin
     assert until(e, "ERR ").startswith("ERR BCLOSE")
     e.send("BSTOP 0")
     collect_slots(e, {}, {0})
+
+
+def test_one_slot_reads_in_chunks_and_is_timed(start_engine, tok):
+    # --batch 1 (the server's --parallel 1): nothing is admitted beside a read, so the prompt is read in
+    # --chunk pieces on the solo boundaries, and the request's read and decode are timed as a solo one was
+    env = {"STRATA_PF_TIMING": "1", "STRATA_STEP_TIMING": "1"}
+    e = start_engine("--max-context", "1024", "--batch", "1", "--chunk", "8", "--step-tokens", "64", env=env)
+    ids = chat(tok, "Name three colours of the rainbow, then three animals that live in the sea, please.")
+    assert len(ids) > 16
+    accept(e, 0, 5, ids)
+    order, toks = [], {}
+    end = collect_slots(e, toks, {0}, order)[0]
+    assert end["generated"] == "5" and end["prompt_read"] == str(len(ids))
+    e.close()
+    n_bpp = sum(1 for kind, _ in order if kind == "BPP")
+    assert n_bpp == (len(ids) + 7) // 8   # 8-token chunks, not one 64-token step
+    err = e.stderr_lines
+    pf = [ln for ln in err if ln.startswith("pf timing: ")]
+    assert len(pf) == 1, err
+    fields = dict(w.split("=") for w in pf[0].split()[2:])
+    assert int(fields["tokens"]) == len(ids) and float(fields["read"]) > 0
+    assert 2 <= int(fields["records"]) <= 2 * n_bpp + 2
+    assert [ln.split()[2] for ln in err if ln.startswith("prefill timing: ")] == [f"steps={len(ids)}"]
+    assert [ln.split()[2] for ln in err if ln.startswith("step timing: ")] == ["steps=4"]
+
+
+def test_a_second_admission_ends_the_timing(start_engine, tok):
+    # with more slots a lone request is timed; one admitted beside it would mix its figures in: no lines
+    e = start_engine("--max-context", "1024", "--batch", "2", env={"STRATA_STEP_TIMING": "1"})
+    ids = chat(tok, "Tell a long story.")
+    accept(e, 0, 40, ids)
+    until(e, "BT 0 ")
+    accept(e, 1, 3, chat(tok, "Name a colour."))
+    collect_slots(e, {}, {0, 1})
+    accept(e, 1, 3, chat(tok, "Name a fruit."))   # alone again: timed
+    collect_slots(e, {}, {1})
+    e.close()
+    steps = [ln.split()[2] for ln in e.stderr_lines if ln.startswith("step timing: ")]
+    assert steps == ["steps=2"], e.stderr_lines

@@ -1,7 +1,7 @@
 """strata_control/host.py and its use in the plan (issue 25, host limits): the CPUs this process may use
 (affinity: `taskset`; cgroup v2 cpu.max) set the default threads, and a cgroup memory.max below the plan is a
-refusal with the numbers, from `strata plan` and at the start of `strata serve`. The cgroup is a fake
-directory (STRATA_CGROUP_DIR): this test host cannot be given a real one."""
+refusal with the numbers, from `strata plan` and at the start of `strata serve`. The cgroup here is a fake
+directory (STRATA_CGROUP_DIR); tests/strata_control/test_host_cgroup.py runs the same refusal in a real one."""
 import os
 import shutil
 import subprocess

@@ -194,6 +194,26 @@ def test_every_pre_family_equals_llama_cpp(tmp_path, pre):
 
 
 @needs_model
+@pytest.mark.parametrize("pre", ["tekken", "llama-bpe", "qwen2", "qwen35"])
+def test_pre_families_equal_llama_cpp_through_the_oracle(tmp_path, pre):
+    # tekken (Mistral Nemo / Small 3 / Ministral): its case-split words, digits one by one, symbols taking
+    # trailing slashes, a non-ASCII letter counted as both cases; ids from llama.cpp in the peer interpreter
+    from tests import oracle
+    oracle.require_oracle()
+    path = str(tmp_path / f"{pre}.gguf")
+    ref.derive_gguf(MODEL, path, pre)
+    tok = Tokenizer.from_gguf(path)
+    texts = ref.CORPUS_PARTS + ref.random_mix(300, seed=7) + [
+        "HelloWorld HTTPServer getHTTPResponse iPhone ÉCOLE école Straße ΑΒΓαβγ МоскваМОСКВА",
+        "path/to/file.txt a//b ://x ...\n/ 12345 3.14 x\r\n/y", "CamelCaseWORDSAndMoreWords", "ǅungla ǈ ǋx"]
+    for special in (False, True):
+        want = oracle.ask({"op": "tokenize", "model": path, "texts": texts, "add_special": False,
+                           "parse_special": special})["ids"]
+        for text, ids in zip(texts, want):
+            assert tok.encode(text, parse_special=special) == ids, (pre, text, special)
+
+
+@needs_model
 def test_prompt_encoder_on_real_vocab(tok):
     enc = PromptEncoder(tok, keep=2)
     history = "<|im_start|>system\nBe brief.<|im_end|>\n"

@@ -30,8 +30,10 @@ LLAMA_CPP_REGEXES = {
               r"|\s*[\r\n]+|\s+(?!\S)|\s+"],
     "qwen35": [_QWEN_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "tekken": [r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])"
+               r"([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
 }
-IGNORE_MERGES = {"llama-bpe"}
+IGNORE_MERGES = {"llama-bpe", "tekken"}
 
 
 def model_path():

@@ -304,3 +304,49 @@ def test_stopping_ends_idle_kept_connections_at_once(server):
     s.httpd.begin_stop()
     assert sock.recv(1) == b"" and time.monotonic() - t0 < 5   # not the 30 s idle timeout
     sock.close()
+
+
+def _metric(text, name):
+    return next(int(line.split()[1]) for line in text.splitlines() if line.startswith(name + " "))
+
+
+def test_metrics_count_connections_and_reused_requests(server):
+    s = server(ECHO)
+    conn = s.conn()
+    for i in range(5):   # five requests on one kept connection: four of them reused it
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(chat(f"say #{i}#")),
+                     headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        assert r.status == 200 and json.loads(r.read())["choices"][0]["message"]["content"] == f"#{i}#"
+    conn.request("GET", "/metrics")
+    r = conn.getresponse()
+    text = r.read().decode()
+    assert r.status == 200
+    assert _metric(text, "strata:http_connections_accepted_total") == 1
+    assert _metric(text, "strata:http_requests_total") == 6
+    assert _metric(text, "strata:http_requests_reused_total") == 5
+    assert _metric(text, "strata:http_connections_open") == 1   # this one, still open
+    conn.close()
+    status, text, _ = s.request("GET", "/metrics")   # a new connection; the first has closed (within ~1 s)
+    deadline = time.monotonic() + 5
+    while _metric(text, "strata:http_connections_open") != 1:
+        assert time.monotonic() < deadline, text
+        time.sleep(0.05)
+        status, text, _ = s.request("GET", "/metrics")
+    assert _metric(text, "strata:http_connections_accepted_total") >= 2
+    assert _metric(text, "strata:http_requests_reused_total") == 5
+
+
+def test_x_strata_host_names_the_host_on_every_answer(server):
+    s = server(ECHO, host_name="h7")
+    plain, errors = s.post("/v1/chat/completions", chat("say #1#")), s.request("GET", "/v1/nothing")
+    streamed = s.post("/v1/chat/completions", chat("say #2#", stream=True))
+    assert plain[0] == 200 and plain[2].getheader("X-Strata-Host") == "h7"
+    assert errors[0] == 404 and errors[2].getheader("X-Strata-Host") == "h7"
+    assert streamed[0] == 200 and streamed[1].endswith("data: [DONE]\n\n") and \
+        streamed[2].getheader("X-Strata-Host") == "h7"
+    conn = s.conn()
+    conn.request("GET", "/health")
+    assert conn.getresponse().getheader("X-Strata-Host") == "h7"
+    unnamed = server(ECHO)
+    assert unnamed.request("GET", "/health")[2].getheader("X-Strata-Host") is None   # opt-in: no name, no header
