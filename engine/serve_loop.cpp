@@ -18,7 +18,7 @@
 #include "prefill/pf_timer.h"
 #include "protocol.h"
 #include "sampler.h"
-#include "step_timer.h"
+#include "cpu/step_timer.h"
 #include "session.h"
 #include "slots.h"
 #include "stdin_reader.h"
@@ -70,7 +70,7 @@ public:
           cache_(model, cfg.kv, cfg.conv_slots, static_cast<size_t>(cfg.conv_mib) << 20),
           slots_(model, cfg.n_slots, cfg.n_ctx, cfg.kv),
           rng_(std::random_device{}()) {
-        live_.kv = kv_cache_init(model, cfg.n_ctx, cfg.kv);
+        if (cfg.n_slots == 0) live_.kv = kv_cache_init(model, cfg.n_ctx, cfg.kv);  // with slots: at its first use
         logits_.resize(static_cast<size_t>(info_.n_vocab));
         slots_.set_drafting(cfg.drafting, cfg.draft);
         if (cfg.n_slots == 1) slots_.set_read_chunk(cfg.chunk);  // nothing is admitted beside its read (slots.h)
@@ -89,6 +89,7 @@ private:
     void run_emb(const command& cmd, int64_t seq);
     void run_bemb(const command& cmd, int64_t seq);
     bool check_slot(const char* verb, int32_t s);
+    bool ensure_live();
     void run_session_file(const command& cmd);
     void run_vram();
     std::string experts_line() const;
@@ -132,7 +133,7 @@ private:
 };
 
 int serve_loop::run() {
-    if (live_.kv == nullptr) {
+    if (cfg_.n_slots == 0 && live_.kv == nullptr) {
         std::fprintf(stderr, "strata: cannot allocate the KV cache for %d positions\n", cfg_.n_ctx);
         return 1;
     }
@@ -214,6 +215,15 @@ bool serve_loop::handle(const stdin_line& line) {
     switch (cmd.kind) {
         case CMD_NONE: return true;
         case CMD_QUIT: return false;
+        case CMD_GEN:
+        case CMD_EMB:
+        case CMD_SAVE:
+        case CMD_RESTORE:
+            if (!ensure_live()) return true;
+            break;
+        default: break;
+    }
+    switch (cmd.kind) {
         case CMD_GEN: run_gen(cmd, line.seq); return true;
         case CMD_BGEN: run_bgen(cmd, line.seq); return true;
         case CMD_EMB: run_emb(cmd, line.seq); return true;
@@ -464,6 +474,13 @@ bool serve_loop::decode_step(const command& cmd, grammar_matcher* gm, draft_ctl*
         return false;
     }
     return go;
+}
+
+// The solo session's KV cache, allocated at the first solo command of an engine with slots (ERR when not).
+bool serve_loop::ensure_live() {
+    if (live_.kv == nullptr) live_.kv = kv_cache_init(model_, cfg_.n_ctx, cfg_.kv);
+    if (live_.kv == nullptr) err_line("cannot allocate the KV cache of the solo session");
+    return live_.kv != nullptr;
 }
 
 // Whether slot s can take an admission (ERR written when not).
