@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "bandwidth.h"
+#include "cpu/bandwidth.h"
 #include "drafting.h"
 #include "gguf.h"
 #include "grammar.h"
@@ -23,7 +23,7 @@
 #include "protocol.h"
 #include "serve_loop.h"
 #include "slots.h"
-#include "threadpool.h"
+#include "cpu/threadpool.h"
 
 namespace {
 
@@ -51,7 +51,7 @@ const char* const USAGE =
     "  --kv f16|q8_0                KV cache type (default f16)\n"
     "  --seed N                     seed of requests that bring none (default: random)\n"
     "  --act-bits 16|8              matmul activations in 16-bit blocks (default) or 8-bit (faster prefill and\n"
-    "                               multi-token steps, less exact; engine/kernels_act8.h)\n"
+    "                               multi-token steps, less exact; engine/cpu/kernels_act8.h)\n"
     "  --experts-ram-mib N          RAM for a MoE model's packed experts: the most used that fit are kept there,\n"
     "                               the rest read from the mapped file (default: every expert; engine/expert_tiers.h)\n"
     "  --drafting off|lookup|model|auto  drafting (default off; auto: prompt lookup, else the draft model)\n"

@@ -19,12 +19,12 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "kernels_act8.h"
+#include "cpu/kernels_act8.h"
 #include "kv_cache.h"
 #include "model_impl.h"
-#include "gelu.h"
-#include "step_timer.h"
-#include "threadpool.h"
+#include "cpu/gelu.h"
+#include "cpu/step_timer.h"
+#include "cpu/threadpool.h"
 
 namespace {
 
@@ -82,7 +82,7 @@ std::vector<weight_view*> matmul_weights(strata_model* m, bool experts = true) {
 // into m->widened and take Q8_0's integer kernels (and its row-group packing) instead of the generic float
 // path. Same values, 34 / 22 or 34 / 18 of the bytes. Except Q5_0 with 16-bit activations where the kernel set
 // has a Q5_0 row-group kernel and the shape a packed layout (pack_weights packs it): it stays 5-bit
-// (engine/kernels_group_q5_0.h), with the same results as widened.
+// (engine/cpu/kernels_group_q5_0.h), with the same results as widened.
 bool widens(const strata_model* m, const weight_view& w, int32_t act_bits) {
     if (!quant_widens_to_q8_0(w.type)) return false;
     return !(w.type == GGML_TYPE_Q5_0 && act_bits == 16 && group_fn(*m->ks, w.type) &&
@@ -672,7 +672,7 @@ void swiglu_range(void* ctx, int64_t i0, int64_t i1, int) {
     float* g = f.m->s.gate.data();
     const float* u = f.m->s.up.data();
     if (f.m->hp.ffn_gelu) {
-        gelu_mul(*f.m->ks, g + i0 * n_ff, u + i0 * n_ff, (i1 - i0) * n_ff);  // engine/gelu.h
+        gelu_mul(*f.m->ks, g + i0 * n_ff, u + i0 * n_ff, (i1 - i0) * n_ff);  // engine/cpu/gelu.h
         return;
     }
     silu_mul_row(*f.m->ks, g + i0 * n_ff, u + i0 * n_ff, (i1 - i0) * n_ff);
@@ -743,7 +743,7 @@ void note_writes(const eval_batch& b) {
 
 int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string* err) {
     if (!check_batch(m, b, err)) return -1;
-    // step_mark: decode phase marks (STRATA_STEP_TIMING=1, engine/step_timer.h); a branch when off
+    // step_mark: decode phase marks (STRATA_STEP_TIMING=1, engine/cpu/step_timer.h); a branch when off
     const int32_t outer = step_mark(STEP_NORMS);
     note_writes(b);
     const model_hparams& hp = m->hp;

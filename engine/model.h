@@ -27,7 +27,7 @@ struct model_params {
     std::string path;        // the GGUF file
     int32_t n_threads = 0;   // 0 = physical cores
     int32_t n_batch = 512;   // most tokens one model_eval call may carry (scratch is sized for it)
-    int32_t act_bits = 16;   // matmul activations: 16-bit blocks, or 8 (opt-in; engine/kernels_act8.h)
+    int32_t act_bits = 16;   // matmul activations: 16-bit blocks, or 8 (opt-in; engine/cpu/kernels_act8.h)
     int64_t experts_ram_bytes = -1;  // RAM for packed experts (engine/expert_tiers.h); -1 = every expert
 };
 

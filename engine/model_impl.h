@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gguf.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "model.h"
 #include "expert_tiers.h"
 #include "moe.h"

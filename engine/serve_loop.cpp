@@ -18,7 +18,7 @@
 #include "prefill/pf_timer.h"
 #include "protocol.h"
 #include "sampler.h"
-#include "step_timer.h"
+#include "cpu/step_timer.h"
 #include "session.h"
 #include "slots.h"
 #include "stdin_reader.h"
