@@ -100,6 +100,8 @@ def _serve_args(s) -> None:
     s.add_argument("--stream-interval-ms", type=float, metavar="MS", help="a streamed reply is written at most "
                    "every MS milliseconds; tokens that come sooner go out together in the next write (default "
                    "20; 0 = each at once). Fewer writes leave the cores to the engine (README: Streaming)")
+    s.add_argument("--model-store", metavar="FOLDER", help="where models made with Ollama's /api/create and "
+                   "uploaded blobs are kept (made 0700; default ~/.cache/strata/model-store)")
     s.add_argument("--host-name", metavar="NAME", help="this host's name in a cluster, sent as X-Strata-Host on "
                    "every answer (default $STRATA_HOST_NAME; none: no header). docs/DEPLOY.md")
     s.add_argument("--slot-save-path", metavar="FOLDER", help="allow POST /slots/ID?action=save|restore|erase "

@@ -61,6 +61,8 @@ KEYS: dict[str, Key] = {
                       "a 503", editable=True),
     "stream_interval_ms": Key("number", "a streamed reply is written at most this often; sooner tokens go out "
                               "together (--stream-interval-ms; default 20, 0 = each token at once)", 0, 1000),
+    "model_store": Key("str", "folder of models made with Ollama's /api/create and their uploaded blobs "
+                       "(--model-store; made 0700; default ~/.cache/strata/model-store)"),
     "slot_save_path": Key("str", "folder of saved slots: POST /slots/ID?action=save|restore|erase "
                           "(--slot-save-path; made 0700; default off)"),
     "host": Key("str", "address to listen on (--host)"),

@@ -9,13 +9,13 @@ handler needs nothing here. The schemas say what a client may send: the translat
 check every field themselves and answer a 400 naming it; a field not listed is refused by name there.
 Knows no HTTP server and no engine.
 
-Public surface: `BODIES`, `ANSWERS`, `STREAMS`, `NDJSON_STREAMS`, `ERROR_BODIES`, `obj(required, **props)` (a
+Public surface: `BODIES`, `ANSWERS`, `STREAMS`, `NDJSON_STREAMS`, `RAW_BODIES`, `ERROR_BODIES`, `obj(required, **props)` (a
 closed object schema) and the named schemas (`SETTINGS`, `OBJ`, `STR`...).
 """
 from __future__ import annotations
 
-from serve.api import (anthropic, embeddings, lifecycle_routes as lc, llama_routes, ollama, openai, responses,
-                       slot_routes)
+from serve.api import (anthropic, embeddings, lifecycle_routes as lc, llama_routes, ollama, ollama_models as om,
+                       openai, responses, slot_routes)
 from serve.core.effort import EFFORT_LEVELS
 from serve.core.sampling import SHARED_SETTINGS_KEYS
 
@@ -91,6 +91,11 @@ OPENAI_EMBEDDINGS = obj(("input",), model=STR, input=EMBED_INPUT,
 LLAMA_EMBEDDING = obj(("content",), content=EMBED_INPUT)
 OLLAMA_EMBED = obj(("model", "input"), model=STR, input=EMBED_INPUT)
 OLLAMA_EMBEDDINGS = obj(("model", "prompt"), model=STR, prompt=STR)
+OLLAMA_CREATE = obj(("model",), **{
+    "model": STR, "from": STR, "files": {"type": "object", "additionalProperties": STR}, "modelfile": STR,
+    "parameters": OBJ, "system": STR, "license": {"anyOf": [STR, {"type": "array", "items": STR}]}, "stream": BOOL,
+    "messages": {"type": "array", "items": obj(("role", "content"), role={"enum": ["system", "user", "assistant"]},
+                                               content=STR)}})
 SETTINGS = obj(("defaults",), defaults={"anyOf": [{"type": "null"}, obj(
     temperature=SAMPLING["temperature"], top_p=SAMPLING["top_p"], top_k=SAMPLING["top_k"], seed=INT,
     max_tokens=COUNT, reasoning_effort={"enum": list(EFFORT_LEVELS)},
@@ -111,6 +116,8 @@ BODIES = {
     embeddings.ollama_embed: OLLAMA_EMBED, embeddings.ollama_embeddings: OLLAMA_EMBEDDINGS,
     lc.load: MODEL_ONLY, lc.unload: MODEL_ONLY, lc.lease: MODEL_ONLY, lc.lease_release: OBJ,
     lc.config_post: CONFIG_EDIT, slot_routes.slot_action: obj(filename=STR),
+    om.create: OLLAMA_CREATE, om.copy: obj(("source", "destination"), source=STR, destination=STR),
+    om.delete: OLLAMA_MODEL,
 }
 assert set(SHARED_SETTINGS_KEYS) >= set(SETTINGS["properties"]["defaults"]["anyOf"][1]["properties"])
 
@@ -141,7 +148,8 @@ ANSWERS = {openai.chat_completions: CHAT_COMPLETION, openai.completions: TEXT_CO
            llama_routes.detokenize: {"type": "object", "required": ["content"], "properties": {"content": STR}}}
 STREAMS = frozenset({openai.chat_completions, openai.completions, anthropic.messages, responses.responses,
                      llama_routes.completion, llama_routes.infill})
-NDJSON_STREAMS = frozenset({ollama.chat, ollama.generate})
+NDJSON_STREAMS = frozenset({ollama.chat, ollama.generate, om.create})
+RAW_BODIES = frozenset({om.blob_post})   # the body is a file (Ollama's blob upload), not JSON
 
 OPENAI_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {
     "type": "object", "required": ["message", "type"], "properties": {"message": STR, "type": STR}}}}

@@ -26,7 +26,8 @@ TEXT_VIEWS = {"/metrics": "text/plain", "/metrics/prometheus": "text/plain"}
 SSE_EVENT = {"type": "object", "properties": {"event": {"type": "string"}, "data": {"type": "string"},
                                               "id": {"type": "string"}}}
 # path parameters of the prefix routes: (method, prefix) -> the parameter's name
-PREFIX_PARAMS = {"/v1/responses/": "response_id", "/v1/models/": "model", "/slots/": "id_slot"}
+PREFIX_PARAMS = {"/v1/responses/": "response_id", "/v1/models/": "model", "/slots/": "id_slot",
+                 "/api/blobs/": "digest"}
 
 
 # bodies of the handlers that live in the HTTP shell itself (serve/api/schemas.py cannot import them)
@@ -61,7 +62,10 @@ def _operation(routes, path: str, method: str, handler) -> dict:
     doc = (handler.__doc__ or "").strip().split("\n")[0] if callable(handler) else ""
     op = {"operationId": f"{method.lower()}{path.replace('/', '_').replace('-', '_').replace('.', '_')}",
           "summary": doc or f"{method} {path}", "responses": _answers(routes, path, handler, method)}
-    if method == "POST":
+    if handler in schemas.RAW_BODIES and method == "POST":
+        op["requestBody"] = {"required": True, "content": {"application/octet-stream": {
+            "schema": {"type": "string", "format": "binary"}}}}
+    elif method in ("POST", "DELETE"):
         body = schemas.BODIES.get(handler) or SHELL_BODIES.get(handler)
         if body is not None:
             op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
