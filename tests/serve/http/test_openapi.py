@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402  (after
 from hypothesis.errors import Unsatisfiable  # noqa: E402
 from schemathesis import GenerationMode, checks  # noqa: E402
 
-CASES_PER_MODE = 30      # at most, per operation and mode (a GET without parameters has 1): ~2,500 cases in all
+CASES_PER_MODE = 25      # at most, per operation and mode (a GET without parameters has 1): ~2,500 cases in all
 CALL_TIMEOUT_S = 30      # a call that takes longer is a hang, and fails the test
 # schemathesis's not_a_server_error counts 501 too; here 501 is the documented answer of a feature Strata does
 # not offer (Ollama's hub: pull, push, create, copy, delete; saved slots without --slot-save-path), so the
@@ -49,9 +49,8 @@ def test_the_document_lists_every_route_of_the_tables(server):
             for answer in op["responses"].values():
                 for media in answer.get("content", {}).values():
                     jsonschema.Draft202012Validator.check_schema(media["schema"])
-            if "requestBody" in op:
-                jsonschema.Draft202012Validator.check_schema(op["requestBody"]["content"]["application/json"]
-                                                             ["schema"])
+            for media in op.get("requestBody", {}).get("content", {}).values():
+                jsonschema.Draft202012Validator.check_schema(media["schema"])
     assert doc["paths"]["/chat/completions"]["post"]["requestBody"] == \
         doc["paths"]["/v1/chat/completions"]["post"]["requestBody"]   # an alias gets its handler's schema
     ollama_error = doc["paths"]["/api/chat"]["post"]["responses"]["400"]["content"]["application/json"]["schema"]
