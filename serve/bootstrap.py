@@ -358,7 +358,8 @@ def options(ns, cfg: dict) -> Options:
                    allowed_hosts=_names(cfg, "allowed_hosts"),
                    parent_pid=getattr(ns, "parent_pid", None), quiet=bool(getattr(ns, "quiet", False)),
                    stream_interval_ms=stream_interval_ms(ns, cfg), slot_save_path=slot_save_path(ns, cfg),
-                   host_name=host_name(pick("host_name", os.environ.get("STRATA_HOST_NAME"))))
+                   host_name=host_name(pick("host_name", os.environ.get("STRATA_HOST_NAME"))),
+                   **_responses_options(ns, cfg))
     if "*" in opts.cors_origins and not opts.api_keys:
         print("strata: security: CORS is open to every origin and there is no API key: any web page this "
               "machine's browser opens can use the server (add --api-key, or name the origins)", file=sys.stderr)
@@ -390,6 +391,20 @@ def slot_save_path(ns, cfg: dict) -> str | None:
     if os.stat(path).st_uid == os.getuid():
         os.chmod(path, 0o700)
     return path
+
+
+def _responses_options(ns, cfg: dict) -> dict:
+    """The stored Responses' folder and bounds (flags over the run config; Options' defaults otherwise)."""
+    out = {}
+    for flag, key in (("responses_dir", "responses_dir"), ("responses_max", "responses_max"),
+                      ("responses_max_mib", "responses_max_mib"), ("responses_max_age", "responses_max_age_s")):
+        value = getattr(ns, flag, None) if getattr(ns, flag, None) is not None else cfg.get(key)
+        if value is None:
+            continue
+        if key != "responses_dir" and not float(value) > 0:
+            raise SetupError(f"--{flag.replace('_', '-')} {value}: a number above 0")
+        out[key] = os.path.abspath(os.path.expanduser(str(value))) if key == "responses_dir" else value
+    return out
 
 
 def stream_interval_ms(ns, cfg: dict) -> float:

@@ -64,7 +64,7 @@ POST_ROUTES = {
 DELETE_ROUTES = {"/api/delete": om.delete, "/v1/stream": stream_sessions.delete_stream}
 DELETE_JSON = frozenset({"/api/delete"})   # DELETE routes whose body is JSON (Ollama's {"model"})
 UPLOAD_PREFIX = "/api/blobs/"              # POST bodies that are files, streamed to the route (not JSON)
-PREFIX_ROUTES = {**{(m, "/v1/responses/"): responses.get_response for m in ("GET", "POST", "DELETE")},  # nothing stored
+PREFIX_ROUTES = {**{(m, "/v1/responses/"): responses.get_response for m in ("GET", "POST", "DELETE")},  # stored ones
                  ("GET", "/v1/models/"): openai.model_get,
                  ("POST", "/slots/"): slot_routes.slot_action,   # llama-server's saved slots: ?action=save|...
                  ("GET", UPLOAD_PREFIX): om.blob_head, ("POST", UPLOAD_PREFIX): om.blob_post}   # HEAD is a GET

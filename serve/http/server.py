@@ -41,7 +41,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from serve.api import lifecycle_routes, llama_routes, openai as openai_api
+from serve.api import lifecycle_routes, llama_routes, openai as openai_api, response_store
 from serve.http import access, guard as http_guard, keepalive, stream_sessions
 from serve.http.routes import (
     BY_MODEL_ROUTES, DELETE_JSON, DELETE_ROUTES, GET_ROUTES, LEASE_PREFIX, LIFECYCLE_ONLY,
@@ -75,6 +75,10 @@ class Options:
     stream_interval_ms: float | None = None   # None: $STRATA_STREAM_INTERVAL_MS or the default (http_guard)
     host_name: str | None = None   # sent as X-Strata-Host on every answer (which host of a cluster answered)
     slot_save_path: str | None = None         # --slot-save-path (a 0700 folder), None: saved slots are off
+    responses_dir: str | None = None          # --responses-dir: stored Responses kept there too (0700), else memory
+    responses_max: int = response_store.MAX_COUNT           # --responses-max: stored responses at most
+    responses_max_mib: float = response_store.MAX_MIB       # --responses-max-mib: their JSON together at most
+    responses_max_age_s: float = response_store.MAX_AGE_S   # --responses-max-age: seconds one is kept at most
 
 
 class StrataHTTPServer(http_guard.GuardedServer, ThreadingHTTPServer):
@@ -90,6 +94,8 @@ class StrataHTTPServer(http_guard.GuardedServer, ThreadingHTTPServer):
         self.streams_lock = threading.Lock()
         self.stopping = threading.Event()
         self.stream_sessions = stream_sessions.SessionStore()   # X-Conversation-Id replies (its own lock)
+        self.responses = response_store.ResponseStore(    # stored Responses, bounded (its own lock)
+            opts.responses_dir, opts.responses_max, int(opts.responses_max_mib * (1 << 20)), opts.responses_max_age_s)
         self.counts = keepalive.Counts()     # connections and requests, for reuse figures (its own lock)
         self.idle_handlers = set()           # handlers waiting for a connection's next request (idle_lock)
         self.idle_lock = threading.Lock()
@@ -426,7 +432,8 @@ class Handler(StreamWriter, BaseHTTPRequestHandler):
                                      self.server.opts.api_keys, key_checked, self.client_address[0]),
                                  sessions=self.server.stream_sessions, http_counts=self.server.counts.snapshot,
                                  slot_save_path=self.server.opts.slot_save_path,
-                                 read_body_into=self._read_body_into if upload else None)
+                                 read_body_into=self._read_body_into if upload else None,
+                                 method=method, responses=self.server.responses)
             conv_id = stream_sessions.conversation_id(self.headers) if method == "POST" else None
             reply = self._route(route, path, method, body, ctx, svc)
             if conv_id and isinstance(reply, StreamReply) and reply.content_type.startswith("text/event-stream"):
