@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "quants.h"
+#include "cpu/quants.h"
 
 static uint8_t* map_zeroed(size_t n) {
     void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

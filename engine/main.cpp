@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "bandwidth.h"
+#include "cpu/bandwidth.h"
 #include "drafting.h"
 #include "gguf.h"
 #include "grammar.h"
@@ -23,7 +23,7 @@
 #include "protocol.h"
 #include "serve_loop.h"
 #include "slots.h"
-#include "threadpool.h"
+#include "cpu/threadpool.h"
 
 namespace {
 
@@ -51,7 +51,9 @@ const char* const USAGE =
     "  --kv f16|q8_0                KV cache type (default f16)\n"
     "  --seed N                     seed of requests that bring none (default: random)\n"
     "  --act-bits 16|8              matmul activations in 16-bit blocks (default) or 8-bit (faster prefill and\n"
-    "                               multi-token steps, less exact; engine/kernels_act8.h)\n"
+    "                               multi-token steps, less exact; engine/cpu/kernels_act8.h)\n"
+    "  --experts-ram-mib N          RAM for a MoE model's packed experts: the most used that fit are kept there,\n"
+    "                               the rest read from the mapped file (default: every expert; engine/expert_tiers.h)\n"
     "  --drafting off|lookup|model|auto  drafting (default off; auto: prompt lookup, else the draft model)\n"
     "  --draft-model FILE.gguf      a smaller model with the same vocabulary that proposes drafts\n"
     "  --backend cpu|cuda           compute backend (default cpu)\n"
@@ -88,6 +90,7 @@ struct flags {
     bool probe = false;          // --probe-bandwidth
     int64_t probe_mib = 256;     // far past any last-level cache
     int32_t act_bits = 16;
+    int64_t experts_ram_mib = -1;   // --experts-ram-mib; -1 = every expert packed
     std::string model;
     int64_t max_context = 0;
     int64_t threads = 0;
@@ -176,6 +179,8 @@ int parse_flags(int argc, char** argv, flags* f) {
             if (v == "16") f->act_bits = 16;
             else if (v == "8") f->act_bits = 8;
             else return bad();
+        } else if (a == "--experts-ram-mib") {
+            if (!parse_int_flag(v, 0, int64_t(1) << 30, &f->experts_ram_mib)) return bad();
         } else if (a == "--probe-mib") {
             if (!parse_int_flag(v, 16, 1 << 16, &f->probe_mib)) return bad();
         } else if (a == "--drafting") {
@@ -271,6 +276,7 @@ int main(int argc, char** argv) {
     const int32_t per_slot = 1 + (f.drafting != DRAFTING_OFF ? DRAFT_K_MAX : 0);
     mp.n_batch = static_cast<int32_t>(std::max(f.chunk, f.step_tokens)) + SLOTS_MAX * per_slot;
     mp.act_bits = f.act_bits;
+    mp.experts_ram_bytes = f.experts_ram_mib < 0 ? -1 : f.experts_ram_mib << 20;
     std::string err;
     strata_model* model = model_load(mp, &err);
     if (model == nullptr) {
@@ -361,7 +367,10 @@ int main(int argc, char** argv) {
                         " n_layer=" + std::to_string(info.n_layer) + " n_embd=" + std::to_string(info.n_embd) +
                         " weights_mib=" + std::to_string(info.weights_bytes >> 20) +
                         " kv_mib_per_seq=" + std::to_string((kv_bytes + (1u << 20) - 1) >> 20) +
-                        " turn_token=" + std::to_string(cfg.turn_token));
+                        " turn_token=" + std::to_string(cfg.turn_token) +
+                        " experts_total=" + std::to_string(info.n_experts_total) +
+                        " experts_resident=" + std::to_string(info.n_experts_resident) +
+                        " experts_packed_mib=" + std::to_string(info.experts_packed_bytes >> 20));
     protocol_write_line("READY " + std::to_string(cfg.n_ctx) + " stop");
     std::fprintf(stderr, "strata: session is up: %s context=%d threads=%d slots=%d\n", f.model.c_str(), cfg.n_ctx,
                  info.n_threads, cfg.n_slots);

@@ -19,12 +19,12 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "kernels_act8.h"
+#include "cpu/kernels_act8.h"
 #include "kv_cache.h"
 #include "model_impl.h"
-#include "gelu.h"
-#include "step_timer.h"
-#include "threadpool.h"
+#include "cpu/gelu.h"
+#include "cpu/step_timer.h"
+#include "cpu/threadpool.h"
 
 namespace {
 
@@ -82,7 +82,7 @@ std::vector<weight_view*> matmul_weights(strata_model* m, bool experts = true) {
 // into m->widened and take Q8_0's integer kernels (and its row-group packing) instead of the generic float
 // path. Same values, 34 / 22 or 34 / 18 of the bytes. Except Q5_0 with 16-bit activations where the kernel set
 // has a Q5_0 row-group kernel and the shape a packed layout (pack_weights packs it): it stays 5-bit
-// (engine/kernels_group_q5_0.h), with the same results as widened.
+// (engine/cpu/kernels_group_q5_0.h), with the same results as widened.
 bool widens(const strata_model* m, const weight_view& w, int32_t act_bits) {
     if (!quant_widens_to_q8_0(w.type)) return false;
     return !(w.type == GGML_TYPE_Q5_0 && act_bits == 16 && group_fn(*m->ks, w.type) &&
@@ -115,12 +115,20 @@ void widen_weights(strata_model* m, int32_t act_bits) {
 // runs on the row kernels.
 // With 8-bit activations (act_bits 8) a matrix whose type has an 8-bit row-group kernel on this CPU gets the
 // 8-bit layout instead (weight_pack8, kernels_act8.h).
-void pack_weights(strata_model* m, int32_t act_bits) {
+void pack_weights(strata_model* m, int32_t act_bits, int64_t experts_ram_bytes) {
     std::vector<weight_view*> ws;
     size_t total = 0;
     for (weight_view* w : matmul_weights(m)) {
         w->act_bits = act_bits;
         w->packed8 = act_bits == 8 && group8_fn(w->type) != nullptr;
+    }
+    // a budget below the experts' packed size: they take their slots there, the rest stay in the mapping
+    const bool tiered = experts_ram_bytes >= 0 && expert_tiers_init(m, size_t(experts_ram_bytes));
+    std::vector<weight_view*> all = matmul_weights(m, !tiered);
+    for (layer_weights& l : m->layers) {
+        if (tiered && l.ffn_gate_inp.data) all.push_back(&l.ffn_gate_inp);
+    }
+    for (weight_view* w : all) {
         const size_t n = weight_packed_bytes(w->type, w->n_cols, w->n_rows);
         if (n == 0 || !(w->packed8 || group_fn(*m->ks, w->type))) continue;
         ws.push_back(w);
@@ -355,7 +363,7 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     m->pool = threadpool_init(n_threads);
     m->ks = &kernels_get();
     widen_weights(m, params.act_bits == 8 ? 8 : 16);
-    pack_weights(m, params.act_bits == 8 ? 8 : 16);
+    pack_weights(m, params.act_bits == 8 ? 8 : 16, params.experts_ram_bytes);
 
     model_info& info = m->info;
     info.arch = arch_name;
@@ -371,6 +379,11 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     info.head_dim = hp.head_dim;
     info.n_threads = threadpool_n_threads(m->pool);
     info.act_bits = params.act_bits == 8 ? 8 : 16;
+    if (hp.n_expert > 0) {
+        info.n_experts_total = hp.n_layer * hp.n_expert;
+        info.n_experts_resident = m->tiers.active ? m->tiers.n_slots : info.n_experts_total;
+        info.experts_packed_bytes = m->tiers.all_bytes;
+    }
     info.bos_id = read_id(f, "tokenizer.ggml.bos_token_id", hp.n_vocab);
     info.eos_id = read_id(f, "tokenizer.ggml.eos_token_id", hp.n_vocab);
     info.eot_id = read_id(f, "tokenizer.ggml.eot_token_id", hp.n_vocab);
@@ -400,9 +413,22 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     return m;
 }
 
+expert_figures model_expert_figures(const strata_model* m) {
+    expert_figures f;
+    f.total = m->info.n_experts_total;
+    f.resident = m->info.n_experts_resident;
+    if (m->tiers.active) {
+        f.hits = m->tiers.hits;
+        f.misses = m->tiers.misses;
+        f.swaps = m->tiers.swaps;
+    }
+    return f;
+}
+
 void model_free(strata_model* m) {
     if (!m) return;
     std::free(m->packed);
+    expert_tiers_free(&m->tiers);
     threadpool_free(m->pool);
     gguf_close(m->file);
     delete m;
@@ -646,7 +672,7 @@ void swiglu_range(void* ctx, int64_t i0, int64_t i1, int) {
     float* g = f.m->s.gate.data();
     const float* u = f.m->s.up.data();
     if (f.m->hp.ffn_gelu) {
-        gelu_mul(*f.m->ks, g + i0 * n_ff, u + i0 * n_ff, (i1 - i0) * n_ff);  // engine/gelu.h
+        gelu_mul(*f.m->ks, g + i0 * n_ff, u + i0 * n_ff, (i1 - i0) * n_ff);  // engine/cpu/gelu.h
         return;
     }
     silu_mul_row(*f.m->ks, g + i0 * n_ff, u + i0 * n_ff, (i1 - i0) * n_ff);
@@ -717,7 +743,7 @@ void note_writes(const eval_batch& b) {
 
 int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string* err) {
     if (!check_batch(m, b, err)) return -1;
-    // step_mark: decode phase marks (STRATA_STEP_TIMING=1, engine/step_timer.h); a branch when off
+    // step_mark: decode phase marks (STRATA_STEP_TIMING=1, engine/cpu/step_timer.h); a branch when off
     const int32_t outer = step_mark(STEP_NORMS);
     note_writes(b);
     const model_hparams& hp = m->hp;

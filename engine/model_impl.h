@@ -11,8 +11,9 @@
 #include <vector>
 
 #include "gguf.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "model.h"
+#include "expert_tiers.h"
 #include "moe.h"
 #include "rope_scaling.h"
 
@@ -101,6 +102,7 @@ struct strata_model {
     model_scratch s;
     uint8_t* packed = nullptr;                // the row-group copies of the weights (pack_weights in model.cpp)
     std::vector<block_q8_0> widened;          // Q5_0 / IQ4_NL matrices rewritten as Q8_0 (widen_weights)
+    expert_tiers tiers;                       // experts in RAM where the budget binds (engine/expert_tiers.h)
 };
 
 // Builds a model over an opened file (model_load = gguf_open + this). Takes ownership of f, also on failure.

@@ -7,7 +7,7 @@
 #include "logprobs.h"
 #include "prefill/chunking.hpp"
 #include "protocol.h"
-#include "step_timer.h"
+#include "cpu/step_timer.h"
 #include "stdin_reader.h"
 
 namespace {

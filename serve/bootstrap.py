@@ -455,7 +455,7 @@ def _engine_args(model, fake: bool, ns, cfg: dict, pick) -> tuple[list[str], int
             print(f"strata: {notice}", file=sys.stderr)
         args += (["--max-context", str(int(ctx))] if ctx else []) + (["--threads", str(int(threads))] if threads
                                                                      else [])
-        args += ["--batch", str(parallel)] if parallel >= 2 else []  # decode slots (serve/engine_client/batch.py)
+        args += ["--batch", str(parallel)]  # decode slots, one per lane (serve/engine_client/batch.py)
         args += ["--drafting", str(pick("drafting"))] if pick("drafting") else []
     if cfg.get("chunk"):   # prompt tokens per evaluation (serve --calibrate measures it)
         args += ["--chunk", str(int(cfg["chunk"]))]

@@ -109,7 +109,7 @@ class Plan:
 
     def engine_args(self) -> list[str]:
         args = ["--max-context", str(self.n_ctx), "--threads", str(self.threads), "--kv", self.kv]
-        return args + (["--batch", str(self.lanes)] if self.lanes >= 2 else [])
+        return args + ["--batch", str(self.lanes)]  # one lane is one slot (docs/PROTOCOL.md "Slot steps")
 
     def view(self) -> dict:
         return {"model": self.model, "threads": self.threads, "context": self.n_ctx, "kv": self.kv,
@@ -262,7 +262,7 @@ def _fit(model, machine: Machine, want: dict, lanes: int, replicas: int, sources
         raise PlanRefused(f"--ctx {asked_ctx}: {model.id} takes {ASKED_CONTEXT_MIN}..{train} tokens "
                           f"(its training context is {train})")
     target = int(asked_ctx) if asked_ctx is not None else min(train, CPU_CONTEXT_CAP)
-    sequences = 1 + (lanes if lanes >= 2 else 0)   # the solo sequence and one per lane
+    sequences = lanes   # one slot per lane (the engine allocates the solo sequence only for a solo command)
     budget, budget_why = memory_budget(machine)
     fixed = replicas * (model.size_bytes + ENGINE_OVERHEAD_BYTES)
     kinds = [asked_kv] if asked_kv else ["f16"] + (["q8_0"] if model.head_dim % 32 == 0 else [])

@@ -239,11 +239,11 @@ def test_parallel_defaults_to_four_lanes_on_two_cores(tmp_path, monkeypatch):
     assert svc.engine.args[-2:] == ["--batch", "4"] and svc.config["parallel"] == 4
     monkeypatch.setattr(bootstrap.os, "cpu_count", lambda: 1)
     svc, _ = bootstrap.build(ns)
-    assert "--batch" not in svc.engine.args
+    assert svc.engine.args[-2:] == ["--batch", "1"]   # one lane is one slot: there is no solo path
     ns = parser().parse_args(["serve", "--tokenizer", "bytes", "--engine", f"{sys.executable} {FAKE_SLOTS}",
                               "--log", str(tmp_path / "e.log"), "--parallel", "1"])
     monkeypatch.setattr(bootstrap.os, "cpu_count", lambda: 2)
-    assert "--batch" not in bootstrap.build(ns)[0].engine.args
+    assert bootstrap.build(ns)[0].engine.args[-2:] == ["--batch", "1"]
 
 
 # ---------------------------------------------------------------- the template: system prompt and family
