@@ -167,11 +167,12 @@ def test_the_loop_guard_stops_where_the_rule_says(cycle, times, noise_seed, alph
     assert _guard_stops_at(ids, limit) == _scan_stops_at(ids, limit)
 
 
-def test_a_long_cycle_ends_the_reply_as_length(server):
+def test_a_long_cycle_ends_the_reply_by_the_loop_guard(server):
     cycle = _letters(200, seed=11)
     s = server({"turns": [{"ids": _letters(30) + cycle * 20}]})
     status, got, _ = s.post("/v1/chat/completions", chat())
-    assert status == 200 and got["choices"][0]["finish_reason"] == "length"
+    assert status == 200 and got["choices"][0]["finish_reason"] == "stop"
+    assert got["choices"][0]["strata_finish"] == "loop_guard"
     assert got["usage"]["completion_tokens"] <= 30 + 3 * 200 + 1
 
 
