@@ -275,7 +275,7 @@ std::string serve_loop::done_line(int32_t generated, int32_t n_prompt, double pr
     return "DONE " + std::to_string(generated) + " " + std::to_string(n_prompt) + " " + protocol_fixed1(prompt_ms) +
            " " + protocol_fixed1(decode_ms) + " " + finish + " " + drafts + " " + std::to_string(reused) + " - - - - - " +
            std::to_string(read) + " - chunk=" + std::to_string(cfg_.chunk) +
-           (dctl ? " drafts_n=" + std::to_string(dctl->steps) : std::string());
+           (dctl ? " drafts_n=" + std::to_string(dctl->steps) : std::string()) + expert_words(model_);
 }
 
 void serve_loop::drop_poisoned(seq_state* st) {

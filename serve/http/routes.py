@@ -10,13 +10,13 @@ nothing else decides a route. Adding an endpoint: one line in `GET_ROUTES` or `P
 not OpenAI's).
 
 Public surface: `GET_ROUTES`, `POST_ROUTES`, `DELETE_ROUTES`, `PREFIX_ROUTES`, `PAGES`, `PUBLIC_PATHS`,
-`ERROR_DIALECTS`, `OWN_PAGE_ROUTES`, `LIFECYCLE_ONLY`, `OVERRIDES`, `PREFIX_OVERRIDES`, `MODEL_ROUTES`, `BY_MODEL_ROUTES`,
-`LEASE_PREFIX`.
+`ERROR_DIALECTS`, `OWN_PAGE_ROUTES`, `LIFECYCLE_ONLY`, `OVERRIDES`, `PREFIX_OVERRIDES`, `POST_OVERRIDES`,
+`MODEL_ROUTES`, `BY_MODEL_ROUTES`, `LEASE_PREFIX`, `DELETE_JSON`, `UPLOAD_PREFIX`.
 """
 from __future__ import annotations
 
-from serve.api import (anthropic, embeddings, lifecycle_routes as lc, llama_routes, ollama, openai, responses,
-                       slot_routes)
+from serve.api import (anthropic, embeddings, lifecycle_routes as lc, llama_routes, ollama, ollama_models as om,
+                       openai, responses, slot_routes)
 from serve.api.replies import JsonReply
 from serve.http import stream_sessions, views
 from serve.ops import llama_views, metrics_views
@@ -42,7 +42,7 @@ POST_ROUTES = {
     "/v1/completions": openai.completions, "/settings": views.settings_post,
     "/v1/responses": responses.responses, "/responses": responses.responses,
     "/api/chat": ollama.chat, "/api/generate": ollama.generate, "/api/show": ollama.show,
-    "/api/pull": ollama.no_hub, "/api/push": ollama.no_hub, "/api/create": ollama.no_hub, "/api/copy": ollama.no_hub,
+    "/api/pull": ollama.no_hub, "/api/push": ollama.no_hub, "/api/create": om.create, "/api/copy": om.copy,
     "/completion": llama_routes.completion, "/completions": llama_routes.completion,
     "/infill": llama_routes.infill, "/apply-template": llama_routes.apply_template,
     "/v1/chat/completions/input_tokens": llama_routes.input_tokens,
@@ -58,10 +58,13 @@ POST_ROUTES = {
     "/v1/lease/release": lc.lease_release, "/config": lc.config_post,
     "/v1/messages": anthropic.messages, "/v1/messages/count_tokens": anthropic.count_tokens,
 }
-DELETE_ROUTES = {"/api/delete": ollama.no_hub, "/v1/stream": stream_sessions.delete_stream}
-PREFIX_ROUTES = {**{(m, "/v1/responses/"): responses.get_response for m in ("GET", "POST", "DELETE")},  # nothing stored
+DELETE_ROUTES = {"/api/delete": om.delete, "/v1/stream": stream_sessions.delete_stream}
+DELETE_JSON = frozenset({"/api/delete"})   # DELETE routes whose body is JSON (Ollama's {"model"})
+UPLOAD_PREFIX = "/api/blobs/"              # POST bodies that are files, streamed to the route (not JSON)
+PREFIX_ROUTES = {**{(m, "/v1/responses/"): responses.get_response for m in ("GET", "POST", "DELETE")},  # stored ones
                  ("GET", "/v1/models/"): openai.model_get,
-                 ("POST", "/slots/"): slot_routes.slot_action}   # llama-server's saved slots: ?action=save|...
+                 ("POST", "/slots/"): slot_routes.slot_action,   # llama-server's saved slots: ?action=save|...
+                 ("GET", UPLOAD_PREFIX): om.blob_head, ("POST", UPLOAD_PREFIX): om.blob_post}   # HEAD is a GET
 
 # Error bodies in the dialect of the path (the rest: OpenAI's, or Anthropic's under /v1/messages)
 ERROR_DIALECTS = (("/api/", ollama), ("/completion", llama_routes), ("/infill", llama_routes),
@@ -74,10 +77,12 @@ OWN_PAGE_ROUTES = {"/settings", "/config"}
 # ---------------------------------------------------------------- routes and the Lifecycle
 # load/unload, lease, /config: they take the Lifecycle itself (a bare Service answers 404)
 LIFECYCLE_ONLY = frozenset({lc.leases, lc.config_get, lc.load, lc.unload, lc.lease, lc.lease_release,
-                            lc.config_post})
+                            lc.config_post, om.create, om.copy, om.delete, om.blob_head, om.blob_post})
 # routes a Lifecycle answers itself (a None from one: answer as the loaded Service does)
 OVERRIDES = {"/health": lc.health, "/api/health": lc.health, "/v1/health": lc.health, "/v1/models": lc.models,
-             "/models": lc.models, "/api/tags": lc.ollama_tags}
+             "/models": lc.models, "/api/tags": lc.ollama_tags, "/api/ps": om.ps}
+# POST routes a Lifecycle looks at first (a reply: answered; None: the route runs): Ollama's keep_alive
+POST_OVERRIDES = {"/api/chat": om.keep_alive, "/api/generate": om.keep_alive, "/api/embed": om.keep_alive}
 PREFIX_OVERRIDES = {"/v1/models/": lc.model_get}  # the same for paths under a prefix
 # POST routes that run a model: the request's `model` picks it (loaded on demand), counted while it runs
 MODEL_ROUTES = frozenset({"/v1/chat/completions", "/chat/completions", "/v1/completions", "/v1/messages",
