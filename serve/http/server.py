@@ -41,12 +41,12 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from serve.api import anthropic as anthropic_api, lifecycle_routes, llama_routes, openai as openai_api, response_store
+from serve.api import lifecycle_routes, llama_routes, openai as openai_api, response_store
 from serve.http import access, guard as http_guard, keepalive, stream_sessions
 from serve.http.routes import (
-    BY_MODEL_ROUTES, DELETE_JSON, DELETE_ROUTES, ERROR_DIALECTS, GET_ROUTES, LEASE_PREFIX, LIFECYCLE_ONLY,
+    BY_MODEL_ROUTES, DELETE_JSON, DELETE_ROUTES, GET_ROUTES, LEASE_PREFIX, LIFECYCLE_ONLY,
     MODEL_ROUTES, OVERRIDES, OWN_PAGE_ROUTES, PAGES, POST_OVERRIDES, POST_ROUTES, PREFIX_OVERRIDES, PREFIX_ROUTES,
-    PUBLIC_PATHS, UPLOAD_PREFIX)
+    PUBLIC_PATHS, UPLOAD_PREFIX, error_dialect)
 from serve.ops import metrics_views
 from serve.core.errors import ServiceError, public_text
 from serve.core.events import BadRequest
@@ -232,10 +232,7 @@ class Handler(StreamWriter, BaseHTTPRequestHandler):
 
     # ---------------------------------------------------------------- plumbing
     def _api(self, path):
-        for prefix, dialect in ERROR_DIALECTS:
-            if path.startswith(prefix):
-                return dialect
-        return anthropic_api if path.startswith("/v1/messages") else openai_api
+        return error_dialect(path)
 
     def _send(self, status, body, content_type="application/json", headers=None):
         data = body if isinstance(body, bytes) else (
