@@ -159,11 +159,16 @@ class Event:
     logprobs: list | None = None
 
 
+FINISH_LOOP = "loop"           # Done.finish when the loop guard ended the reply (serve/generation/guards.py)
+
+
 @dataclass
 class Done:
     """The last thing a run yields.
 
-    finish: "stop" | "length" | "cancel" | "tool_calls" (the translator maps it to its API's names).
+    finish: "stop" | "length" | "cancel" | "tool_calls" | "loop" (the translator maps it to its API's names;
+    "loop": the loop guard ended a reply that repeated itself, a constrained one closed so it still parses:
+    the wire's own reason says stop, and `strata_finish: "loop_guard"` beside it, serve/api/wire.py).
     Figures the engine never reported are None, never 0. completion_tokens: the reply's tokens over every
     engine pass, the ones the server wrote between passes included (a thinking wrap-up, a forced call's
     opening); reasoning_tokens: those of them written while the reply was in its thinking.
