@@ -16,13 +16,8 @@ from __future__ import annotations
 import json
 
 from serve.core.effort import check_budget, normalize_effort
-<<<<<<< HEAD
 from serve.core.errors import bug_text, client_error, log_bug, public_text
-from serve.core.events import BadRequest, ToolSpec
-=======
-from serve.core.errors import public_text
 from serve.core.events import FINISH_LOOP, BadRequest, ToolSpec
->>>>>>> main
 
 
 def effort_from_openai(body: dict) -> str | None:
