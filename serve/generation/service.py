@@ -42,7 +42,7 @@ from serve.engine_client.protocol import (
 from serve.core.errors import EngineFault, ServiceError, ServiceUnavailable
 from serve.engine_client.supervisor import Supervisor
 from serve.ops.live_figures import LiveFigures
-from serve.core.events import BadRequest, ChatRequest, Done, Event, KIND_CONTENT, KIND_PING
+from serve.core.events import FINISH_LOOP, BadRequest, ChatRequest, Done, Event, KIND_CONTENT, KIND_PING
 from serve.prompt.chatml import ChatTemplate
 from serve.generation.passes import ReplyPasses, merge_figures, reply_timings
 
@@ -366,7 +366,7 @@ class Service(Preparation, ServiceFigures):
                     continue  # the engine ends the turn on it itself; never shown
                 if not closing[0] and run.guard.looping(tid):
                     if not constrained:
-                        return "length", None
+                        return FINISH_LOOP, None
                     closing[0] = True  # this token and the completion still come, and are shown
                 was_reasoning = parser is not None and parser.in_reasoning
                 run.took(tid)
@@ -381,7 +381,7 @@ class Service(Preparation, ServiceFigures):
                 write = passes.after_token(was_reasoning)
                 if write is not None:
                     return None, write  # the budget is spent, or a forced call opens: the pass ends here
-            return ("length", None) if closing[0] else (None, None)
+            return (FINISH_LOOP, None) if closing[0] else (None, None)
         finally:
             gen.close()  # an early end: STOP + drain while we still hold the turn
 
