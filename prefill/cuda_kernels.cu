@@ -215,6 +215,10 @@ __global__ void rmsnorm_kernel(const float* x, int64_t x_stride, const float* w,
     for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
 }
 
+__global__ void gather_kernel(const float* x, int64_t width, const int32_t* rows, int64_t total, float* y) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < total) y[i] = x[int64_t(rows[i / width]) * width + i % width];
+}
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i < n) x[i] += y[i];
@@ -405,6 +409,11 @@ void cuk_rmsnorm(const float* x, int64_t x_stride, const float* w, float* y, int
                  float eps) {
     rmsnorm_kernel<<<static_cast<unsigned>(n_rows), 256, 0, stream()>>>(x, x_stride, w, y, y_stride, n, eps);
     note_launch("rmsnorm");
+}
+
+void cuk_gather_rows(const float* x, int64_t width, const int32_t* rows, int64_t n_rows, float* y) {
+    gather_kernel<<<blocks_for(n_rows * width, 256), 256, 0, stream()>>>(x, width, rows, n_rows * width, y);
+    note_launch("gather_rows");
 }
 
 void cuk_add(float* x, const float* y, int64_t n) {

@@ -59,6 +59,8 @@ void cuk_gemm_bf16(const uint16_t* a, const uint16_t* b, float* c, int64_t m, in
 // in double, as the CPU's rmsnorm_row. y may alias x. w: (n) floats.
 void cuk_rmsnorm(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride, int64_t n_rows,
                  int n, float eps);
+// y row i (n) = x row rows[i] (rows: device (n_rows)); x rows width floats apart
+void cuk_gather_rows(const float* x, int64_t width, const int32_t* rows, int64_t n_rows, float* y);
 void cuk_add(float* x, const float* y, int64_t n);                        // x += y
 void cuk_add_bias(float* x, const float* b, int64_t n_rows, int n);        // x row r += b (n)
 void cuk_scale(float* x, int64_t n, float s);                              // x *= s

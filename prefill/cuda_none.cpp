@@ -37,6 +37,7 @@ void cuk_dequant_bf16(uint32_t, const void*, size_t, int64_t, int64_t, uint16_t*
 void cuk_to_bf16(const float*, int64_t, uint16_t*) { not_built("cuk_to_bf16"); }
 void cuk_gemm_bf16(const uint16_t*, const uint16_t*, float*, int64_t, int64_t, int64_t) { not_built("cuk_gemm_bf16"); }
 void cuk_rmsnorm(const float*, int64_t, const float*, float*, int64_t, int64_t, int, float) { not_built("cuk_rmsnorm"); }
+void cuk_gather_rows(const float*, int64_t, const int32_t*, int64_t, float*) { not_built("cuk_gather_rows"); }
 void cuk_add(float*, const float*, int64_t) { not_built("cuk_add"); }
 void cuk_add_bias(float*, const float*, int64_t, int) { not_built("cuk_add_bias"); }
 void cuk_scale(float*, int64_t, float) { not_built("cuk_scale"); }

@@ -54,7 +54,7 @@ from serve.api.wire import error_text, text_of, parse_tools
 from serve.core.effort import normalize_effort
 from serve.api.replies import EventRun, JsonReply, StreamReply, cut
 from serve.core.sampling import check_request_sampling
-from serve.api.wire import check_stop
+from serve.api.wire import check_stop, finish_note
 from serve.prompt.tool_text import arguments_object
 from strata_control import modelfile
 
@@ -326,7 +326,7 @@ def _final(done: Done, t0: float) -> dict:
             "prompt_eval_count": done.prompt_tokens,
             "prompt_eval_duration": int((t.get("prompt_ms") or 0) * _NS_PER_MS),
             "eval_count": done.completion_tokens,
-            "eval_duration": int((t.get("predicted_ms") or 0) * _NS_PER_MS)}
+            "eval_duration": int((t.get("predicted_ms") or 0) * _NS_PER_MS), **finish_note(done)}
 
 
 def _call(call: ToolCall, index: int) -> dict:

@@ -39,7 +39,8 @@ from serve.generation.logprobs import legacy_logprobs, openai_content
 from serve.api.replies import JsonReply, StreamReply, cut
 from serve.core.sampling import check_max_tokens, check_request_sampling
 from serve.api.wire import (
-    KEEP_ALIVE, SHUTDOWN_TEXT, bool_field, check_stop, cut_by_shutdown, effort_from_openai, error_text, model_name,
+    KEEP_ALIVE, SHUTDOWN_TEXT, bool_field, check_stop, cut_by_shutdown, effort_from_openai, error_text, finish_note,
+    model_name,
     parse_tool_choice, parse_tools, reasoning_fields, sse, text_of)
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -200,7 +201,8 @@ class _ChatChoice:
             message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
                 "name": c.name, "arguments": c.arguments if isinstance(c.arguments, str)
                 else json.dumps(c.arguments, ensure_ascii=False)}} for c in self.calls]
-        out = {"index": index, "message": message, "finish_reason": _finish_reason(self.done, bool(self.calls))}
+        out = {"index": index, "message": message, "finish_reason": _finish_reason(self.done, bool(self.calls)),
+               **finish_note(self.done)}
         if logprobs:
             out["logprobs"] = {"content": openai_content(self.logprobs)}
         return out
@@ -236,8 +238,8 @@ def _chat_stream(service, preps, ctx, meta, include_usage, progress=None, live=N
     logprobs = preps[0].req.logprobs is not None
     fingerprint = system_fingerprint(service)
 
-    def chunk(i, delta, finish=None, lp=None, **extra):
-        choice = {"index": i, "delta": delta, "finish_reason": finish}
+    def chunk(i, delta, finish=None, lp=None, note=None, **extra):
+        choice = {"index": i, "delta": delta, "finish_reason": finish, **(note or {})}
         if logprobs and lp is not None:
             choice["logprobs"] = {"content": openai_content(lp)}
         return sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": fingerprint,
@@ -252,7 +254,7 @@ def _chat_stream(service, preps, ctx, meta, include_usage, progress=None, live=N
                 if isinstance(ev, Done):
                     dones[i] = ev
                     if not cut_by_shutdown(ctx, ev):
-                        yield chunk(i, {}, _finish_reason(ev, calls[i] > 0), timings=ev.timings)
+                        yield chunk(i, {}, _finish_reason(ev, calls[i] > 0), note=finish_note(ev), timings=ev.timings)
                 elif ev.kind == KIND_PING:
                     reports = progress.feed(ev.progress) if progress is not None and i == 0 else []
                     for p in reports:  # return_progress: llama-server's prompt_progress chunks
@@ -323,19 +325,19 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     return JsonReply(200, {**meta, "object": "text_completion", "choices": [
         {"index": i, "text": (prompt if req.echo else "") + texts[i],
          "logprobs": legacy_logprobs(lps[i], start)[0] if req.logprobs is not None else None,
-         "finish_reason": _finish_reason(dones[i], False)} for i in range(n)],
+         "finish_reason": _finish_reason(dones[i], False), **finish_note(dones[i])} for i in range(n)],
         "usage": _usage(done, chat=False), "timings": done.timings})
 
 
 def _completion_stream(service, preps, ctx, meta, include_usage, req):
     offsets = [len(req.prompt) if req.echo else 0] * len(preps)
 
-    def chunk(i, text, finish=None, lp=None, **extra):
+    def chunk(i, text, finish=None, lp=None, note=None, **extra):
         logprobs = None
         if req.logprobs is not None and lp is not None:
             logprobs, offsets[i] = legacy_logprobs(lp, offsets[i])
         return sse({**meta, "object": "text_completion", "choices": [
-            {"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish}], **extra})
+            {"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish, **(note or {})}], **extra})
 
     dones = [None] * len(preps)
     try:
@@ -347,7 +349,7 @@ def _completion_stream(service, preps, ctx, meta, include_usage, req):
                 if isinstance(ev, Done):
                     dones[i] = ev
                     if not cut_by_shutdown(ctx, ev):
-                        yield chunk(i, "", _finish_reason(ev, False), timings=ev.timings)
+                        yield chunk(i, "", _finish_reason(ev, False), note=finish_note(ev), timings=ev.timings)
                 elif ev.kind == KIND_PING:
                     yield KEEP_ALIVE
                 elif ev.kind == KIND_CONTENT:

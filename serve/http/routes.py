@@ -10,15 +10,17 @@ nothing else decides a route. Adding an endpoint: one line in `GET_ROUTES` or `P
 not OpenAI's).
 
 Public surface: `GET_ROUTES`, `POST_ROUTES`, `DELETE_ROUTES`, `PREFIX_ROUTES`, `PAGES`, `PUBLIC_PATHS`,
-`ERROR_DIALECTS`, `OWN_PAGE_ROUTES`, `LIFECYCLE_ONLY`, `OVERRIDES`, `PREFIX_OVERRIDES`, `POST_OVERRIDES`,
-`MODEL_ROUTES`, `BY_MODEL_ROUTES`, `LEASE_PREFIX`, `DELETE_JSON`, `UPLOAD_PREFIX`.
+`ERROR_DIALECTS`, `error_dialect(path)`, `OWN_PAGE_ROUTES`, `LIFECYCLE_ONLY`, `OVERRIDES`, `PREFIX_OVERRIDES`,
+`POST_OVERRIDES`, `MODEL_ROUTES`, `BY_MODEL_ROUTES`, `LEASE_PREFIX`, `DELETE_JSON`, `UPLOAD_PREFIX`.
 """
 from __future__ import annotations
+
+import sys
 
 from serve.api import (anthropic, embeddings, lifecycle_routes as lc, llama_routes, ollama, ollama_models as om,
                        openai, responses, slot_routes)
 from serve.api.replies import JsonReply
-from serve.http import stream_sessions, views
+from serve.http import openapi, stream_sessions, views
 from serve.ops import llama_views, metrics_views
 
 PAGES = {"/": "index.html", "/chat": "index.html", "/monitor": "monitor.html", "/about": "about.html"}
@@ -34,6 +36,7 @@ GET_ROUTES = {
         s, metrics_views.routes_view(GET_ROUTES, POST_ROUTES, PAGES))),
     "/api/version": ollama.version, "/api/tags": ollama.tags, "/api/ps": ollama.ps,
     "/cors-proxy": views.cors_proxy,
+    "/openapi.json": lambda s, b, c: JsonReply(200, openapi.document(sys.modules[__name__])),  # from these tables
     "/v1/stream": stream_sessions.get_stream,
     "/v1/lease": lc.leases, "/config": lc.config_get,          # only with a Lifecycle (else 404)
 }
@@ -70,6 +73,16 @@ PREFIX_ROUTES = {**{(m, "/v1/responses/"): responses.get_response for m in ("GET
 ERROR_DIALECTS = (("/api/", ollama), ("/completion", llama_routes), ("/infill", llama_routes),
                   ("/apply-template", llama_routes), ("/tokenize", llama_routes), ("/detokenize", llama_routes),
                   ("/embedding", llama_routes), ("/slots/", llama_routes))
+
+
+def error_dialect(path: str):
+    """The translator module whose error shape answers a failure on `path`."""
+    for prefix, dialect in ERROR_DIALECTS:
+        if path.startswith(prefix):
+            return dialect
+    return anthropic if path.startswith("/v1/messages") else openai
+
+
 # Routes that change the server for every client: JSON only, and from this server's own page (or a client
 # that sends no Origin, such as curl), whatever the API key
 OWN_PAGE_ROUTES = {"/settings", "/config"}

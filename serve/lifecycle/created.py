@@ -27,7 +27,7 @@ import sys
 import threading
 
 from serve.lifecycle.entries import LifecycleError
-from strata_control.files import write_private_json
+from strata_control.files import STORAGE_ERRNOS, StorageFull, write_private_json
 
 _DIGEST = re.compile(r"sha256[:-]([0-9a-f]{64})\Z")
 GGUF_MAGIC = b"GGUF"
@@ -108,6 +108,10 @@ class ModelStore:
                 raise StoreError(f"the body's sha256 is {h.hexdigest()}, not the {want} its path names")
             os.replace(tmp, path)
             return size
+        except OSError as e:
+            if e.errno in STORAGE_ERRNOS:   # a 507 (serve/http/server.py); the partial blob is removed below
+                raise StorageFull(path, e) from None
+            raise
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
