@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "model_impl.h"
-#include "threadpool.h"
+#include "cpu/threadpool.h"
 
 namespace {
 
@@ -212,6 +212,8 @@ void moe_ffn(strata_model* m, const layer_weights& l, int32_t n) {
     moe_scratch& s = ms.moe;
     const int32_t E = hp.n_embd, F = hp.n_ff_exp, k = hp.n_expert_used, ne = hp.n_expert;
     moe_job j{m, &l, n};
+    const int32_t il = int32_t(&l - m->layers.data());
+    if (m->tiers.active && il == 0) expert_tiers_step(m);  // between steps: no worker reads a weight now
     // 1. router
     matmul(m->pool, *m->ks, l.ffn_gate_inp, ms.xn.data(), E, n, s.logits.data(), &ms.mm);
     run(m, n, route_range, &j);
@@ -232,6 +234,7 @@ void moe_ffn(strata_model* m, const layer_weights& l, int32_t n) {
     for (int32_t e = 0; e < ne; ++e) {
         const int64_t t0 = s.run_first[size_t(e)], nt = s.run_fill[size_t(e)];
         if (nt == 0) continue;
+        if (m->tiers.active) expert_tiers_count(m, il, e);
         s.runs.push_back(mm_run{&l.exp_gate[size_t(e)], t0, nt, s.gate.data() + t0 * F});
         s.runs.push_back(mm_run{&l.exp_up[size_t(e)], t0, nt, s.up.data() + t0 * F});
     }

@@ -18,7 +18,7 @@
 #include "prefill/pf_timer.h"
 #include "protocol.h"
 #include "sampler.h"
-#include "step_timer.h"
+#include "cpu/step_timer.h"
 #include "session.h"
 #include "slots.h"
 #include "stdin_reader.h"
@@ -70,7 +70,7 @@ public:
           cache_(model, cfg.kv, cfg.conv_slots, static_cast<size_t>(cfg.conv_mib) << 20),
           slots_(model, cfg.n_slots, cfg.n_ctx, cfg.kv),
           rng_(std::random_device{}()) {
-        live_.kv = kv_cache_init(model, cfg.n_ctx, cfg.kv);
+        if (cfg.n_slots == 0) live_.kv = kv_cache_init(model, cfg.n_ctx, cfg.kv);  // with slots: at its first use
         logits_.resize(static_cast<size_t>(info_.n_vocab));
         slots_.set_drafting(cfg.drafting, cfg.draft);
         if (cfg.n_slots == 1) slots_.set_read_chunk(cfg.chunk);  // nothing is admitted beside its read (slots.h)
@@ -89,8 +89,10 @@ private:
     void run_emb(const command& cmd, int64_t seq);
     void run_bemb(const command& cmd, int64_t seq);
     bool check_slot(const char* verb, int32_t s);
+    bool ensure_live();
     void run_session_file(const command& cmd);
     void run_vram();
+    std::string experts_line() const;
     void run_berase(int32_t slot);
     void run_bclose(int32_t slot);
     bool check_request(const command& cmd);
@@ -131,7 +133,7 @@ private:
 };
 
 int serve_loop::run() {
-    if (live_.kv == nullptr) {
+    if (cfg_.n_slots == 0 && live_.kv == nullptr) {
         std::fprintf(stderr, "strata: cannot allocate the KV cache for %d positions\n", cfg_.n_ctx);
         return 1;
     }
@@ -213,6 +215,15 @@ bool serve_loop::handle(const stdin_line& line) {
     switch (cmd.kind) {
         case CMD_NONE: return true;
         case CMD_QUIT: return false;
+        case CMD_GEN:
+        case CMD_EMB:
+        case CMD_SAVE:
+        case CMD_RESTORE:
+            if (!ensure_live()) return true;
+            break;
+        default: break;
+    }
+    switch (cmd.kind) {
         case CMD_GEN: run_gen(cmd, line.seq); return true;
         case CMD_BGEN: run_bgen(cmd, line.seq); return true;
         case CMD_EMB: run_emb(cmd, line.seq); return true;
@@ -264,7 +275,7 @@ std::string serve_loop::done_line(int32_t generated, int32_t n_prompt, double pr
     return "DONE " + std::to_string(generated) + " " + std::to_string(n_prompt) + " " + protocol_fixed1(prompt_ms) +
            " " + protocol_fixed1(decode_ms) + " " + finish + " " + drafts + " " + std::to_string(reused) + " - - - - - " +
            std::to_string(read) + " - chunk=" + std::to_string(cfg_.chunk) +
-           (dctl ? " drafts_n=" + std::to_string(dctl->steps) : std::string());
+           (dctl ? " drafts_n=" + std::to_string(dctl->steps) : std::string()) + expert_words(model_);
 }
 
 void serve_loop::drop_poisoned(seq_state* st) {
@@ -465,6 +476,13 @@ bool serve_loop::decode_step(const command& cmd, grammar_matcher* gm, draft_ctl*
     return go;
 }
 
+// The solo session's KV cache, allocated at the first solo command of an engine with slots (ERR when not).
+bool serve_loop::ensure_live() {
+    if (live_.kv == nullptr) live_.kv = kv_cache_init(model_, cfg_.n_ctx, cfg_.kv);
+    if (live_.kv == nullptr) err_line("cannot allocate the KV cache of the solo session");
+    return live_.kv != nullptr;
+}
+
 // Whether slot s can take an admission (ERR written when not).
 bool serve_loop::check_slot(const char* verb, int32_t s) {
     const std::string v = verb;
@@ -640,10 +658,19 @@ void serve_loop::run_vram() {
     protocol_write_line("VRAM backend=cpu ram_total_mib=" + std::to_string(total_kib / 1024) +
                         " ram_free_mib=" + std::to_string(avail_kib / 1024) + " rss_mib=" + std::to_string(rss_kib / 1024) +
                         " conversation_cache_parked=" + std::to_string(cache_.size()) +
-                        " conversation_cache_bytes=" + std::to_string(cache_.bytes()));
+                        " conversation_cache_bytes=" + std::to_string(cache_.bytes()) + experts_line());
 }
 
 }  // namespace
+
+// The expert tiers' figures for the VRAM answer (engine/expert_tiers.h); empty for a dense model.
+std::string serve_loop::experts_line() const {
+    const expert_figures f = model_expert_figures(model_);
+    if (f.total == 0) return "";
+    return " experts_total=" + std::to_string(f.total) + " experts_resident=" + std::to_string(f.resident) +
+           " experts_hits=" + std::to_string(f.hits) + " experts_misses=" + std::to_string(f.misses) +
+           " experts_swaps=" + std::to_string(f.swaps);
+}
 
 int serve_loop_run(strata_model* model, const engine_config& config, int stdin_fd) {
     auto loop = std::make_unique<serve_loop>(model, config, stdin_fd);

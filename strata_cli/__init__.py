@@ -101,8 +101,18 @@ def _serve_args(s) -> None:
     s.add_argument("--stream-interval-ms", type=float, metavar="MS", help="a streamed reply is written at most "
                    "every MS milliseconds; tokens that come sooner go out together in the next write (default "
                    "20; 0 = each at once). Fewer writes leave the cores to the engine (README: Streaming)")
+    s.add_argument("--model-store", metavar="FOLDER", help="where models made with Ollama's /api/create and "
+                   "uploaded blobs are kept (made 0700; default ~/.cache/strata/model-store)")
     s.add_argument("--host-name", metavar="NAME", help="this host's name in a cluster, sent as X-Strata-Host on "
                    "every answer (default $STRATA_HOST_NAME; none: no header). docs/DEPLOY.md")
+    s.add_argument("--responses-dir", metavar="FOLDER", help="keep stored Responses (store: true, "
+                   "previous_response_id) in FOLDER too, so they survive a restart (made 0700; default: memory only)")
+    s.add_argument("--responses-max", type=int, metavar="N", help="stored Responses kept at most (default 1000; "
+                   "the oldest go first)")
+    s.add_argument("--responses-max-mib", type=float, metavar="MIB", help="stored Responses' size together at "
+                   "most (default 64)")
+    s.add_argument("--responses-max-age", type=float, metavar="SECONDS", help="a stored Response is kept at most "
+                   "this long (default 2592000: 30 days, as OpenAI)")
     s.add_argument("--slot-save-path", metavar="FOLDER", help="allow POST /slots/ID?action=save|restore|erase "
                    "(llama-server's saved slots) with files in FOLDER (made 0700; files 0600); default: off")
     s.add_argument("--parent-pid", type=int, metavar="PID", help="shut down when this process is gone")

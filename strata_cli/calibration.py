@@ -2,9 +2,9 @@
 the best into the model's run config, saying what was measured.
 
 Role: start the engine once per setting (`--threads T`, then `--chunk C` at the best T), time a prompt read of
-`PROMPT_TOKENS` tokens and `DECODE_TOKENS` decoded tokens from the engine's own figures (DONE's prompt_ms and
-decode_ms), pick the threads with the fastest decode (prompt reads are short in a chat; ties go to fewer
-threads) and the chunk with the fastest prompt read, and write `threads` and `chunk` into the run config
+`PROMPT_TOKENS` tokens and `DECODE_TOKENS` decoded tokens from the engine's own figures (BDONE's prompt_ms
+and decode_ms, on one slot: it reads its prompt in --chunk pieces), pick the threads with the fastest decode
+(prompt reads are short in a chat; ties go to fewer threads) and the chunk with the fastest prompt read, and write `threads` and `chunk` into the run config
 (strata_control.runconfig.save_edit: the old file is kept as `.bak`). It knows no HTTP.
 
 Public surface: `candidates(physical_cores)`, `measure(argv, model, threads, chunk, log)`, `calibrate(argv,
@@ -36,7 +36,7 @@ def candidates(physical_cores: int) -> list[int]:
 def measure(argv: list[str], model: str, threads: int, chunk: int, log: str | None = None) -> dict:
     """One engine start at these settings -> {"prefill_tok_s", "decode_tok_s"} (EOS banned while decoding)."""
     engine = StrataEngine(argv, ["--model", model, "--max-context", str(MEASURE_CTX), "--threads", str(threads),
-                                 "--chunk", str(chunk)], log_path=log)
+                                 "--chunk", str(chunk), "--batch", "1"], log_path=log)  # one slot reads in chunks
     engine.start()
     try:
         n_vocab = int(engine.info.get("n_vocab") or 256)

@@ -84,10 +84,12 @@ def dump_exe():
     return exe
 
 
-def engine_logits(model, ids, n_gen, n_vocab, n_ctx=None, last_only=False, chunk=None, figures=None, threads=None):
+def engine_logits(model, ids, n_gen, n_vocab, n_ctx=None, last_only=False, chunk=None, figures=None, threads=None,
+                  experts_kib=None):
     """The engine's logits rows: every prompt position (last_only: the last one), then every fed greedy
     token; and its greedy tokens. chunk: prompt entries per evaluation (also what sizes the rings of window
-    layers); figures: a dict that gets the probe's kv_bytes; threads: the pool's size (the probe's default 2)."""
+    layers); figures: a dict that gets the probe's kv_bytes and expert tiers' figures; threads: the pool's size
+    (the probe's default 2); experts_kib: the expert RAM budget in KiB (engine/expert_tiers.h)."""
     exe = dump_exe()
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "logits.bin")
@@ -96,11 +98,16 @@ def engine_logits(model, ids, n_gen, n_vocab, n_ctx=None, last_only=False, chunk
         args.append("last" if last_only else "all")
         if chunk:
             args.append(str(chunk))
-        env = dict(os.environ, STRATA_PROBE_THREADS=str(threads)) if threads else None
+        env = dict(os.environ)
+        if threads:
+            env["STRATA_PROBE_THREADS"] = str(threads)
+        if experts_kib is not None:
+            env["STRATA_PROBE_EXPERTS_KIB"] = str(experts_kib)
         r = subprocess.run(args, capture_output=True, text=True, timeout=DUMP_TIMEOUT_S, env=env)
         assert r.returncode == 0, f"strata-test-probe logits failed: {r.stderr[-2000:]}"
         if figures is not None:
-            figures.update(line.split("=", 1) for line in r.stderr.splitlines() if line.startswith("kv_bytes="))
+            figures.update(line.split("=", 1) for line in r.stderr.splitlines()
+                           if line.startswith(("kv_bytes=", "experts_")))
         return _rows(out, n_vocab), [int(t) for t in r.stdout.strip().split(",")]
 
 

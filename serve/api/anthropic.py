@@ -9,7 +9,8 @@ Request: `system` (string or text blocks), `messages` (content string or blocks:
 `redacted_thinking`, `tool_use`, `tool_result`; `image`/`document` are refused: no vision encoder), `tools`
 (`{name, description, input_schema}`; server tools without a schema are skipped), `tool_choice`
 (`auto|any|none|tool`, `disable_parallel_tool_use`), `max_tokens`, `stop_sequences`, `stream`, `thinking`,
-`output_config`, `temperature`/`top_p`/`top_k` (and the other sampling fields), `metadata` (ignored).
+`output_config`, `temperature`/`top_p`/`top_k` (and the other sampling fields), `metadata` (ignored). A final
+assistant message is a prefill: the reply continues it and holds only the new text (serve/prompt/prefill.py).
 
 Answer: one `MessageBuilder` turns the event stream into the stream's SSE events *and* the assembled
 message, so a streamed and a non-streamed answer carry the same blocks. Stream order: `message_start`,
@@ -29,7 +30,7 @@ import secrets
 from serve.core.events import (
     BadRequest, ChatRequest, Done, Message, ToolCall, ToolSpec, KIND_CONTENT, KIND_PING, KIND_REASONING,
     KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START)
-from serve.api.wire import SHUTDOWN_TEXT, cut_by_shutdown, error_text, model_name
+from serve.api.wire import SHUTDOWN_TEXT, cut_by_shutdown, error_text, finish_note, model_name
 from serve.core.effort import check_budget, normalize_effort
 from serve.api.wire import reasoning_fields
 from serve.api.fields import model_field
@@ -209,6 +210,16 @@ def _stop_sequences(raw) -> list[str]:
     return [s for s in raw if s]
 
 
+def _prefill(last: Message) -> bool:
+    """A final assistant message is a prefill, continued (Anthropic's documented prefill); as Anthropic, its
+    text may not end in white space (the reply would start mid-token)."""
+    if last.role != "assistant":
+        return False
+    if last.content and last.content != last.content.rstrip():
+        raise BadRequest("messages: final assistant content cannot end with trailing whitespace", param="messages")
+    return True
+
+
 def parse_messages(body: dict, anthropic_thinking: str = "model") -> ChatRequest:
     """An Anthropic Messages body -> the internal `ChatRequest` (api "anthropic")."""
     raw = body.get("messages")
@@ -221,6 +232,7 @@ def parse_messages(body: dict, anthropic_thinking: str = "model") -> ChatRequest
     for i, m in enumerate(raw):
         messages += _message(m, i)
     req = ChatRequest(messages=messages, tools=_tools(body.get("tools")), api="anthropic")
+    req.continue_final = _prefill(messages[-1])
     _tool_choice(body.get("tool_choice"), req)
     req.max_new = check_max_tokens(body.get("max_tokens"))
     stream = body.get("stream", False)
@@ -334,7 +346,7 @@ class MessageBuilder:
         message = self.message(done)
         frames.append(_event("message_delta", {"type": "message_delta", "delta": {
             "stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]},
-            "usage": message["usage"]}))
+            "usage": message["usage"], **finish_note(done)}))
         frames.append(_event("message_stop", {"type": "message_stop"}))
         return frames
 
@@ -355,7 +367,8 @@ class MessageBuilder:
                 "stop_reason": self.stop_reason(done),
                 "stop_sequence": done.stop_sequence if done.stop_sequence else None,
                 "usage": {"input_tokens": done.prompt_tokens - reused, "cache_read_input_tokens": reused,
-                          "cache_creation_input_tokens": 0, "output_tokens": done.completion_tokens}}
+                          "cache_creation_input_tokens": 0, "output_tokens": done.completion_tokens},
+                **finish_note(done)}
 
 
 def _builder(service, req: ChatRequest, prep) -> MessageBuilder:

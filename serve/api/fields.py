@@ -9,8 +9,9 @@ to send instead. Knows no HTTP server and no engine.
 - Log-probabilities: OpenAI chat's `logprobs` / `top_logprobs`, legacy completions' `logprobs` k,
   llama.cpp's `n_probs` / `post_sampling_probs`, Responses' `include` / `top_logprobs` -> the K to ask the
   engine for (serve/generation/logprobs.py), or None.
-- Structured output on OpenAI routes: `response_format`, llama.cpp's `json_schema` and `grammar` -> one GBNF
-  text (schemas compile through serve/generation/constrain.py `schema_ask`); tools' `strict`.
+- Structured output on OpenAI routes: `response_format`, llama.cpp's `json_schema` and `grammar`, vLLM's
+  `guided_json` / `guided_choice` / `guided_grammar` / `structured_outputs` -> one GBNF text (schemas compile
+  through serve/generation/constrain.py `schema_ask`); tools' `strict`. A regex constraint is a 400.
 - Output fields Strata does not implement (`suffix`): a 400 naming them, never accepted and ignored.
 - `model`: a string or absent.
 
@@ -26,7 +27,7 @@ import json
 from serve.core.events import BadRequest
 from serve.generation.choices import CHOICES_MAX
 from serve.generation.constrain import schema_ask
-from serve.generation.json_schema import ANY_OBJECT_GRAMMAR
+from serve.generation.json_schema import ANY_OBJECT_GRAMMAR, gbnf_literal
 from serve.generation.logprobs import LOGPROBS_TOP_MAX
 
 GRAMMAR_TEXT_MAX_BYTES = 1 << 20   # a GBNF text a client may send (the engine parses it once per request)
@@ -135,9 +136,76 @@ def openai_grammar(body: dict) -> str | None:
         if len(g.encode()) > GRAMMAR_TEXT_MAX_BYTES:
             raise BadRequest(f"grammar: over {GRAMMAR_TEXT_MAX_BYTES >> 20} MiB", param="grammar")
         asks.append(g)
+    asks += _vllm_asks(body)
     if len(asks) > 1:
-        raise BadRequest("response_format, json_schema and grammar: give one of them", param="response_format")
+        raise BadRequest("response_format, json_schema, grammar and the guided_* / structured_outputs fields: "
+                         "give one of them", param="response_format")
     return asks[0] if asks else None
+
+
+def _choice_grammar(value, field: str) -> str:
+    if not isinstance(value, list) or not value or not all(isinstance(c, str) and c for c in value):
+        raise BadRequest(f"{field}: a non-empty list of non-empty strings", param=field)
+    return "root ::= " + " | ".join(gbnf_literal(c) for c in dict.fromkeys(value)) + "\n"
+
+
+def _gbnf_text(value, field: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise BadRequest(f"{field}: GBNF text with a root rule", param=field)
+    if len(value.encode()) > GRAMMAR_TEXT_MAX_BYTES:
+        raise BadRequest(f"{field}: over {GRAMMAR_TEXT_MAX_BYTES >> 20} MiB", param=field)
+    return value
+
+
+def _schema_value(value, field: str) -> str:
+    """A schema sent as an object or as its JSON text (vLLM takes both) -> its grammar."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise BadRequest(f"{field}: a JSON Schema (an object, or its JSON text)", param=field) from None
+    return schema_ask(value, field)
+
+
+def _vllm_asks(body: dict) -> list[str]:
+    """vLLM's guided decoding fields: `guided_json` (a schema), `guided_choice` (the reply is one of the
+    strings), `guided_grammar` (GBNF), and the newer `structured_outputs` {json, choice, grammar, json_object};
+    a regex (`guided_regex`, `structured_outputs.regex`) and `guided_whitespace_pattern` are refused by name
+    (no regex compiler here). `guided_decoding_backend` names vLLM's engine: accepted, the grammar is ours."""
+    asks = []
+    for name in ("guided_regex", "guided_whitespace_pattern"):
+        if body.get(name) is not None:
+            raise BadRequest(f"{name}: not supported (no regex constraint here); use guided_json, guided_choice "
+                             "or guided_grammar (GBNF)", param=name)
+    if body.get("guided_json") is not None:
+        asks.append(_schema_value(body["guided_json"], "guided_json"))
+    if body.get("guided_choice") is not None:
+        asks.append(_choice_grammar(body["guided_choice"], "guided_choice"))
+    if body.get("guided_grammar") is not None:
+        asks.append(_gbnf_text(body["guided_grammar"], "guided_grammar"))
+    so = body.get("structured_outputs")
+    if so is not None:
+        if not isinstance(so, dict):
+            raise BadRequest('structured_outputs: an object like {"json": {...}} or {"choice": [...]}',
+                             param="structured_outputs")
+        known = {"json", "choice", "grammar", "json_object", "regex", "disable_any_whitespace"}
+        for key, value in so.items():
+            field = f"structured_outputs.{key}"
+            if key not in known:
+                raise BadRequest(f"{field}: not supported (json, choice, grammar, json_object)", param=field)
+            if value is None or (key == "disable_any_whitespace" and value is False):
+                continue
+            if key in ("regex", "disable_any_whitespace"):
+                raise BadRequest(f"{field}: not supported here; use json, choice or grammar", param=field)
+            if key == "json":
+                asks.append(_schema_value(value, field))
+            elif key == "choice":
+                asks.append(_choice_grammar(value, field))
+            elif key == "grammar":
+                asks.append(_gbnf_text(value, field))
+            elif value is True:
+                asks.append(ANY_OBJECT_GRAMMAR)
+    return asks
 
 
 def strict_requested(raw_tools) -> bool:

@@ -52,7 +52,7 @@ from serve.core.events import BadRequest, CompletionRequest, Done, KIND_CONTENT,
 from serve.api.fields import check_n, llama_n_probs
 from serve.generation.choices import collect_text, prepare_choices, run_choices
 from serve.generation.logprobs import llama_probs
-from serve.api.wire import error_text, model_name, sse
+from serve.api.wire import error_text, finish_note, model_name, sse
 from serve.api.openai import parse_chat
 from serve.api.replies import JsonReply, StreamReply, cut
 from serve.core.sampling import check_request_sampling
@@ -316,7 +316,7 @@ def _final(meta: dict, content: str, done: Done, stream: bool, index: int = 0) -
            "tokens_predicted": done.completion_tokens, "tokens_evaluated": done.prompt_tokens,
            "generation_settings": meta["settings"], "prompt": meta["prompt"], "has_new_line": "\n" in content,
            "truncated": False, "stop_type": _stop_type(done), "stopping_word": done.stop_sequence or "",
-           "tokens_cached": done.prompt_tokens + done.completion_tokens, "timings": done.timings}
+           "tokens_cached": done.prompt_tokens + done.completion_tokens, "timings": done.timings, **finish_note(done)}
     return _nested(res, meta["fields"]) if meta["fields"] and not stream else res
 
 

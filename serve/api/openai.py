@@ -39,7 +39,8 @@ from serve.generation.logprobs import legacy_logprobs, openai_content
 from serve.api.replies import JsonReply, StreamReply, cut
 from serve.core.sampling import check_max_tokens, check_request_sampling
 from serve.api.wire import (
-    KEEP_ALIVE, SHUTDOWN_TEXT, bool_field, check_stop, cut_by_shutdown, effort_from_openai, error_text, model_name,
+    KEEP_ALIVE, SHUTDOWN_TEXT, bool_field, check_stop, cut_by_shutdown, effort_from_openai, error_text, finish_note,
+    model_name,
     parse_tool_choice, parse_tools, reasoning_fields, sse, text_of)
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -99,14 +100,34 @@ def _messages(raw) -> list[Message]:
     return out
 
 
+def _continue_final(body: dict, messages: list[Message]) -> bool:
+    """Whether the final assistant message is continued (prefill, serve/prompt/prefill.py): vLLM's
+    `continue_final_message: true` or `add_generation_prompt: false` ask for it (and need that message);
+    `continue_final_message: false` or `add_generation_prompt: true` ask for a new turn; neither given, a
+    trailing assistant message is continued, as llama-server does."""
+    cont = body.get("continue_final_message")
+    gen = body.get("add_generation_prompt")
+    cont = None if cont is None else bool_field(body, "continue_final_message")
+    gen = None if gen is None else bool_field(body, "add_generation_prompt")
+    last_assistant = messages[-1].role == "assistant"
+    if cont and gen:
+        raise BadRequest("continue_final_message and add_generation_prompt: not both true (continuing the final "
+                         "message adds no new turn)", param="continue_final_message")
+    if cont or gen is False:
+        if not last_assistant:
+            name = "continue_final_message" if cont else "add_generation_prompt"
+            raise BadRequest(f"{name}: continuing needs an assistant message at the end of messages",
+                             param=name)
+        return True
+    return last_assistant and cont is None and gen is None
+
+
 def parse_chat(body: dict) -> ChatRequest:
-    if bool_field(body, "continue_final_message"):  # vLLM / llama.cpp: go on writing the last assistant turn
-        raise BadRequest("continue_final_message: not supported here; every reply starts a new assistant turn",
-                         param="continue_final_message")
     req = ChatRequest(messages=_messages(body.get("messages")), tools=parse_tools(body.get("tools")))
     if [m.role for m in req.messages[-2:]] == ["assistant", "assistant"]:  # as llama-server refuses it
         raise BadRequest("messages: two assistant messages at the end; a reply follows a user or tool turn "
                          "(merge them into one)", param="messages")
+    req.continue_final = _continue_final(body, req.messages)
     req.tool_choice = parse_tool_choice(body.get("tool_choice", "auto"), req.notes)
     req.parallel_tool_calls = bool_field(body, "parallel_tool_calls", True)
     # both are checked; max_completion_tokens (OpenAI's current name) wins over max_tokens when both are given
@@ -180,7 +201,8 @@ class _ChatChoice:
             message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
                 "name": c.name, "arguments": c.arguments if isinstance(c.arguments, str)
                 else json.dumps(c.arguments, ensure_ascii=False)}} for c in self.calls]
-        out = {"index": index, "message": message, "finish_reason": _finish_reason(self.done, bool(self.calls))}
+        out = {"index": index, "message": message, "finish_reason": _finish_reason(self.done, bool(self.calls)),
+               **finish_note(self.done)}
         if logprobs:
             out["logprobs"] = {"content": openai_content(self.logprobs)}
         return out
@@ -216,8 +238,8 @@ def _chat_stream(service, preps, ctx, meta, include_usage, progress=None, live=N
     logprobs = preps[0].req.logprobs is not None
     fingerprint = system_fingerprint(service)
 
-    def chunk(i, delta, finish=None, lp=None, **extra):
-        choice = {"index": i, "delta": delta, "finish_reason": finish}
+    def chunk(i, delta, finish=None, lp=None, note=None, **extra):
+        choice = {"index": i, "delta": delta, "finish_reason": finish, **(note or {})}
         if logprobs and lp is not None:
             choice["logprobs"] = {"content": openai_content(lp)}
         return sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": fingerprint,
@@ -232,7 +254,7 @@ def _chat_stream(service, preps, ctx, meta, include_usage, progress=None, live=N
                 if isinstance(ev, Done):
                     dones[i] = ev
                     if not cut_by_shutdown(ctx, ev):
-                        yield chunk(i, {}, _finish_reason(ev, calls[i] > 0), timings=ev.timings)
+                        yield chunk(i, {}, _finish_reason(ev, calls[i] > 0), note=finish_note(ev), timings=ev.timings)
                 elif ev.kind == KIND_PING:
                     reports = progress.feed(ev.progress) if progress is not None and i == 0 else []
                     for p in reports:  # return_progress: llama-server's prompt_progress chunks
@@ -303,19 +325,19 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     return JsonReply(200, {**meta, "object": "text_completion", "choices": [
         {"index": i, "text": (prompt if req.echo else "") + texts[i],
          "logprobs": legacy_logprobs(lps[i], start)[0] if req.logprobs is not None else None,
-         "finish_reason": _finish_reason(dones[i], False)} for i in range(n)],
+         "finish_reason": _finish_reason(dones[i], False), **finish_note(dones[i])} for i in range(n)],
         "usage": _usage(done, chat=False), "timings": done.timings})
 
 
 def _completion_stream(service, preps, ctx, meta, include_usage, req):
     offsets = [len(req.prompt) if req.echo else 0] * len(preps)
 
-    def chunk(i, text, finish=None, lp=None, **extra):
+    def chunk(i, text, finish=None, lp=None, note=None, **extra):
         logprobs = None
         if req.logprobs is not None and lp is not None:
             logprobs, offsets[i] = legacy_logprobs(lp, offsets[i])
         return sse({**meta, "object": "text_completion", "choices": [
-            {"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish}], **extra})
+            {"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish, **(note or {})}], **extra})
 
     dones = [None] * len(preps)
     try:
@@ -327,7 +349,7 @@ def _completion_stream(service, preps, ctx, meta, include_usage, req):
                 if isinstance(ev, Done):
                     dones[i] = ev
                     if not cut_by_shutdown(ctx, ev):
-                        yield chunk(i, "", _finish_reason(ev, False), timings=ev.timings)
+                        yield chunk(i, "", _finish_reason(ev, False), note=finish_note(ev), timings=ev.timings)
                 elif ev.kind == KIND_PING:
                     yield KEEP_ALIVE
                 elif ev.kind == KIND_CONTENT:

@@ -39,6 +39,8 @@ class ServiceFigures:
                 tot["errors"] += 1
             if record.get("timings"):
                 self.last_timings = record["timings"]
+            if fig.get("experts_hits") is not None:   # engine-wide reads so far (engine/expert_tiers.h): the latest
+                tot["experts_hits"], tot["experts_misses"] = fig["experts_hits"], fig.get("experts_misses") or 0
 
     # ---------------------------------------------------------------- views
     def health(self) -> tuple[int, dict]:
@@ -80,4 +82,18 @@ class ServiceFigures:
         return {"engine": {"model": self.model_name, "max_context": e.max_context or e.known_ctx,
                            **{k: v for k, v in e.info.items() if not isinstance(v, dict)}},
                 "live": live, "requests": records, "requests_kept": len(hist), "totals": totals,
-                "time": time.time()}
+                "expert_tiers": self.expert_tiers_view(), "time": time.time()}
+
+    def expert_tiers_view(self) -> dict | None:
+        """A MoE engine's expert split (INFO experts_total / experts_resident / experts_packed_mib) and the reads
+        its requests reported (DONE / BDONE experts_hits / experts_misses, engine-wide); None for a dense model."""
+        info = self.engine.info or {}
+        total = info.get("experts_total")
+        if not total:
+            return None
+        with self._lock:
+            hits, misses = self.totals.get("experts_hits"), self.totals.get("experts_misses")
+        reads = (hits or 0) + (misses or 0)
+        return {"total": total, "resident": info.get("experts_resident"),
+                "packed_mib_all": info.get("experts_packed_mib") or None, "hits": hits, "misses": misses,
+                "hit_rate": round(hits / reads, 4) if reads else None}

@@ -26,6 +26,7 @@ from serve.engine_client.protocol import CTX_SLACK
 from serve.generation.constrain import GRAMMAR_INFO_KEY, auto_tools_grammar, forced_call, grammar_key
 from serve.generation.logprobs import engine_keys
 from serve.generation.passes import encode_written
+from serve.prompt.prefill import render_continued
 from serve.prompt.tool_text import forced_opening
 
 
@@ -49,6 +50,10 @@ def _over(n_prompt: int, n_ctx: int) -> dict:
     return {"type": "exceed_context_size_error", "n_prompt_tokens": n_prompt, "n_ctx": n_ctx}
 
 
+def _empty(message) -> bool:
+    return not (message.content or message.reasoning or message.tool_calls)
+
+
 class Preparation:
     """The preparing half of a Service (see the module docstring for the fields it uses)."""
 
@@ -66,6 +71,15 @@ class Preparation:
             raise BadRequest(f"tools: Strata does not read tool calls in the format of this model's "
                              f"{getattr(self.template, 'family', '')} chat template yet; send the request "
                              "without tools", param="tools")
+        if req.tools and getattr(self.template, "call_syntax", None) == "mistral" and (
+                req.tool_choice not in ("auto", "none") or req.strict_tools):
+            raise BadRequest("tool_choice: with this model's Mistral tool-call format Strata offers tool_choice "
+                             "auto (or none), without strict tools; a forced or strict call is not available yet",
+                             param="tool_choice")
+        if req.continue_final and _empty(req.messages[-1]):  # nothing to continue: a new turn
+            req.messages, req.continue_final = req.messages[:-1], False
+        if req.continue_final:
+            return self._render_continued(req, effort)
         if req.strict_tools and req.tools and req.tool_choice == "auto" and req.grammar is None:
             req.grammar = auto_tools_grammar(req.tools, getattr(self.template, "tool_format", "xml"),
                                              req.parallel_tool_calls)
@@ -73,6 +87,17 @@ class Preparation:
             thinking = False  # the grammar starts at the reply's first token
         return self.template.render(req.messages, req.tools if req.tool_choice != "none" else [],
                                     thinking=thinking, effort=effort)
+
+    def _render_continued(self, req: ChatRequest, effort: str | None):
+        """A prefill: the final assistant message continued (serve/prompt/prefill.py). A grammar or a forced call
+        starts at the reply's first token, which a continued message is past: both are a 400."""
+        fmt = getattr(self.template, "tool_format", "xml")
+        tools = req.tools if req.tool_choice != "none" else []
+        if req.grammar is not None or (req.strict_tools and tools) or forced_opening(req.tool_choice, tools, fmt):
+            raise BadRequest("messages: a final assistant message is continued here (prefill), and a continued "
+                             "message cannot also follow a response format, strict tools or a forced tool call; "
+                             "send one or the other", param="messages")
+        return render_continued(self.template, req.messages, tools, effort)
 
     def encode_chat(self, req: ChatRequest, store: bool = True) -> tuple[list[int], bool]:
         rendered = self.render_chat(req)

@@ -42,11 +42,12 @@ from serve.engine_client.protocol import (
 from serve.core.errors import EngineFault, ServiceError, ServiceUnavailable
 from serve.engine_client.supervisor import Supervisor
 from serve.ops.live_figures import LiveFigures
-from serve.core.events import BadRequest, ChatRequest, Done, Event, KIND_CONTENT, KIND_PING
+from serve.core.events import FINISH_LOOP, BadRequest, ChatRequest, Done, Event, KIND_CONTENT, KIND_PING
 from serve.prompt.chatml import ChatTemplate
 from serve.generation.passes import ReplyPasses, merge_figures, reply_timings
 
 from serve.generation.output_parser import OutputParser
+from serve.generation.mistral_calls import MistralOutputParser
 from serve.core.effort import resolve_effort
 from serve.core import sampling as sampling_mod
 from serve.generation.logprobs import Trail
@@ -280,8 +281,9 @@ class Service(Preparation, ServiceFigures):
     def _generate(self, prep: Prepared, cancelled, record, t0, tracker=None, on_wait=None):
         parser = None
         if prep.chat:
-            parser = OutputParser(prep.req.tools, prep.thinking, prep.forced_opening,
-                                  parallel=prep.req.parallel_tool_calls, api=prep.req.api)
+            kind = MistralOutputParser if getattr(self.template, "call_syntax", None) == "mistral" else OutputParser
+            parser = kind(prep.req.tools, prep.thinking, prep.forced_opening,
+                          parallel=prep.req.parallel_tool_calls, api=prep.req.api)
         # budget, answer room, forced call after thinking, close retry: when a pass ends (serve/generation/passes.py)
         run = _Run(StopMatcher(list(prep.req.stop or [])), parser, ReplyPasses(
             prep, self.tok, parser, self._budget_default()), self.tok.stream_decoder(), LoopGuard(self.repeat_stop),
@@ -364,7 +366,7 @@ class Service(Preparation, ServiceFigures):
                     continue  # the engine ends the turn on it itself; never shown
                 if not closing[0] and run.guard.looping(tid):
                     if not constrained:
-                        return "length", None
+                        return FINISH_LOOP, None
                     closing[0] = True  # this token and the completion still come, and are shown
                 was_reasoning = parser is not None and parser.in_reasoning
                 run.took(tid)
@@ -379,7 +381,7 @@ class Service(Preparation, ServiceFigures):
                 write = passes.after_token(was_reasoning)
                 if write is not None:
                     return None, write  # the budget is spent, or a forced call opens: the pass ends here
-            return ("length", None) if closing[0] else (None, None)
+            return (FINISH_LOOP, None) if closing[0] else (None, None)
         finally:
             gen.close()  # an early end: STOP + drain while we still hold the turn
 

@@ -18,11 +18,13 @@ place, never a prompt where a client wrote a control token.
 
 Tool calls: the template writes the tools and the history's calls in its own format; Strata reads a model's
 calls back in the `<tool_call>` forms (serve/generation/toolcall_parsers.py), so `tool_format` is "xml" for a
-template that writes `<function=`, "json" for one that writes `<tool_call>`, and None otherwise: a request with
-tools is then a 400 naming the family (the calls would reach the client as text).
+template that writes `<function=`, "json" for one that writes `<tool_call>` or Mistral's `[TOOL_CALLS]`
+(`call_syntax` "mistral": serve/generation/mistral_calls.py rewrites the model's calls into the JSON form; only
+`tool_choice` auto, since a forced call's opening is written in the `<tool_call>` form), and None otherwise: a
+request with tools is then a 400 naming the family (the calls would reach the client as text).
 
 Public surface: `JinjaChat(text, family, bos_token, eos_token, add_bos, special_pattern)`, its `render(...)`
-(the interface of `ChatTemplate.render`), `family`, `tool_format`, `default_system`, `message_dicts(messages)`,
+(the interface of `ChatTemplate.render`), `family`, `tool_format`, `call_syntax`, `default_system`, `message_dicts(messages)`,
 `tool_dicts(tools)`. Knows no tokens (the caller passes the control tokens' pattern), no HTTP, no engine.
 """
 from __future__ import annotations
@@ -36,6 +38,7 @@ from serve.prompt.tool_text import arguments_object
 from serve.prompt.writer import Rendered
 
 THINK_OPEN = "<think>"
+MISTRAL_CALLS = "[TOOL_CALLS]"   # Mistral's call syntax (serve/generation/mistral_calls.py reads it back)
 EFFORTS = ("low", "medium", "high")       # the `reasoning_effort` values templates read (gpt-oss)
 _SENTINEL = re.compile("\ue000(\\d+)\ue001")   # private-use marks: no template writes or trims them
 _ASCII_SPACE = " \t\n\v\f\r"
@@ -70,7 +73,7 @@ def tool_dicts(tools: list[ToolSpec]) -> list[dict]:
 def _tool_format(text: str) -> str | None:
     if "<function=" in text:
         return "xml"
-    if "<tool_call>" in text:
+    if "<tool_call>" in text or MISTRAL_CALLS in text:
         return "json"
     return None
 
@@ -84,6 +87,9 @@ class JinjaChat:
         self.family = family
         self.renderer = "jinja"
         self.tool_format = _tool_format(text)
+        # how the model writes calls: "mistral" ([TOOL_CALLS], read through serve/generation/mistral_calls.py,
+        # auto tool choice only), else the <tool_call> forms
+        self.call_syntax = "mistral" if MISTRAL_CALLS in text and "<tool_call>" not in text else None
         self.default_system: str | None = None      # --system-prompt: a system turn for chats without one
         self.bos = bos_token if add_bos else ""
         self.special = special_pattern               # the control tokens' texts (compiled), None = none

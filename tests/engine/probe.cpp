@@ -9,7 +9,8 @@
 // layers: kv_cache.h); then N_GEN - 1 greedy tokens are fed one at a time. OUT.bin gets float32 rows of n_vocab:
 // one per prompt position (with `last`: only the last prompt position's), then one per fed greedy token
 // (n_prompt + N_GEN - 1 rows, or N_GEN). stdout: the N_GEN
-// greedy tokens, comma-separated; stderr: "kv_bytes=B" (kv_cache_bytes of the positions written).
+// greedy tokens, comma-separated; stderr: "kv_bytes=B" (kv_cache_bytes of the positions written) and the expert
+// tiers' figures ("experts_hits=N", ...: model_expert_figures).
 // STRATA_PROBE_ACT_BITS=8 loads the model with 8-bit activations, STRATA_PROBE_THREADS=n with n threads (default 2). Exit 1 with the reason on stderr when the model or an eval fails.
 #include <cstdio>
 #include <cstdlib>
@@ -17,7 +18,7 @@
 #include <vector>
 
 #include "model.h"
-#include "quants.h"
+#include "cpu/quants.h"
 
 namespace {
 
@@ -73,6 +74,9 @@ int logits(int argc, char** argv) {
     mp.n_batch = chunk;
     // STRATA_PROBE_ACT_BITS=8: the engine's --act-bits 8 (tests/engine/test_act_bits.py)
     if (const char* bits = std::getenv("STRATA_PROBE_ACT_BITS")) mp.act_bits = std::atoi(bits);
+    // STRATA_PROBE_EXPERTS_KIB=n: the engine's expert RAM budget (--experts-ram-mib) in KiB, so that a small
+    // random MoE can be split (tests/engine/test_expert_tiers.py)
+    if (const char* kib = std::getenv("STRATA_PROBE_EXPERTS_KIB")) mp.experts_ram_bytes = std::atoll(kib) << 10;
     std::string err;
     strata_model* m = model_load(mp, &err);
     if (!m) return fail(err);
@@ -121,6 +125,10 @@ int logits(int argc, char** argv) {
     for (size_t i = 0; i < gen.size(); ++i) std::printf("%s%d", i ? "," : "", gen[i]);
     std::printf("\n");
     std::fprintf(stderr, "kv_bytes=%zu\n", kv_cache_bytes(kv, row));
+    const expert_figures ef = model_expert_figures(m);
+    std::fprintf(stderr, "experts_total=%d\nexperts_resident=%d\nexperts_hits=%llu\nexperts_misses=%llu\n"
+                 "experts_swaps=%llu\n", ef.total, ef.resident, (unsigned long long)ef.hits,
+                 (unsigned long long)ef.misses, (unsigned long long)ef.swaps);
     kv_cache_free(kv);
     model_free(m);
     return 0;

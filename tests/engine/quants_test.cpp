@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "quants.h"
+#include "cpu/quants.h"
 #include "test_check.h"
 
 namespace {

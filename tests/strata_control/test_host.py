@@ -1,7 +1,7 @@
 """strata_control/host.py and its use in the plan (issue 25, host limits): the CPUs this process may use
 (affinity: `taskset`; cgroup v2 cpu.max) set the default threads, and a cgroup memory.max below the plan is a
-refusal with the numbers, from `strata plan` and at the start of `strata serve`. The cgroup is a fake
-directory (STRATA_CGROUP_DIR): this test host cannot be given a real one."""
+refusal with the numbers, from `strata plan` and at the start of `strata serve`. The cgroup here is a fake
+directory (STRATA_CGROUP_DIR); tests/strata_control/test_host_cgroup.py runs the same refusal in a real one."""
 import os
 import shutil
 import subprocess
@@ -115,9 +115,9 @@ def test_strata_plan_under_taskset_says_threads_1_and_why(small):
 
 
 def test_strata_serve_refuses_at_start_under_a_small_memory_max(small, tmp_path):
-    env = {"STRATA_CGROUP_DIR": _cgroup(tmp_path, memory_max=300 * MIB, memory_current=100 * MIB)}
+    env = {"STRATA_CGROUP_DIR": _cgroup(tmp_path, memory_max=280 * MIB, memory_current=100 * MIB)}
     r = _cli("plan", small, env=env)
     assert r.returncode == 1 and "does not fit" in r.stderr and "cgroup memory.max" in r.stderr
     r = _cli("serve", "--model", small, "--port", "0", env=env)
     assert r.returncode != 0 and "does not fit: needs" in r.stderr
-    assert "180 MiB are usable (cgroup memory.max in" in r.stderr and "100 MiB of it in use" in r.stderr
+    assert "162 MiB are usable (cgroup memory.max in" in r.stderr and "100 MiB of it in use" in r.stderr

@@ -27,7 +27,7 @@ def test_defaults_on_a_roomy_machine(small):
         (4, 8192, "f16", 1, 1, "avx512_vnni", "cpu")
     assert kv_bytes_per_token(small, "f16") == 2 * 30 * 3 * 64 * 2
     assert p.memory["kv"] == 8192 * 23040 and p.engine_args() == ["--max-context", "8192", "--threads", "4",
-                                                                   "--kv", "f16"]
+                                                                   "--kv", "f16", "--batch", "1"]
     assert len(p.reasons) >= 5 and all("\n" not in r for r in p.reasons) and p.notices == []
     assert "plan for small" in p.render()
 
@@ -38,12 +38,12 @@ def test_odd_lane_counts_are_clamped_with_one_notice(small):
         assert p.lanes == lanes and len(p.notices) == 1 and f"--parallel {asked}" in p.notices[0]
     p = make_plan(small, _machine(), {"parallel": 3})
     assert p.lanes == 3 and p.notices == [] and p.engine_args()[-2:] == ["--batch", "3"]
-    assert p.memory["kv"] == 4 * 8192 * 23040  # the solo sequence and three lanes
+    assert p.memory["kv"] == 3 * 8192 * 23040  # three lanes: three slots (a lane is a slot, there is no solo one)
 
 
 def test_small_ram_picks_q8_0_then_cuts_the_context(small):
-    # f16 at 8192 x 9 sequences = 1620 MiB of KV; q8_0 = 861 MiB
-    need_f16 = 90 * MIB + 64 * MIB + 9 * 8192 * 23040
+    # f16 at 8192 x 8 sequences = 1440 MiB of KV; q8_0 = 765 MiB
+    need_f16 = 90 * MIB + 64 * MIB + 8 * 8192 * 23040
     p = make_plan(small, _machine(free_ram_bytes=int(need_f16 / 0.9) - MIB), {"parallel": 8})
     assert (p.kv, p.n_ctx) == ("q8_0", 8192) and "f16 does not fit" in p.reasons[-1]
     p = make_plan(small, _machine(free_ram_bytes=600 * MIB), {"parallel": 8})
@@ -110,7 +110,7 @@ def test_reasons_of_a_plan_nobody_asked_anything_say_default(small, cores, physi
     assert _reason(p, "context").startswith("context 8192: the default")
     assert _reason(p, "kv").startswith("kv f16: the default")
     assert not any("asked" in r or "calibrate" in r or "clamped" in r for r in p.reasons)
-    assert p.memory["kv"] == (1 + (lanes if lanes > 1 else 0)) * 8192 * 23040   # what the engine will hold
+    assert p.memory["kv"] == lanes * 8192 * 23040   # what the engine will hold: one slot per lane
 
 
 def test_reasons_name_who_asked_flag_run_config_calibrated_clamped(small):
@@ -130,3 +130,27 @@ def test_reasons_name_who_asked_flag_run_config_calibrated_clamped(small):
     assert _reason(p, "replicas").startswith("replicas 2: as asked (--replicas)")
     p = make_plan(small, _machine(free_ram_bytes=600 * MIB), runconfig.plan_want({}, {"parallel": 8}))
     assert _reason(p, "context").startswith("context ") and "cut from 8192" in _reason(p, "context")
+
+
+def test_a_moe_that_does_not_fit_keeps_what_fits_of_its_experts_in_ram(tmp_path):
+    # a random qwen3moe (tests/gguf_writer.py: 2 layers of 16 experts) over a small vocabulary
+    from tests import gguf_writer
+    vocab = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2", "tokenizer.ggml.merges": [],
+             "tokenizer.ggml.tokens": [f"t{i}" for i in range(512)], "tokenizer.ggml.token_type": [1] * 512}
+    path = gguf_writer.random_model(tmp_path / "moe.gguf", "qwen3moe", vocab, wtype="Q8_0", seed=3,
+                                    shapes={"n_expert": 64})
+    moe = describe(str(path))
+    assert moe.n_expert == 64 and 0.8 * moe.size_bytes < moe.expert_bytes < moe.size_bytes
+    kv = kv_bytes_per_token(moe, "f16") * 512
+    whole = moe.size_bytes + 64 * MIB + kv            # weights + engine overhead + KV at context 512
+    dense = whole - moe.expert_bytes
+    room = int((dense + moe.expert_bytes / 2) / 0.9) + 1   # free RAM: about half the experts fit beside the rest
+    p = make_plan(moe, _machine(free_ram_bytes=room), {"parallel": 1, "max_context": 512})
+    assert p.experts_ram is not None and 0 < p.experts_ram < moe.expert_bytes
+    assert abs(p.experts_ram - moe.expert_bytes / 2) < 2 * MIB
+    assert "--experts-ram-mib" in p.engine_args() and p.view()["experts_ram_mib"] == p.experts_ram // MIB
+    assert any(r.startswith("experts: ") and "mapped file" in r for r in p.reasons)
+    assert p.memory["total"] <= p.memory["budget"]
+    assert make_plan(moe, _machine(), {"parallel": 1}).experts_ram is None   # it fits whole: every expert
+    with pytest.raises(PlanRefused, match="does not fit"):   # not even the rest fits
+        make_plan(moe, _machine(free_ram_bytes=int(dense / 2)), {"parallel": 1, "max_context": 512})

@@ -193,14 +193,28 @@ def test_return_progress_on_the_batch_path(slot_server):
     assert reports[0]["cache"] > 0 and reports[-1]["total"] == 70
 
 
-def test_continue_final_message_is_refused_not_ignored(server):
+def test_a_final_assistant_message_is_continued_as_llama_server_and_vllm_ask(server):
+    # llama-server continues a trailing assistant message; vLLM's continue_final_message /
+    # add_generation_prompt say so explicitly, and false / true ask for a new turn
     s = server()
-    body = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hel"}],
-            "continue_final_message": True}
-    for path in ("/v1/chat/completions", "/apply-template"):
-        status, err, _ = s.post(path, body)
-        assert status == 400 and "continue_final_message" in err["error"]["message"]
-    assert s.post("/apply-template", {**body, "continue_final_message": False})[0] == 200
+    msgs = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hel"}]
+    new_turn = "Hel<|im_end|>\n<|im_start|>assistant\n"
+    for extra, tail in (({}, "assistant\nHel"), ({"continue_final_message": True}, "assistant\nHel"),
+                        ({"add_generation_prompt": False}, "assistant\nHel"),
+                        ({"continue_final_message": False}, new_turn), ({"add_generation_prompt": True}, new_turn)):
+        status, body, _ = s.post("/apply-template", {"messages": msgs, **extra})
+        assert status == 200 and body["prompt"].endswith(tail), extra
+    for extra, name in (({"continue_final_message": True, "add_generation_prompt": True}, "continue_final_message"),
+                        ({"continue_final_message": "yes"}, "continue_final_message")):
+        status, err, _ = s.post("/v1/chat/completions", {"messages": msgs, **extra})
+        assert status == 400 and err["error"]["param"] == name
+    for name, value in (("continue_final_message", True), ("add_generation_prompt", False)):
+        status, err, _ = s.post("/v1/chat/completions", {"messages": msgs[:1], name: value})
+        assert status == 400 and err["error"]["param"] == name and "assistant message at the end" in \
+            err["error"]["message"]
+    # a continued message is past the reply's first token, where a grammar starts: refused by name
+    status, err, _ = s.post("/v1/chat/completions", {"messages": msgs, "response_format": {"type": "json_object"}})
+    assert status == 400 and "continued" in err["error"]["message"]
 
 
 def test_return_tokens_and_the_stream_chunks_carry_the_generated_ids(server):

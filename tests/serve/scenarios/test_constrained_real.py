@@ -201,3 +201,4 @@ def test_a_looping_constrained_reply_is_closed_not_cut(tmp_path):
         value = json.loads(text)
         assert value == [1] * len(value) and 3 < len(value) < 300, text
         assert reply["usage"]["completion_tokens"] < 600    # the loop guard ended it, not max_tokens
+        assert reply["choices"][0]["finish_reason"] == "stop" and reply["choices"][0]["strata_finish"] == "loop_guard"

@@ -1,0 +1,76 @@
+"""Mistral's tool calls (serve/generation/mistral_calls.py): both forms, split anywhere, through the server.
+
+The rewrite is checked on every split of its input (one piece, two pieces at every offset, one character at a
+time: the same events), on v3 arrays (several calls, extra keys, braces inside strings), v11 calls with and
+without `[CALL_ID]`, text around calls, and text that only looks like a call. Then over the fake engine: a
+model whose own template is Mistral-shaped (tests/data/chat_templates/mistral_v7_tekken.jinja) answers in
+Mistral's syntax and the OpenAI route returns the calls, whole and streamed; a forced tool choice is a 400.
+"""
+import json
+import pathlib
+
+import pytest
+
+from serve.core.events import ToolSpec
+from serve.generation.mistral_calls import MistralOutputParser
+from serve.prompt.jinja_chat import JinjaChat
+from tests.serve.conftest import chat
+
+TEMPLATE = pathlib.Path(__file__).resolve().parents[2] / "data" / "chat_templates" / "mistral_v7_tekken.jinja"
+TOOLS = [ToolSpec("get_weather", "weather", {"type": "object", "properties": {"city": {"type": "string"}}})]
+V3 = ('Let me look. [TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Pa{r}is"}, "id": "a1b2c3d4e"}, '
+      '{"name": "get_weather", "arguments": {"city": "Lyon \\"Part-Dieu\\""}}]')
+V11 = '[TOOL_CALLS]get_weather[ARGS]{"city": "Nice"}[TOOL_CALLS]get_weather[CALL_ID]x9[ARGS]{"city": "Metz"}'
+PLAIN = "no call here: [TOOL_CALL] or [TOOL_CALLS\n"
+
+
+def events(text, pieces):
+    p = MistralOutputParser(TOOLS, False, new_id=lambda: "call_1")
+    out = []
+    for piece in pieces:
+        out += p.feed(piece)
+    out += p.finish()
+    calls = [(e.call.name, e.call.arguments) for e in out if e.kind == "tool_call"]
+    content = "".join(e.text for e in out if e.kind == "content")
+    args = "".join(e.text for e in out if e.kind == "tool_args")
+    return calls, content, args
+
+
+def splits(text):
+    yield [text]
+    yield list(text)
+    for i in range(1, len(text)):
+        yield [text[:i], text[i:]]
+
+
+@pytest.mark.parametrize("text,calls,content", [
+    (V3, [("get_weather", {"city": "Pa{r}is"}), ("get_weather", {"city": 'Lyon "Part-Dieu"'})], "Let me look. "),
+    (V11, [("get_weather", {"city": "Nice"}), ("get_weather", {"city": "Metz"})], ""),
+    (PLAIN, [], PLAIN),
+])
+def test_every_split_gives_the_same_calls(text, calls, content):
+    want = events(text, [text])
+    assert want[0] == calls and want[1] == content
+    for pieces in splits(text):
+        assert events(text, pieces) == want, pieces
+
+
+def test_the_server_returns_mistral_calls_whole_and_streamed(server):
+    answer = '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'
+    run = server({"turns": [{"text": answer}]})
+    run.svc.template = JinjaChat(TEMPLATE.read_text(encoding="utf-8"), "mistral", "<s>", "</s>")
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "weather",
+                                                "parameters": {"type": "object", "properties": {
+                                                    "city": {"type": "string"}}}}}]
+    status, body, _ = run.post("/v1/chat/completions", chat("Weather in Paris?", tools=tools))
+    assert status == 200, body
+    msg = body["choices"][0]["message"]
+    assert body["choices"][0]["finish_reason"] == "tool_calls" and not msg.get("content")
+    call = msg["tool_calls"][0]["function"]
+    assert call["name"] == "get_weather" and json.loads(call["arguments"]) == {"city": "Paris"}
+    status, chunks, _ = run.stream(chat("Weather in Paris?", tools=tools))
+    deltas = [tc for c in chunks for tc in (c["choices"][0]["delta"].get("tool_calls") or []) if c["choices"]]
+    assert deltas[0]["function"]["name"] == "get_weather"
+    assert json.loads("".join(d["function"].get("arguments") or "" for d in deltas)) == {"city": "Paris"}
+    status, body, _ = run.post("/v1/chat/completions", chat("x", tools=tools, tool_choice="required"))
+    assert status == 400 and "tool_choice" in json.dumps(body)
