@@ -57,7 +57,7 @@ CM_FN uint32_t float_to_bits(float f) {
     return u;
 }
 
-// IEEE half -> float, exact (engine/quants.cpp fp16_to_fp32's rule, subnormals renormalised)
+// IEEE half -> float, exact (engine/cpu/quants.cpp fp16_to_fp32's rule, subnormals renormalised)
 CM_FN float half_to_float(uint16_t h) {
     const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
     const uint32_t exp = (h >> 10) & 0x1F;
@@ -75,7 +75,7 @@ CM_FN float half_to_float(uint16_t h) {
     return bits_to_float(sign | (exp + 127 - 15) << 23 | mant << 13);
 }
 
-// float -> IEEE half, round to nearest even (engine/quants.cpp fp32_to_fp16's rule)
+// float -> IEEE half, round to nearest even (engine/cpu/quants.cpp fp32_to_fp16's rule)
 CM_FN uint16_t float_to_half(float f) {
     const uint32_t x = float_to_bits(f);
     const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
@@ -283,7 +283,7 @@ struct attn_state {
 CM_FN attn_state attn_init() { return attn_state{-3.0e38f, 0.0f}; }
 
 CM_FN float silu(float x) { return x / (1.0f + expf_(-x)); }
-// gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  (engine/gelu.h's scalar form)
+// gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  (engine/cpu/gelu.h's scalar form)
 CM_FN float gelu_tanh(float x) {
     const float k = 0.7978845608028654f;
     return 0.5f * x * (1.0f + tanhf_(k * (x + 0.044715f * x * x * x)));

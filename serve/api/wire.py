@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 from serve.core.effort import check_budget, normalize_effort
-from serve.core.errors import public_text
+from serve.core.errors import bug_text, client_error, log_bug, public_text
 from serve.core.events import FINISH_LOOP, BadRequest, ToolSpec
 
 
@@ -159,9 +159,14 @@ def cut_by_shutdown(ctx, done) -> bool:
 
 
 def error_text(service, e) -> str:
-    """The text of a failure after the headers (Service.run raised a service error, death note included),
-    as a client may see it: the engine log's tail and local paths go to the server log (serve/http/access.py)."""
-    return public_text(str(e) or type(e).__name__)
+    """The text of a failure after the headers, as a client may see it: a StrataError's message (Service.run
+    raised a service error, death note included: the engine log's tail and local paths go to the server log);
+    anything else is a bug: "internal error (TypeName)", its traceback in the server log (serve/core/errors.py)."""
+    err = client_error(e)
+    if err is None:
+        log_bug(e, "a reply after its headers")
+        return bug_text(e)
+    return public_text(err.message or type(e).__name__)
 
 
 def finish_note(done) -> dict:

@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 from http import HTTPStatus
 
+from serve.core.errors import StrataError
 from serve.http.pacing import INTERVAL_MS as STREAM_INTERVAL_MS, MAX_INTERVAL_MS
 
 # Each limit: default, why that number, and the environment variable that overrides it (0 = off where said).
@@ -109,10 +110,11 @@ class Limits:
                    max_connections=max(1, int(env_float("STRATA_MAX_CONNECTIONS", MAX_CONNECTIONS))))
 
 
-class HttpError(Exception):
+class HttpError(StrataError):
+    """A refusal of the HTTP shell (a socket rule, access, routing), with its status and error type."""
+
     def __init__(self, status, err_type, message, param=None, code=None):
-        super().__init__(message)
-        self.status, self.err_type, self.message, self.param, self.code = status, err_type, message, param, code
+        super().__init__(message, param=param, code=code, status=status, err_type=err_type)
 
 
 class ReadDeadline(HttpError):

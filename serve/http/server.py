@@ -35,7 +35,6 @@ import socket
 import sys
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -48,11 +47,9 @@ from serve.http.routes import (
     MODEL_ROUTES, OVERRIDES, OWN_PAGE_ROUTES, PAGES, POST_OVERRIDES, POST_ROUTES, PREFIX_OVERRIDES, PREFIX_ROUTES,
     PUBLIC_PATHS, UPLOAD_PREFIX, error_dialect)
 from serve.ops import metrics_views
-from serve.core.errors import ServiceError, public_text
-from serve.core.events import BadRequest
+from serve.core.errors import bug_text, client_error, log_bug
 from serve.http.guard import HttpError
-from serve.lifecycle import Lifecycle, LifecycleError
-from strata_control.files import StorageFull
+from serve.lifecycle import Lifecycle
 from serve.api.replies import JsonReply, RequestContext, StreamReply
 from serve.http.stream_writer import StreamWriter
 
@@ -438,31 +435,24 @@ class Handler(StreamWriter, BaseHTTPRequestHandler):
             reply = self._route(route, path, method, body, ctx, svc)
             if conv_id and isinstance(reply, StreamReply) and reply.content_type.startswith("text/event-stream"):
                 self._session = self.server.stream_sessions.open(conv_id)
-        except (HttpError, LifecycleError) as e:
-            return self._error(path, e.status, e.err_type, e.message, e.param, e.code)
-        except BadRequest as e:
-            return self._error(path, e.status, "invalid_request_error", e.message, e.param, e.code, e.extra)
-        except ServiceError as e:  # the Service turned every engine failure into one (503 / 502)
-            return self._error(path, e.status, e.err_type, public_text(e.message))
-        except StorageFull as e:  # a settings or run-config write found a full disk; the old file is intact
-            return self._error(path, 507, "insufficient_storage", public_text(e.message))
-        except ValueError as e:  # an engine ERR, or a value the translator refused
-            return self._error(path, 400, "invalid_request_error", public_text(str(e)))
-        except RecursionError:  # a body nested deeper than a walk over it can go
-            return self._error(path, 400, "invalid_request_error", "the request is nested too deeply")
-        except (TypeError, KeyError, AttributeError) as e:
-            traceback.print_exc()
-            return self._error(path, 400, "invalid_request_error", f"the request is malformed ({e})")
-        except Exception as e:  # the one place an unexpected failure becomes a 500 (its detail: the log)
-            traceback.print_exc()
-            return self._error(path, 500, "server_error", f"internal error ({type(e).__name__}); see the "
-                               "server log")
+        except Exception as e:  # the one boundary: serve/core/errors.py
+            return self._refuse(path, method, e)
         if isinstance(reply, StreamReply):
             return self._stream(reply)
         if isinstance(reply, JsonReply):
             return self._send(reply.status, reply.body, headers=reply.headers)
         content_type, text, *headers = reply   # (content type, text[, headers])
         self._send(200, text, content_type, headers[0] if headers else None)
+
+    def _refuse(self, path, method, e: Exception):
+        """An exception before the answer began, in the caller's dialect: a StrataError (bad input, a refusal,
+        the Service unable to answer now: the Service turned every engine failure into one) with its status
+        and message; anything else is a bug, a 500 with a short reason and its traceback in the server log."""
+        err = client_error(e)
+        if err is None:
+            log_bug(e, f"{method} {path}")
+            return self._error(path, 500, "server_error", bug_text(e))
+        return self._error(path, err.status, err.err_type, err.client_text(), err.param, err.code, err.extra)
 
     def _static(self, path):
         name = PAGES.get(path) or path[len("/static/"):]

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from serve.core.errors import ServiceUnavailable
 from serve.core.events import Done, Event, KIND_PING, ToolSpec
 from serve.engine_client.engine import StrataEngine
 from serve.engine_client.replicas import ReplicaEngine
@@ -331,9 +332,11 @@ class StubService:
     """The service surface a translator uses, scripted: `run` parses `text` (fed in `pieces`) as the model's
     output, with deterministic call ids."""
 
-    def __init__(self, text, thinking=False, pieces=None, fail_after=None, prompt_tokens=12, finish="stop"):
+    def __init__(self, text, thinking=False, pieces=None, fail_after=None, prompt_tokens=12, finish="stop",
+                 failure=None):
         self.pieces = pieces if pieces is not None else [text]
         self.thinking, self.fail_after, self.n, self.finish = thinking, fail_after, prompt_tokens, finish
+        self.failure = failure   # what `run` raises at piece `fail_after` (default: a dead engine's 503)
         self.config, self.model_name = {"aliases": ["claude-x"]}, "smollm2"
 
     def prepare(self, req):
@@ -348,7 +351,7 @@ class StubService:
         yield Event(KIND_PING)
         for i, piece in enumerate(self.pieces):
             if self.fail_after is not None and i == self.fail_after:
-                raise RuntimeError("engine died")
+                raise self.failure or ServiceUnavailable("engine died")   # as Service.run turns a dead engine
             yield from parser.feed(piece)
         yield from parser.finish()
         yield Done(self.finish, self.n, len(self.pieces), cached_tokens=3)
