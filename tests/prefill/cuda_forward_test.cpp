@@ -114,11 +114,13 @@ void cuk_gemm_bf16(const uint16_t* a, const uint16_t* b, float* c, int64_t m, in
     for (size_t i = 0; i < af.size(); ++i) af[i] = cm::bf16_to_float(a[i]);
     for (int64_t j = 0; j < n; ++j) {
         for (int64_t p = 0; p < k; ++p) bf[size_t(p)] = cm::bf16_to_float(b[j * k + p]);
-        for (int64_t i = 0; i < m; ++i) {
+        for (int64_t i = 0; i < m; ++i) {  // 8 partial sums (the tensor cores' order is not the CPU's either)
             const float* ar = af.data() + i * k;
-            float s = 0.0f;
-            for (int64_t p = 0; p < k; ++p) s += ar[p] * bf[size_t(p)];
-            c[i * n + j] = s;
+            float s[8] = {};
+            for (int64_t p = 0; p < k; p += 8) {
+                for (int q = 0; q < 8; ++q) s[q] += ar[p + q] * bf[size_t(p + q)];
+            }
+            c[i * n + j] = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
         }
     }
 }
