@@ -262,13 +262,13 @@ def refuse_unsupported(body: dict, fields: tuple[str, ...]) -> None:
 
 # ---------------------------------------------------------------- the rest
 def ban_eos(body: dict, sampling, stop_ids) -> None:
-    """llama-server's and vLLM's `ignore_eos: true`: every end-of-generation token banned (the engine's -100
-    bias), so the reply runs to its limit, as llama.cpp's /completion does it."""
+    """llama-server's and vLLM's `ignore_eos: true`: every end-of-generation token (`stop_ids()`, asked only
+    then) banned with the engine's -100 bias, so the reply runs to its limit, as llama.cpp's /completion does."""
     value = body.get("ignore_eos")
     if value is not None and not isinstance(value, bool):
         raise BadRequest("ignore_eos: true or false", param="ignore_eos")
     if value:
-        sampling.logit_bias.update({int(t): -100.0 for t in stop_ids})
+        sampling.logit_bias.update({int(t): -100.0 for t in stop_ids()})
 
 
 def model_field(body: dict, required: bool = False) -> str | None:
