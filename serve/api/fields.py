@@ -12,13 +12,16 @@ to send instead. Knows no HTTP server and no engine.
 - Structured output on OpenAI routes: `response_format`, llama.cpp's `json_schema` and `grammar`, vLLM's
   `guided_json` / `guided_choice` / `guided_grammar` / `structured_outputs` -> one GBNF text (schemas compile
   through serve/generation/constrain.py `schema_ask`); tools' `strict`. A regex constraint is a 400.
-- Output fields Strata does not implement (`suffix`): a 400 naming them, never accepted and ignored.
+- Fields Strata does not implement (`suffix`, llama-server's dynamic temperature and tail-free sampling,
+  vLLM's beam search, min_tokens, token-id lists, ...): a 400 naming them when set to anything but their
+  default, never accepted and ignored.
 - `model`: a string or absent.
 
 Public surface: `check_n(body, name)`, `check_best_of(body, n)`, `chat_logprobs(body)`,
 `completions_logprobs(body)`, `llama_n_probs(body, post_ok)`, `responses_logprobs(body)`,
 `openai_grammar(body)`, `strict_requested(raw_tools)`, `refuse_unsupported(body, fields)`,
-`model_field(body, required)`, `RESPONSES_INCLUDE`, `GRAMMAR_TEXT_MAX_BYTES`.
+`model_field(body, required)`, `ban_eos(body, sampling, stop_ids)`, `SAMPLER_FIELDS_REFUSED`, `VLLM_FIELDS_REFUSED`, `RESPONSES_INCLUDE`,
+`GRAMMAR_TEXT_MAX_BYTES`.
 """
 from __future__ import annotations
 
@@ -37,7 +40,22 @@ RESPONSES_INCLUDE = "message.output_text.logprobs"
 # name -> (the values that ask for nothing, what to say)
 _UNSUPPORTED = {
     "suffix": ((None, ""), "suffix (insertion) is not supported"),
+    # llama-server's samplers the engine does not have (engine/sampler.h has the others)
+    "dynatemp_range": ((None, 0, 0.0), "dynamic temperature is not implemented (0 = off)"),
+    "dynatemp_exponent": ((None, 1, 1.0), "dynamic temperature is not implemented (1 = off)"),
+    "tfs_z": ((None, 1, 1.0), "tail-free sampling is not implemented (1 = off; llama.cpp removed it too)"),
+    # vLLM's sampling parameters beyond OpenAI's
+    "min_tokens": ((None, 0), "min_tokens is not implemented (0 = off)"),
+    "use_beam_search": ((None, False), "beam search is not implemented"),
+    "length_penalty": ((None, 1, 1.0), "length_penalty (beam search) is not implemented"),
+    "allowed_token_ids": ((None,), "allowed_token_ids is not implemented; logit_bias can ban tokens"),
+    "bad_words": ((None, []), "bad_words is not implemented; logit_bias can ban tokens"),
+    "stop_token_ids": ((None, []), "stop_token_ids is not implemented; use stop strings"),
+    "prompt_logprobs": ((None,), "prompt_logprobs is not implemented"),
 }
+SAMPLER_FIELDS_REFUSED = ("dynatemp_range", "dynatemp_exponent", "tfs_z")   # every sampling route refuses these
+VLLM_FIELDS_REFUSED = ("min_tokens", "use_beam_search", "length_penalty", "allowed_token_ids", "bad_words",
+                       "stop_token_ids", "prompt_logprobs")   # and the OpenAI routes these
 
 
 # ---------------------------------------------------------------- choices
@@ -217,7 +235,7 @@ def strict_requested(raw_tools) -> bool:
 
 
 def refuse_unsupported(body: dict, fields: tuple[str, ...]) -> None:
-    """A 400 for each of `fields` the body sets to something other than its default."""
+    """A 400 for the first of `fields` the body sets to something other than its default."""
     for name in fields:
         if name not in body:
             continue
@@ -228,6 +246,16 @@ def refuse_unsupported(body: dict, fields: tuple[str, ...]) -> None:
 
 
 # ---------------------------------------------------------------- the rest
+def ban_eos(body: dict, sampling, stop_ids) -> None:
+    """llama-server's and vLLM's `ignore_eos: true`: every end-of-generation token banned (the engine's -100
+    bias), so the reply runs to its limit, as llama.cpp's /completion does it."""
+    value = body.get("ignore_eos")
+    if value is not None and not isinstance(value, bool):
+        raise BadRequest("ignore_eos: true or false", param="ignore_eos")
+    if value:
+        sampling.logit_bias.update({int(t): -100.0 for t in stop_ids})
+
+
 def model_field(body: dict, required: bool = False) -> str | None:
     """`model`: a string (a non-empty one where `required`, as Ollama's routes need), else absent."""
     model = body.get("model")
