@@ -9,11 +9,12 @@ Phases:
                tokens the host had cached (usage.prompt_tokens_details.cached_tokens), and whether every turn of a
                conversation was answered by one host (X-Strata-Host)
   round robin  the same file with STRATA_BALANCE=roundrobin (affinity off), new conversations
-  failover     affinity again, clients chatting for --failover-s seconds: h2 is SIGKILLed (server and engine:
-               a host that dies), later h3's engine alone is SIGKILLed (the server stays: its streams end with an
-               error event, /health is 503 until the engine is back), then h2 is started again. Reported: how
-               the streams in flight on h2 ended, requests failed after the kill, seconds until HAProxy marked
-               h2 DOWN and UP again, requests h2 answered after its return, and POSTs a host answered with 503
+  failover     affinity again, clients chatting for --failover-s seconds: the busiest host is SIGKILLed
+               (server and engine: a host that dies), later the busiest other host's engine alone (the server
+               stays: its streams end with an error event, /health is 503 until the engine is back), then the
+               dead host is started again. Reported: how the streams in flight on it ended, requests failed
+               after the kill, seconds until HAProxy marked it DOWN and UP again, requests it answered after its
+               return, and POSTs a host answered with 503
                (a request sent to a host whose /health was not 200)
 Everything is bounded (each phase has a time limit) and cleaned up (namespaces, processes) on any exit. Exit
 0 with `skipped: REASON` where namespaces cannot be made. --json FILE writes every figure.
@@ -156,7 +157,8 @@ def failover(cluster, args, log_dir) -> dict:
         with open(os.path.join(log_dir, f"{host}.log"), errors="replace") as f:
             h503 += len(re.findall(r'"POST [^"]*" 503 ', f.read()))
     return {"requests": len(rows), "seconds": round(time.time() - t_start, 1), "killed": name,
-            "engine_killed": other_name, "engine_killed_at": engine_kill_at, "outcomes": outcomes(rows), "in_flight_at_kill": outcomes(in_flight),
+            "engine_killed": other_name, "engine_killed_at": engine_kill_at, "outcomes": outcomes(rows),
+            "in_flight_at_kill": outcomes(in_flight),
             "in_flight_at_engine_kill": outcomes(at_engine_kill),
             "failed_after_kill": sum(r["outcome"] != "done" for r in after), "requests_after_kill": len(after),
             "not_done": [{"host": r["host"], "outcome": r["outcome"], "status": r["status"],

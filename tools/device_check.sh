@@ -62,7 +62,8 @@ SMALL="$MODELS/small.gguf" GEMMA="$MODELS/gemma.gguf" L8B="$MODELS/llama8b.gguf"
 
 # the host-emulated forward reads STRATA_TEST_MODEL (the random small model: the default one is not here)
 step "unit tests (ctest -R cuda)" bash -c "cd '$BUILD' && STRATA_TEST_MODEL='$SMALL' ctest -R cuda --output-on-failure"
-gpu_step "compute-sanitizer memcheck (cuda_kernels_test)" compute-sanitizer --tool memcheck --error-exitcode 1 \
+SANITIZER="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+gpu_step "compute-sanitizer memcheck (cuda_kernels_test)" "$SANITIZER" --tool memcheck --error-exitcode 1 \
   "$BUILD/cuda_kernels_test"
 
 BENCH="$BUILD/strata-bench-cuda"

@@ -212,7 +212,7 @@ class _ChatChoice:
 def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     req = parse_chat(body)
     check_best_of(body, req.n)  # vLLM's chat field: refused as on completions, never ignored
-    ban_eos(body, req.sampling, service.stop_ids)
+    ban_eos(body, req.sampling, lambda: service.stop_ids)
     include_usage = _include_usage(body)
     preps = prepare_choices(service, req, req.n)
     meta = {"id": "chatcmpl-" + secrets.token_hex(12), "created": int(time.time()),
@@ -311,7 +311,7 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     refuse_unsupported(body, ("suffix",) + SAMPLER_FIELDS_REFUSED + VLLM_FIELDS_REFUSED)
     req.n = n = check_n(body)
     check_best_of(body, n)
-    ban_eos(body, req.sampling, service.stop_ids)
+    ban_eos(body, req.sampling, lambda: service.stop_ids)
     req.logprobs = completions_logprobs(body)
     if req.logprobs is None:
         req.logprobs = llama_n_probs(body)

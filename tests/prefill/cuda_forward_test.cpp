@@ -12,6 +12,7 @@
 //  - a batch mixing two sequences' decode steps gives each what it gets alone;
 //  - a prefix copied from one device cache to another (kv_cache_copy) continues as the original does;
 //  - SAVE / RESTORE rows (kv_cache_read_rows / write_rows) round-trip through a device cache unchanged;
+//  - embeddings' hidden rows (want_hidden) point where the CPU's do (cosine > 0.999);
 //  - --kv q8_0 caches are refused on the device.
 #include <algorithm>
 #include <cmath>
@@ -384,6 +385,43 @@ void test_batch_copy_rows(strata_model* gpu, int n_vocab) {
     for (kv_cache* kv : {ka, kb, ka2, kb2}) kv_cache_free(kv);
 }
 
+// Embeddings (want_hidden): the final-normed rows of entries 1 and 4 of a 5-token read, GPU against CPU, by
+// cosine similarity (the bf16 / float orders move each row a little, never its direction).
+void test_hidden(strata_model* cpu, strata_model* gpu) {
+    const int32_t E = model_get_info(cpu).n_embd;
+    const int32_t tok[5] = {5, 6, 7, 8, 9}, pos[5] = {0, 1, 2, 3, 4}, seq[5] = {0, 0, 0, 0, 0};
+    const uint8_t want_logits[5] = {0, 0, 0, 0, 0}, want_hidden[5] = {0, 1, 0, 0, 1};
+    std::vector<float> hc(2 * static_cast<size_t>(E)), hg(2 * static_cast<size_t>(E));
+    for (strata_model* m : {cpu, gpu}) {
+        kv_cache* kv = kv_cache_init(m, 16, KV_TYPE_F16);
+        kv_cache* kvs[1] = {kv};
+        eval_batch b;
+        b.n = 5;
+        b.token = tok;
+        b.pos = pos;
+        b.seq = seq;
+        b.want_logits = want_logits;
+        b.kvs = kvs;
+        b.n_seq = 1;
+        b.want_hidden = want_hidden;
+        b.hidden = (m == cpu ? hc : hg).data();
+        std::string err;
+        CHECK(model_eval(m, b, nullptr, &err) == 0, "hidden: %s", err.c_str());
+        kv_cache_free(kv);
+    }
+    for (int r = 0; r < 2; ++r) {
+        double dot = 0.0, nc = 0.0, ng = 0.0;
+        for (int32_t j = 0; j < E; ++j) {
+            const double a = hc[size_t(r * E + j)], g = hg[size_t(r * E + j)];
+            dot += a * g;
+            nc += a * a;
+            ng += g * g;
+        }
+        const double cosine = dot / std::sqrt(nc * ng);
+        CHECK(cosine > 0.999, "hidden row %d: cosine %.5f between GPU and CPU", r, cosine);
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -408,6 +446,7 @@ int main() {
     const int n_vocab = model_get_info(cpu).n_vocab;
     test_greedy(cpu, gpu, n_vocab);
     test_batch_copy_rows(gpu, n_vocab);
+    test_hidden(cpu, gpu);
     model_free(cpu);
     model_free(gpu);
     CHECK(g_allocs == 0, "%d device allocations left after model_free", g_allocs);

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 
 def test_affinity_and_failover_through_haproxy(tmp_path):
-    args = cluster_figures.parse(["--fake", "--clients", "12", "--turns", "4", "--failover-s", "16",
+    args = cluster_figures.parse(["--fake", "--clients", "12", "--turns", "4", "--failover-s", "20",
                                   "--phases", "affinity,failover"])
     figures = cluster_figures.run(args, str(tmp_path))
     aff = figures["affinity"]
