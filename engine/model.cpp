@@ -86,6 +86,7 @@ std::vector<weight_view*> matmul_weights(strata_model* m, bool experts = true) {
 // (engine/cpu/kernels_group_q5_0.h), with the same results as widened.
 bool widens(const strata_model* m, const weight_view& w, int32_t act_bits) {
     if (!quant_widens_to_q8_0(w.type)) return false;
+    if (!quant_rows_widen_exactly(w.type, w.data, w.n_cols * w.n_rows)) return false;  // MXFP4 scales past a half
     return !(w.type == GGML_TYPE_Q5_0 && act_bits == 16 && group_fn(*m->ks, w.type) &&
              weight_packed_bytes(w.type, w.n_cols, w.n_rows) > 0);
 }

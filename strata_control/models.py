@@ -28,11 +28,11 @@ MAX_WALK_FILES = 10000                               # a models folder with more
 # llama.cpp's `general.file_type` (LLAMA_FTYPE_*) values -> the quantization name
 FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
               11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
-              17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 25: "IQ4_NL", 30: "IQ4_XS", 32: "BF16"}
+              17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 25: "IQ4_NL", 30: "IQ4_XS", 32: "BF16", 38: "MXFP4_MOE"}
 # the ones whose tensors the engine reads (engine/cpu/quants.h: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K
-# Q4_K Q5_K Q6_K IQ4_NL IQ4_XS)
+# Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4)
 SUPPORTED_QUANTS = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_S", "Q3_K_M",
-                    "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS")
+                    "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4_MOE")
 _SHAPE_KEYS = ("context_length", "block_count", "embedding_length", "attention.head_count",
                "attention.head_count_kv", "attention.key_length", "expert_count", "expert_used_count")
 

@@ -17,7 +17,7 @@ than the physical cores (affinity, cgroup cpu.max), and the memory budget is the
 what the cgroup's memory.max leaves; both reasons name their source.
 
 Public surface: `Machine`, `machine_facts()`, `Plan`, `PlanRefused`, `make_plan(model, machine, want)`, `memory_budget(machine)`,
-`kv_bytes_per_token(model, kv)`, `clamp_lanes(asked)`, `default_lanes(cores)`, `LANES_MAX`, `CPU_CONTEXT_CAP`.
+`kv_bytes_per_token(model, kv)`, `active_weight_bytes(model)`, `clamp_lanes(asked)`, `default_lanes(cores)`, `LANES_MAX`, `CPU_CONTEXT_CAP`.
 
 Reasons tell where each value came from: the default (and why), asked (`--flag` or the run config), measured
 by `serve --calibrate`, clamped, or cut to fit. `want["sources"]` ({key: "flag" | "run config" | "calibrated"},
@@ -262,6 +262,10 @@ def make_plan(model, machine: Machine, want: dict | None = None) -> Plan:
             raise
         n_ctx, kv, ctx_why, memory, experts_ram = _fit_tiered(model, machine, want, lanes, replicas, sources)
     reasons += ctx_why
+    if getattr(model, "expert_bytes", 0) and model.n_expert:
+        reasons.append(f"speed: a decoded token reads about {active_weight_bytes(model) // MIB} MiB of weights (all "
+                       f"but the experts, and {model.n_expert_used} of the {model.n_expert} experts of each layer); "
+                       f"memory counts all {model.size_bytes // MIB} MiB")
     if replicas > 1:
         reasons.append(f"replicas {replicas}: {_asked('replicas', sources)}; each holds its own weights and KV cache")
     return Plan(model=model.id, threads=threads, n_ctx=n_ctx, kv=kv, lanes=lanes, replicas=replicas,
@@ -308,6 +312,14 @@ def _fit(model, machine: Machine, want: dict, lanes: int, replicas: int, sources
                       f"{need['weights'] // MIB}, KV {need['kv'] // MIB} at {asked_ctx or MIN_CONTEXT} tokens, "
                       f"{kv}, {why_seq}, overhead {need['overhead'] // MIB}) but {budget // MIB} MiB are usable "
                       f"({budget_why})")
+
+
+def active_weight_bytes(model) -> int:
+    """Weight bytes one decoded token reads: the whole file for a dense model; for a mixture of experts all but
+    the experts, plus the share of them a token uses (n_expert_used of n_expert per layer)."""
+    if not (getattr(model, "expert_bytes", 0) and model.n_expert):
+        return model.size_bytes
+    return model.size_bytes - model.expert_bytes + model.expert_bytes * model.n_expert_used // model.n_expert
 
 
 def _fit_tiered(model, machine: Machine, want: dict, lanes: int, replicas: int, sources: dict):

@@ -8,7 +8,7 @@ bool quant_supported(uint32_t type) {
     case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: case GGML_TYPE_Q8_0:
     case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
     case GGML_TYPE_Q6_K: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K:
-    case GGML_TYPE_IQ4_NL: case GGML_TYPE_IQ4_XS:
+    case GGML_TYPE_IQ4_NL: case GGML_TYPE_IQ4_XS: case GGML_TYPE_MXFP4:
         return true;
     default:
         return false;
@@ -32,6 +32,7 @@ const char* quant_name(uint32_t type) {
     case GGML_TYPE_Q3_K: return "Q3_K";
     case GGML_TYPE_IQ4_NL: return "IQ4_NL";
     case GGML_TYPE_IQ4_XS: return "IQ4_XS";
+    case GGML_TYPE_MXFP4: return "MXFP4";
     default: return "unsupported";
     }
 }
@@ -39,7 +40,7 @@ const char* quant_name(uint32_t type) {
 int quant_block_size(ggml_type type) {
     switch (type) {
     case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1:
-    case GGML_TYPE_IQ4_NL:
+    case GGML_TYPE_IQ4_NL: case GGML_TYPE_MXFP4:
         return QK32;
     case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K: case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K:
     case GGML_TYPE_IQ4_XS:
@@ -64,6 +65,7 @@ size_t quant_block_bytes(ggml_type type) {
     case GGML_TYPE_Q3_K: return sizeof(block_q3_k);
     case GGML_TYPE_IQ4_NL: return sizeof(block_iq4_nl);
     case GGML_TYPE_IQ4_XS: return sizeof(block_iq4_xs);
+    case GGML_TYPE_MXFP4: return sizeof(block_mxfp4);
     default: return 0;
     }
 }
@@ -287,7 +289,34 @@ static void dequant_iq4_xs(const block_iq4_xs* b, float* y, int64_t nb) {
     }
 }
 
-bool quant_widens_to_q8_0(ggml_type type) { return type == GGML_TYPE_Q5_0 || type == GGML_TYPE_IQ4_NL; }
+const int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+constexpr int MXFP4_E_HALF_LO = 104, MXFP4_E_HALF_HI = 143;  // 2^(e - 128) is a half (normal or subnormal)
+
+static float mxfp4_scale(uint8_t e) { return std::ldexp(1.0f, int(e) - 128); }
+
+static void dequant_mxfp4(const block_mxfp4* b, float* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, y += QK32) {
+        const float d = mxfp4_scale(b[i].e);
+        for (int j = 0; j < 16; ++j) {
+            y[j] = d * static_cast<float>(kvalues_mxfp4[b[i].qs[j] & 0xF]);
+            y[j + 16] = d * static_cast<float>(kvalues_mxfp4[b[i].qs[j] >> 4]);
+        }
+    }
+}
+
+bool quant_widens_to_q8_0(ggml_type type) {
+    return type == GGML_TYPE_Q5_0 || type == GGML_TYPE_IQ4_NL || type == GGML_TYPE_MXFP4;
+}
+
+bool quant_rows_widen_exactly(ggml_type type, const void* x, int64_t n_elements) {
+    if (type != GGML_TYPE_MXFP4) return quant_widens_to_q8_0(type);
+    const block_mxfp4* b = static_cast<const block_mxfp4*>(x);
+    for (int64_t i = 0; i < n_elements / QK32; ++i) {
+        if (b[i].e < MXFP4_E_HALF_LO || b[i].e > MXFP4_E_HALF_HI) return false;
+    }
+    return true;
+}
 
 void quant_row_to_q8_0(ggml_type type, const void* x, block_q8_0* y, int64_t n) {
     const int64_t nb = n / QK32;
@@ -298,6 +327,13 @@ void quant_row_to_q8_0(ggml_type type, const void* x, block_q8_0* y, int64_t n) 
             for (int j = 0; j < 16; ++j) {
                 y[i].qs[j] = static_cast<int8_t>(((b.qs[j] & 0xF) | q5_high(b.qh, j)) - 16);
                 y[i].qs[j + 16] = static_cast<int8_t>(((b.qs[j] >> 4) | q5_high(b.qh, j + 16)) - 16);
+            }
+        } else if (type == GGML_TYPE_MXFP4) {
+            const block_mxfp4& b = static_cast<const block_mxfp4*>(x)[i];
+            y[i].d = fp32_to_fp16(mxfp4_scale(b.e));
+            for (int j = 0; j < 16; ++j) {
+                y[i].qs[j] = kvalues_mxfp4[b.qs[j] & 0xF];
+                y[i].qs[j + 16] = kvalues_mxfp4[b.qs[j] >> 4];
             }
         } else {  // IQ4_NL
             const block_iq4_nl& b = static_cast<const block_iq4_nl*>(x)[i];
@@ -336,5 +372,6 @@ void dequantize_row(ggml_type type, const void* x, float* y, int64_t n) {
     case GGML_TYPE_Q3_K: dequant_q3_k(static_cast<const block_q3_k*>(x), y, nb); break;
     case GGML_TYPE_IQ4_NL: dequant_iq4_nl(static_cast<const block_iq4_nl*>(x), y, nb); break;
     case GGML_TYPE_IQ4_XS: dequant_iq4_xs(static_cast<const block_iq4_xs*>(x), y, nb); break;
+    case GGML_TYPE_MXFP4: dequant_mxfp4(static_cast<const block_mxfp4*>(x), y, nb); break;
     }
 }

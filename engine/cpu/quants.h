@@ -28,6 +28,7 @@ enum ggml_type : uint32_t {
     GGML_TYPE_IQ4_NL = 20,
     GGML_TYPE_IQ4_XS = 23,
     GGML_TYPE_BF16 = 30,
+    GGML_TYPE_MXFP4 = 39,
 };
 
 constexpr int QK32 = 32;   // elements per block of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL
@@ -66,8 +67,13 @@ struct block_iq4_nl { uint16_t d; uint8_t qs[16]; };                            
 struct block_iq4_xs { uint16_t d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t qs[128]; };
 // The 16 levels of IQ4_NL / IQ4_XS.
 extern const int8_t kvalues_iq4nl[16];
+// MXFP4 (OCP microscaling FP4; gpt-oss's experts): Q4_0's nibble layout, each nibble an E2M1 code whose value
+// doubled is kvalues_mxfp4[q], and one E8M0 exponent byte e per block: x = kvalues_mxfp4[q] * 2^(e - 128).
+struct block_mxfp4 { uint8_t e; uint8_t qs[16]; };                                           // 17 bytes
+extern const int8_t kvalues_mxfp4[16];
 
 static_assert(sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 && sizeof(block_iq4_nl) == 18);
+static_assert(sizeof(block_mxfp4) == 17);
 static_assert(sizeof(block_q2_k) == 84 && sizeof(block_q3_k) == 110 && sizeof(block_iq4_xs) == 136);
 static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(block_q8_0) == 34);
 static_assert(sizeof(block_q4_k) == 144 && sizeof(block_q5_k) == 176 && sizeof(block_q6_k) == 210);
@@ -85,7 +91,10 @@ void dequantize_row(ggml_type type, const void* x, float* y, int64_t n);
 // Q5_0 and IQ4_NL blocks are exactly Q8_0 blocks with the same half scale (each value is d times an integer in
 // int8 range), so the model rewrites such matrices as Q8_0 at load and they take Q8_0's integer kernels.
 // True when type has that exact Q8_0 form; quant_row_to_q8_0 writes it (n / 32 blocks) for such a type.
+// MXFP4 too, where every block's 2^(e - 128) is a half (e in 104..143: quant_rows_widen_exactly checks a
+// matrix's blocks; beyond that range the matrix keeps the generic float path).
 bool quant_widens_to_q8_0(ggml_type type);
+bool quant_rows_widen_exactly(ggml_type type, const void* x, int64_t n_elements);
 void quant_row_to_q8_0(ggml_type type, const void* x, block_q8_0* y, int64_t n);
 
 // IEEE half / bfloat16 <-> float, exact (round to nearest even on the way down).

@@ -49,7 +49,7 @@ import os
 from serve.ops import llama_views
 from serve.core import sampling as sampling_mod
 from serve.core.events import BadRequest, CompletionRequest, Done, KIND_CONTENT, KIND_PING, LiveTimings, ProgressFeed
-from serve.api.fields import check_n, llama_n_probs
+from serve.api.fields import SAMPLER_FIELDS_REFUSED, check_n, llama_n_probs, refuse_unsupported
 from serve.generation.choices import collect_text, prepare_choices, run_choices
 from serve.generation.logprobs import llama_probs
 from serve.api.wire import error_text, finish_note, model_name, sse
@@ -186,6 +186,7 @@ def _prompts(tok, prompt) -> list:
 
 
 def _llama_request(service, body: dict, ids, text: str) -> CompletionRequest:
+    refuse_unsupported(body, SAMPLER_FIELDS_REFUSED)
     n_predict = None
     for name in _NUMBER_FIELDS:
         value = body.get(name)

@@ -173,7 +173,7 @@ def blob_post(lc, body, ctx):
 
 
 def copy(lc, body, ctx):
-    store = _store(lc)
+    _store(lc)   # 501 without a model store
     source = _name(body.get("source"), "source")
     destination = _name(body.get("destination"), "destination")
     return create(lc, {"model": destination, "from": source, "stream": False}, ctx) if source != destination \

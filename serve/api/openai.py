@@ -28,8 +28,8 @@ import time
 from urllib.parse import unquote
 
 from serve.api.fields import (
-    chat_logprobs, check_best_of, check_n, completions_logprobs, llama_n_probs, model_field, openai_grammar,
-    refuse_unsupported, strict_requested)
+    SAMPLER_FIELDS_REFUSED, VLLM_FIELDS_REFUSED, ban_eos, chat_logprobs, check_best_of, check_n, completions_logprobs,
+    llama_n_probs, model_field, openai_grammar, refuse_unsupported, strict_requested)
 from serve.generation.choices import collect_text, merge_done, prepare_choices, run_choices
 from serve.core.events import (
     BadRequest, ChatRequest, CompletionRequest, Done, LiveTimings, Message, ProgressFeed, ToolCall,
@@ -123,6 +123,7 @@ def _continue_final(body: dict, messages: list[Message]) -> bool:
 
 
 def parse_chat(body: dict) -> ChatRequest:
+    refuse_unsupported(body, SAMPLER_FIELDS_REFUSED + VLLM_FIELDS_REFUSED)
     req = ChatRequest(messages=_messages(body.get("messages")), tools=parse_tools(body.get("tools")))
     if [m.role for m in req.messages[-2:]] == ["assistant", "assistant"]:  # as llama-server refuses it
         raise BadRequest("messages: two assistant messages at the end; a reply follows a user or tool turn "
@@ -211,6 +212,7 @@ class _ChatChoice:
 def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     req = parse_chat(body)
     check_best_of(body, req.n)  # vLLM's chat field: refused as on completions, never ignored
+    ban_eos(body, req.sampling, lambda: service.stop_ids)
     include_usage = _include_usage(body)
     preps = prepare_choices(service, req, req.n)
     meta = {"id": "chatcmpl-" + secrets.token_hex(12), "created": int(time.time()),
@@ -306,9 +308,10 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
                             sampling=check_request_sampling(body),
                             stop=check_stop(body.get("stop")), stream=bool_field(body, "stream"),
                             echo=bool_field(body, "echo"), model=body.get("model"))
-    refuse_unsupported(body, ("suffix",))
+    refuse_unsupported(body, ("suffix",) + SAMPLER_FIELDS_REFUSED + VLLM_FIELDS_REFUSED)
     req.n = n = check_n(body)
     check_best_of(body, n)
+    ban_eos(body, req.sampling, lambda: service.stop_ids)
     req.logprobs = completions_logprobs(body)
     if req.logprobs is None:
         req.logprobs = llama_n_probs(body)

@@ -12,7 +12,8 @@ the listed properties, in their listed order; true or a schema on an object with
 anyOf: its branches should not overlap), local `$ref` into `$defs`/`definitions` (recursion allowed),
 `minLength`/`maxLength`, `minimum`/`maximum`/`exclusiveMinimum`/`exclusiveMaximum` on integers (exact ranges)
 and on numbers (exact for decimals of up to FRAC_DIGITS_MAX fraction digits; a bounded number is written
-without an exponent), `multipleOf` on integers (a power of ten, or at most MULTIPLES_MAX multiples between
+without an exponent), `pattern` on strings (serve/generation/regex_grammar.py's subset; matched whole, a valid subset of JSON
+Schema's match-anywhere), `multipleOf` on integers (a power of ten, or at most MULTIPLES_MAX multiples between
 both bounds; a whole multipleOf on a number makes it an integer), `format` date, date-time, time and uuid
 (date days 01-28: a valid subset).
 Annotations (`title`, `description`, `default`, `examples`, `$schema`, `$id`, `$comment`, `deprecated`,
@@ -29,6 +30,8 @@ import math
 import re
 from fractions import Fraction
 
+from serve.generation.regex_grammar import RegexError, regex_grammar
+
 WS_MAX = 20          # spaces/newlines between two tokens: room for pretty-printing a few levels deep
 INT_DIGITS_MAX = 16  # an integer's digits (beyond, a model is looping, not answering)
 FRAC_DIGITS_MAX = 16
@@ -40,7 +43,7 @@ ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$id", 
                "readOnly", "writeOnly", "$defs", "definitions"}
 HANDLED = {"type", "properties", "required", "additionalProperties", "enum", "const", "items", "prefixItems",
            "minItems", "maxItems", "anyOf", "oneOf", "$ref", "minLength", "maxLength", "minimum", "maximum",
-           "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "format"}
+           "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "format", "pattern"}
 TYPES = ("string", "number", "integer", "boolean", "null", "object", "array")
 FORMATS = ("date", "date-time", "time", "uuid")
 
@@ -208,7 +211,7 @@ class _Compiler:
         if types is None:  # no type: infer it from the keywords
             types = [t for t, keys in (("object", ("properties", "additionalProperties")),
                                        ("array", ("items", "prefixItems", "minItems", "maxItems")),
-                                       ("string", ("minLength", "maxLength", "format")),
+                                       ("string", ("minLength", "maxLength", "format", "pattern")),
                                        ("number", ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                                                    "multipleOf")))
                      if any(k in s for k in keys)]
@@ -231,6 +234,13 @@ class _Compiler:
         return self.use(t)
 
     def string(self, s: dict, path: str) -> str:
+        if "pattern" in s:
+            if set(s) & {"format", "minLength", "maxLength"}:
+                raise SchemaError("pattern beside format/minLength/maxLength is not supported", path)
+            try:
+                return f'"\\"" ( {regex_grammar(s["pattern"], json_string=True)} ) "\\""'
+            except RegexError as e:
+                raise SchemaError(f"pattern: {e}", f"{path}/pattern") from None
         fmt = s.get("format")
         if fmt is not None:
             if fmt not in FORMATS:

@@ -250,7 +250,9 @@ class Lifecycle(Leases):
             self._cv.notify_all()
             unload = entry.info.get("keep_alive_s") == 0 and not entry.in_flight
         if unload:   # Ollama's keep_alive 0: unloaded once its last request ended, not at the next idle look
-            threading.Timer(KEEP_ALIVE_NOW_S * 10, self.tick).start()
+            timer = threading.Timer(KEEP_ALIVE_NOW_S * 10, self.tick)
+            timer.daemon = True   # a shutdown does not wait for it
+            timer.start()
 
     def _switch(self, victims: list, new: ModelEntry | None, admit: bool = False):
         """Close the victims' engines and start `new`'s; `_busy` is held by the caller (`_take_load` took the

@@ -4,12 +4,15 @@
 // lanes and shuffle tree, bf16 operands for the tensor-core path, the attention's tiles, splits and combine), so
 // the linker takes these instead of the library's CUDA (or no-CUDA) file. What the device adds (launch shapes,
 // shared memory, WMMA) is tests/prefill/cuda_kernels_test.cpp's, on a GPU.
-// On the default model (SKIP without it), against the CPU engine:
-//  - a 40-token prompt (the GEMM path) and 12 greedy steps (the GEMV path): the same tokens, except after a
-//    near-tie of the CPU's top two logits; logits within 5 % of their spread;
+// On the default model, or STRATA_TEST_MODEL (tests/prefill/test_cuda_forward_archs.py runs it on tiny random
+// llama / qwen2 / qwen3 / gemma3 files: biases, QK-norm, NeoX RoPE, post-norms, GELU, windows), SKIP without
+// one, against the CPU engine:
+//  - a 100-token prompt in chunks of 32 (the GEMM path) and 12 greedy steps (the GEMV path): the same tokens,
+//    except after a near-tie of the CPU's top two logits; logits within 5 % of their spread;
 //  - a batch mixing two sequences' decode steps gives each what it gets alone;
 //  - a prefix copied from one device cache to another (kv_cache_copy) continues as the original does;
 //  - SAVE / RESTORE rows (kv_cache_read_rows / write_rows) round-trip through a device cache unchanged;
+//  - embeddings' hidden rows (want_hidden) point where the CPU's do (cosine > 0.999);
 //  - --kv q8_0 caches are refused on the device.
 #include <algorithm>
 #include <cmath>
@@ -112,11 +115,13 @@ void cuk_gemm_bf16(const uint16_t* a, const uint16_t* b, float* c, int64_t m, in
     for (size_t i = 0; i < af.size(); ++i) af[i] = cm::bf16_to_float(a[i]);
     for (int64_t j = 0; j < n; ++j) {
         for (int64_t p = 0; p < k; ++p) bf[size_t(p)] = cm::bf16_to_float(b[j * k + p]);
-        for (int64_t i = 0; i < m; ++i) {
+        for (int64_t i = 0; i < m; ++i) {  // 8 partial sums (the tensor cores' order is not the CPU's either)
             const float* ar = af.data() + i * k;
-            float s = 0.0f;
-            for (int64_t p = 0; p < k; ++p) s += ar[p] * bf[size_t(p)];
-            c[i * n + j] = s;
+            float s[8] = {};
+            for (int64_t p = 0; p < k; p += 8) {
+                for (int q = 0; q < 8; ++q) s[q] += ar[p + q] * bf[size_t(p + q)];
+            }
+            c[i * n + j] = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
         }
     }
 }
@@ -269,6 +274,11 @@ void cuk_attention(const float* q, float* out, int n, const cuk_entry* entries, 
 
 namespace {
 
+// A 100-token prompt in chunks of 32 (above the GEMV's 16 entries): a model with 16-position windows (the
+// tiny gemma3 of tests/prefill/test_cuda_forward_archs.py) keeps rings of 47 cells, which this wraps twice.
+constexpr int TEST_PROMPT = 100;
+constexpr int TEST_BATCH = 32;
+
 int argmax(const float* x, int n) { return int(std::max_element(x, x + n) - x); }
 
 // top-1 minus top-2 of x
@@ -297,14 +307,17 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // CPU's top two logits are within `tie` of each other (the GPU's bf16 products may then pick the other).
 void test_greedy(strata_model* cpu, strata_model* gpu, int n_vocab) {
     std::vector<int32_t> prompt;
-    for (int i = 0; i < 40; ++i) prompt.push_back(int32_t(1 + (i * 7919) % (n_vocab - 1)));
-    kv_cache* kc = kv_cache_init(cpu, 128, KV_TYPE_F16);
-    kv_cache* kg = kv_cache_init(gpu, 128, KV_TYPE_F16);
+    for (int i = 0; i < TEST_PROMPT; ++i) prompt.push_back(int32_t(1 + (i * 7919) % (n_vocab - 1)));
+    kv_cache* kc = kv_cache_init(cpu, 256, KV_TYPE_F16);
+    kv_cache* kg = kv_cache_init(gpu, 256, KV_TYPE_F16);
     CHECK(kg && kg->mem != nullptr, "the CUDA model's cache is a device cache");
     std::vector<float> lc(static_cast<size_t>(n_vocab)), lg(static_cast<size_t>(n_vocab));
     std::string err;
-    CHECK(model_eval_seq(cpu, kc, prompt.data(), int32_t(prompt.size()), 0, lc.data(), &err) == 0, "cpu: %s", err.c_str());
-    CHECK(model_eval_seq(gpu, kg, prompt.data(), int32_t(prompt.size()), 0, lg.data(), &err) == 0, "gpu: %s", err.c_str());
+    for (int p = 0; p < TEST_PROMPT; p += TEST_BATCH) {  // chunks of the batch limit: the GEMM path
+        const int n = std::min(TEST_BATCH, TEST_PROMPT - p);
+        CHECK(model_eval_seq(cpu, kc, prompt.data() + p, n, p, lc.data(), &err) == 0, "cpu: %s", err.c_str());
+        CHECK(model_eval_seq(gpu, kg, prompt.data() + p, n, p, lg.data(), &err) == 0, "gpu: %s", err.c_str());
+    }
     CHECK(rel_diff(lc, lg) < 0.05, "prompt logits differ by %.3g of their spread", rel_diff(lc, lg));
     int32_t pos = int32_t(prompt.size()), agree = 0;
     for (int step = 0; step < 12; ++step) {
@@ -372,6 +385,43 @@ void test_batch_copy_rows(strata_model* gpu, int n_vocab) {
     for (kv_cache* kv : {ka, kb, ka2, kb2}) kv_cache_free(kv);
 }
 
+// Embeddings (want_hidden): the final-normed rows of entries 1 and 4 of a 5-token read, GPU against CPU, by
+// cosine similarity (the bf16 / float orders move each row a little, never its direction).
+void test_hidden(strata_model* cpu, strata_model* gpu) {
+    const int32_t E = model_get_info(cpu).n_embd;
+    const int32_t tok[5] = {5, 6, 7, 8, 9}, pos[5] = {0, 1, 2, 3, 4}, seq[5] = {0, 0, 0, 0, 0};
+    const uint8_t want_logits[5] = {0, 0, 0, 0, 0}, want_hidden[5] = {0, 1, 0, 0, 1};
+    std::vector<float> hc(2 * static_cast<size_t>(E)), hg(2 * static_cast<size_t>(E));
+    for (strata_model* m : {cpu, gpu}) {
+        kv_cache* kv = kv_cache_init(m, 16, KV_TYPE_F16);
+        kv_cache* kvs[1] = {kv};
+        eval_batch b;
+        b.n = 5;
+        b.token = tok;
+        b.pos = pos;
+        b.seq = seq;
+        b.want_logits = want_logits;
+        b.kvs = kvs;
+        b.n_seq = 1;
+        b.want_hidden = want_hidden;
+        b.hidden = (m == cpu ? hc : hg).data();
+        std::string err;
+        CHECK(model_eval(m, b, nullptr, &err) == 0, "hidden: %s", err.c_str());
+        kv_cache_free(kv);
+    }
+    for (int r = 0; r < 2; ++r) {
+        double dot = 0.0, nc = 0.0, ng = 0.0;
+        for (int32_t j = 0; j < E; ++j) {
+            const double a = hc[size_t(r * E + j)], g = hg[size_t(r * E + j)];
+            dot += a * g;
+            nc += a * a;
+            ng += g * g;
+        }
+        const double cosine = dot / std::sqrt(nc * ng);
+        CHECK(cosine > 0.999, "hidden row %d: cosine %.5f between GPU and CPU", r, cosine);
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -383,7 +433,7 @@ int main() {
     model_params p;
     p.path = path;
     p.n_threads = 2;
-    p.n_batch = 64;
+    p.n_batch = TEST_BATCH;
     std::string err;
     strata_model* cpu = model_load(p, &err);
     p.backend = "cuda";
@@ -396,6 +446,7 @@ int main() {
     const int n_vocab = model_get_info(cpu).n_vocab;
     test_greedy(cpu, gpu, n_vocab);
     test_batch_copy_rows(gpu, n_vocab);
+    test_hidden(cpu, gpu);
     model_free(cpu);
     model_free(gpu);
     CHECK(g_allocs == 0, "%d device allocations left after model_free", g_allocs);

@@ -151,6 +151,11 @@ def test_a_moe_that_does_not_fit_keeps_what_fits_of_its_experts_in_ram(tmp_path)
     assert "--experts-ram-mib" in p.engine_args() and p.view()["experts_ram_mib"] == p.experts_ram // MIB
     assert any(r.startswith("experts: ") and "mapped file" in r for r in p.reasons)
     assert p.memory["total"] <= p.memory["budget"]
-    assert make_plan(moe, _machine(), {"parallel": 1}).experts_ram is None   # it fits whole: every expert
+    roomy = make_plan(moe, _machine(), {"parallel": 1})
+    assert roomy.experts_ram is None   # it fits whole: every expert
+    # speed counts the active weights (4 of 64 experts per layer), memory all of them
+    active = moe.size_bytes - moe.expert_bytes + moe.expert_bytes * 4 // 64
+    assert any(r.startswith(f"speed: a decoded token reads about {active // MIB} MiB") for r in roomy.reasons)
+    assert roomy.memory["weights"] == moe.size_bytes
     with pytest.raises(PlanRefused, match="does not fit"):   # not even the rest fits
         make_plan(moe, _machine(free_ram_bytes=int(dense / 2)), {"parallel": 1, "max_context": 512})

@@ -74,8 +74,10 @@ def test_vllm_guided_fields():
     assert fields.openai_grammar({"structured_outputs": {"json_object": True}}) == ANY_OBJECT_GRAMMAR
     assert fields.openai_grammar({"guided_grammar": 'root ::= "x"', "guided_decoding_backend": "xgrammar"}) \
         == 'root ::= "x"'
-    for body, param in (({"guided_regex": "[a-z]+"}, "guided_regex"),
-                        ({"structured_outputs": {"regex": "a"}}, "structured_outputs.regex"),
+    assert fields.openai_grammar({"guided_regex": r"\d{2}"}) == "root ::= ( [0-9] ){2}\n"
+    assert fields.openai_grammar({"structured_outputs": {"regex": "a|b"}}) == 'root ::= "a" | "b"\n'
+    for body, param in (({"guided_regex": "(a"}, "guided_regex"),
+                        ({"structured_outputs": {"regex": r"(a)\1"}}, "structured_outputs.regex"),
                         ({"structured_outputs": {"lark": "a"}}, "structured_outputs.lark"),
                         ({"guided_choice": []}, "guided_choice"), ({"guided_json": "{no"}, "guided_json"),
                         ({"guided_choice": ["a"], "guided_json": schema}, "response_format"),

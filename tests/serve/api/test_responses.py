@@ -42,7 +42,7 @@ def test_function_call_round_trip_input_becomes_one_assistant_turn_and_its_resul
 @pytest.mark.parametrize("body,status,param,code", [
     ({"input": "x", "previous_response_id": "resp_1"}, 400, "previous_response_id", "previous_response_not_found"),
     ({"input": "x", "background": True}, 400, "background", None),
-    ({"input": "x", "text": {"format": {"type": "json_schema", "schema": {"pattern": "a"}}}}, 400,
+    ({"input": "x", "text": {"format": {"type": "json_schema", "schema": {"pattern": "(?=a)"}}}}, 400,
      "text.format.schema", None),
     ({"input": "x", "text": {"format": {"type": "yaml"}}}, 400, "text.format", None),
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, 400, "input", None),

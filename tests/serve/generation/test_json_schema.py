@@ -141,13 +141,23 @@ def test_type_lists_anyof_const_and_local_refs():
     assert accepts(ref, '[{"n":1},{"n":2}]') and not accepts(ref, '[{"m":1}]')
 
 
+def test_string_patterns_match_whole_in_json_text():
+    code = {"type": "string", "pattern": r"^[A-Z]{2}-\d+$"}
+    assert [accepts(code, t) for t in ('"AB-12"', '"AB-"', '"ab-1"', '"AB-1x"')] == [True, False, False, False]
+    quoted = {"type": "string", "pattern": 'say "hi"'}   # a quote the pattern allows is written escaped
+    assert accepts(quoted, '"say \\"hi\\""') and not accepts(quoted, '"say "hi""')
+    anything = {"type": "string", "pattern": "a.c"}    # `.` never writes a raw quote or backslash
+    assert accepts(anything, '"abc"') and not accepts(anything, '"a"c"')
+
+
 def test_whitespace_is_bounded():
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     assert accepts(schema, "{" + " " * 20 + "}") and not accepts(schema, "{" + " " * 21 + "}")
 
 
 @pytest.mark.parametrize("schema, word", [
-    ({"type": "string", "pattern": "a"}, "'pattern'"),
+    ({"type": "string", "pattern": r"(a)\1"}, "pattern"),
+    ({"type": "string", "pattern": "a", "maxLength": 3}, "pattern beside"),
     ({"allOf": [{"type": "string"}]}, "'allOf'"),
     ({"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}, "'uniqueItems'"),
     ({"type": "number", "multipleOf": 0.5}, "whole multipleOf"),

@@ -3,7 +3,7 @@ default; skipped when either is absent): Ollama's `format: "json"` through the o
 cat as JSON" over 12 seeds, parses 12 times whether the reply ended, hit `num_predict` or was stopped by the
 loop guard (whose stop is `strata_finish: "loop_guard"`, never `length`); a schema with numeric ranges
 (numbers and integers, exclusive bounds, multipleOf) is honoured over 12 seeds at temperature 1, checked by
-an independent validator."""
+an independent validator; vLLM's guided_choice / guided_regex and a schema's `pattern` are followed."""
 import json
 import os
 
@@ -69,3 +69,22 @@ def test_vllm_guided_choice_returns_one_of_the_choices(real):
         model="smollm2", messages=[{"role": "user", "content": "Toss a coin: heads or tails?"}], temperature=1,
         seed=seed, max_tokens=8, extra_body={"guided_choice": choices}).choices[0].message.content for seed in SEEDS]
     assert set(got) <= set(choices), got
+
+
+def test_vllm_guided_regex_and_schema_patterns_match(real):
+    import re
+    jsonschema = pytest.importorskip("jsonschema", reason="the independent validator (requirements-test.txt)")
+    for seed in range(4):
+        status, reply, _ = real.post("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "Give a phone number."}], "temperature": 1, "seed": seed,
+            "max_tokens": 16, "guided_regex": r"\(\d{3}\) \d{3}-\d{4}"})
+        assert status == 200 and re.fullmatch(r"\(\d{3}\) \d{3}-\d{4}", reply["choices"][0]["message"]["content"])
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": r"^[A-Z]{3}-\d{2}$"},
+                                               "note": {"type": "string", "pattern": r'[a-z "]{1,12}'}},
+              "required": ["code", "note"], "additionalProperties": False}
+    for seed in range(4):
+        status, reply, _ = real.post("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "A product code as JSON"}], "temperature": 1, "seed": seed,
+            "max_tokens": 60, "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": schema}}})
+        assert status == 200, reply
+        jsonschema.Draft202012Validator(schema).validate(json.loads(reply["choices"][0]["message"]["content"]))
