@@ -47,7 +47,7 @@ from serve.prompt.chatml import ChatTemplate
 from serve.generation.passes import ReplyPasses, merge_figures, reply_timings
 
 from serve.generation.output_parser import OutputParser
-from serve.generation.mistral_calls import MistralOutputParser
+from serve.generation.call_syntax import CallSyntaxParser
 from serve.core.effort import resolve_effort
 from serve.core import sampling as sampling_mod
 from serve.generation.logprobs import Trail
@@ -281,9 +281,11 @@ class Service(Preparation, ServiceFigures):
     def _generate(self, prep: Prepared, cancelled, record, t0, tracker=None, on_wait=None):
         parser = None
         if prep.chat:
-            kind = MistralOutputParser if getattr(self.template, "call_syntax", None) == "mistral" else OutputParser
-            parser = kind(prep.req.tools, prep.thinking, prep.forced_opening,
-                          parallel=prep.req.parallel_tool_calls, api=prep.req.api)
+            syntax = getattr(self.template, "call_syntax", None)   # serve/generation/call_syntax.py
+            parser = (CallSyntaxParser(syntax, prep.req.tools, prep.thinking, prep.forced_opening,
+                                       parallel=prep.req.parallel_tool_calls, api=prep.req.api) if syntax else
+                      OutputParser(prep.req.tools, prep.thinking, prep.forced_opening,
+                                   parallel=prep.req.parallel_tool_calls, api=prep.req.api))
         # budget, answer room, forced call after thinking, close retry: when a pass ends (serve/generation/passes.py)
         run = _Run(StopMatcher(list(prep.req.stop or [])), parser, ReplyPasses(
             prep, self.tok, parser, self._budget_default()), self.tok.stream_decoder(), LoopGuard(self.repeat_stop),
