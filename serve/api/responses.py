@@ -103,7 +103,7 @@ def _input_items(raw) -> list[Message]:
             raise BadRequest(f"{where}: an input item object", param="input")
         kind = item.get("type", "message")
         if kind == "message":
-            role = _ROLES.get(item.get("role"))
+            role = _ROLES.get(item.get("role")) if isinstance(item.get("role"), str) else None  # a dict: unhashable
             if role is None:
                 raise BadRequest(f"{where}.role: user, system, developer or assistant, not {item.get('role')!r}",
                                  param="input")

@@ -48,6 +48,8 @@ def test_function_call_round_trip_input_becomes_one_assistant_turn_and_its_resul
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, 400, "input", None),
     ({"input": [{"type": "computer_call"}]}, 400, "input", None),
     ({"input": 3}, 400, "input", None),
+    ({"input": [{"role": {"x": 1}, "content": "hi"}]}, 400, "input", None),   # found by the schemathesis fuzz
+    ({"input": [{"type": {"x": 1}}]}, 400, "input", None),
     ({"input": "x", "max_output_tokens": "many"}, 400, "max_output_tokens", None),
 ])
 def test_refusals_in_openai_error_shape(server, body, status, param, code):
