@@ -18,6 +18,7 @@ import sys
 SHAPES = {  # n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab
     "llama8b": (32, 4096, 32, 8, 128, 14336, 128256),
     "small": (30, 576, 9, 3, 64, 1536, 49152),
+    "gemma": (18, 640, 4, 1, 256, 2048, 262144),  # its windows are not modelled: full causal attention
 }
 H200_BF16_DENSE_TFLOPS = 989.4   # NVIDIA's figure for the SXM part, without sparsity
 H200_HBM_TBS = 4.8

@@ -10,7 +10,8 @@
 #      CPU engine beside it on the small model, PyTorch bf16 (cuBLAS + SDPA) and the physical limits
 #      (tools/bench_torch.py), and PfTimer's per-phase lines of a 4096-token read (STRATA_PF_TIMING=1)
 #   5. the telemetry sampler's NVML reader (serve/ops/telemetry.py) beside nvidia-smi
-# Usage: tools/device_check.sh [--dry]     results: $OUT/device_check.txt (OUT defaults to ./device_check_out)
+# Usage: tools/device_check.sh [--dry]     results: $OUT/device_check.txt (OUT defaults to ./device_check_out),
+# the table for docs/GPU.md in $OUT/table.md (tools/device_table.py: shares of the limits, the issue's bars)
 # --dry: what runs without a GPU (the host tests, a small model on the CPU); the GPU steps say SKIP. It passes on
 # a CPU-only machine, so the script cannot rot between GPU runs. Each step's exit status is in the file; the
 # script goes on after a failing step and exits 1 at the end if any failed.
@@ -26,6 +27,7 @@ BUILD="${STRATA_DEVICE_BUILD:-$ROOT/build}"
 MODELS="${STRATA_DEVICE_MODELS:-/tmp/strata-device-models}"
 JOBS="$(nproc)"
 FAILED=0
+STEP_TIMEOUT_S=150  # a step that hangs or crawls must not eat the loan: the next steps still run
 : > "$REPORT"
 
 say() { printf '%s\n' "$*" | tee -a "$REPORT"; }
@@ -34,8 +36,9 @@ step() {
   local name="$1"; shift
   local t0=$SECONDS rc
   say "=== $name"
-  "$@" 2>&1 | tee -a "$REPORT"
+  timeout "$STEP_TIMEOUT_S" "$@" 2>&1 | tee -a "$REPORT"
   rc=${PIPESTATUS[0]}
+  [[ $rc -eq 124 ]] && say "TIMEOUT: over $STEP_TIMEOUT_S s"
   say "--- $name: rc=$rc seconds=$((SECONDS - t0))"
   [[ $rc -ne 0 && $rc -ne 77 ]] && FAILED=1
   return 0
@@ -52,12 +55,12 @@ step "machine" bash -c 'nproc; (nvidia-smi -L || echo "no nvidia-smi"); (command
 
 CUDA_FLAG="-DSTRATA_CUDA=ON"
 [[ $DRY -eq 1 ]] && CUDA_FLAG="-DSTRATA_CUDA=AUTO"
-step "build" bash -c "cmake -S . -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release $CUDA_FLAG > '$OUT/cmake.log' 2>&1 \
+STEP_TIMEOUT_S=420 step "build" bash -c "cmake -S . -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release $CUDA_FLAG > '$OUT/cmake.log' 2>&1 \
   || { tail -30 '$OUT/cmake.log'; exit 1; }; grep 'strata:' '$OUT/cmake.log'; \
   cmake --build '$BUILD' -j $JOBS > '$OUT/build.log' 2>&1 || { grep -B2 -A8 -m5 error '$OUT/build.log'; exit 1; }; \
   echo built: \$(ls '$BUILD'/strata-engine '$BUILD'/strata-bench-cuda)"
 
-step "models" python3 tools/device_models.py "$MODELS" small gemma $([[ $DRY -eq 1 ]] || echo llama8b)
+STEP_TIMEOUT_S=300 step "models" python3 tools/device_models.py "$MODELS" small gemma $([[ $DRY -eq 1 ]] || echo llama8b)
 SMALL="$MODELS/small.gguf" GEMMA="$MODELS/gemma.gguf" L8B="$MODELS/llama8b.gguf"
 
 # the host-emulated forward reads STRATA_TEST_MODEL (the random small model: the default one is not here)
@@ -86,6 +89,7 @@ from serve.ops.telemetry import NvmlReader
 r = NvmlReader(); print(\"nvml ok:\", r.ok); print(json.dumps(r.read(), indent=1))"; \
   nvidia-smi --query-gpu=name,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw --format=csv'
 
+step "table (tools/device_table.py)" bash -c "python3 tools/device_table.py '$REPORT' | tee '$OUT/table.md'"
 say "=== summary"
 grep -E "^(BENCH|GREEDY|TORCH|LIMIT|MODEL|pf cuda timing)|--- .*rc=" "$REPORT" | grep -v "^=== summary" > "$OUT/summary.txt"
 cat "$OUT/summary.txt" >> "$REPORT"

@@ -281,10 +281,10 @@ def test_timings_per_token_on_completion_progress_and_chunks(server):
 
 def test_the_decode_rate_is_over_the_steps_after_the_first_token():
     # decode_ms runs from the first token: n tokens are n - 1 decode steps (llama-server's rate); one token: 0
-    from serve.generation.passes import reply_timings
-    one = reply_timings({"prompt_ms": 5.0, "decode_ms": 0.0}, 10, 1)
+    from serve.core.engine_api import EngineFigures
+    one = EngineFigures(prompt_ms=5.0, decode_ms=0.0).timings(10, 1)
     assert one["predicted_per_second"] == 0.0 and one["predicted_per_token_ms"] == 0.0
-    t = reply_timings({"prompt_ms": 5.0, "decode_ms": 150.0}, 10, 16)
+    t = EngineFigures(prompt_ms=5.0, decode_ms=150.0).timings(10, 16)
     assert t["predicted_per_second"] == 1e3 * 15 / 150.0 and t["predicted_per_token_ms"] == 10.0
 
 

@@ -1,4 +1,5 @@
-"""Mistral's tool calls (serve/generation/mistral_calls.py): both forms, split anywhere, through the server.
+"""Other families' tool calls (serve/generation/call_syntax.py): Mistral's both forms and Llama 3.1's JSON, split
+anywhere, and through the server.
 
 The rewrite is checked on every split of its input (one piece, two pieces at every offset, one character at a
 time: the same events), on v3 arrays (several calls, extra keys, braces inside strings), v11 calls with and
@@ -12,7 +13,7 @@ import pathlib
 import pytest
 
 from serve.core.events import ToolSpec
-from serve.generation.mistral_calls import MistralOutputParser
+from serve.generation.call_syntax import CallSyntaxParser, MistralOutputParser
 from serve.prompt.jinja_chat import JinjaChat
 from tests.serve.conftest import chat
 
@@ -74,3 +75,39 @@ def test_the_server_returns_mistral_calls_whole_and_streamed(server):
     assert json.loads("".join(d["function"].get("arguments") or "" for d in deltas)) == {"city": "Paris"}
     status, body, _ = run.post("/v1/chat/completions", chat("x", tools=tools, tool_choice="required"))
     assert status == 400 and "tool_choice" in json.dumps(body)
+
+
+LLAMA_CALL = '{"name": "get_weather", "parameters": {"city": "Pa{ris"}}'
+
+
+def llama_events(pieces):
+    p = CallSyntaxParser("llama3_json", TOOLS, False, new_id=lambda: "call_1")
+    out = []
+    for piece in pieces:
+        out += p.feed(piece)
+    out += p.finish()
+    calls = [(e.call.name, e.call.arguments) for e in out if e.kind == "tool_call"]
+    return calls, "".join(e.text for e in out if e.kind == "content")
+
+
+@pytest.mark.parametrize("text,calls,content", [
+    (LLAMA_CALL, [("get_weather", {"city": "Pa{ris"})], ""),
+    ("\n <|python_tag|>" + LLAMA_CALL, [("get_weather", {"city": "Pa{ris"})], ""),
+    ('{"type": "function", "name": "get_weather", "parameters": {"city": "Nice"}}',
+     [("get_weather", {"city": "Nice"})], ""),
+    ('{"answer": 42}', [], '{"answer": 42}'),               # JSON that is no call stays content
+    ("Sure: " + LLAMA_CALL, [], "Sure: " + LLAMA_CALL),    # a call only opens the reply
+    ("{", [], "{"),
+])
+def test_llama3_json_calls_open_the_reply_whatever_the_split(text, calls, content):
+    want = llama_events([text])
+    assert want == (calls, content)
+    for pieces in splits(text):
+        assert llama_events(pieces) == want, pieces
+
+
+def test_llama31_template_is_read_as_llama3_json():
+    text = (pathlib.Path(__file__).resolve().parents[2] / "data" / "chat_templates" / "llama31.jinja").read_text()
+    chat = JinjaChat(text, "llama3", "<|begin_of_text|>", "<|eot_id|>")
+    assert (chat.call_syntax, chat.tool_format) == ("llama3_json", "json")
+    assert JinjaChat(TEMPLATE.read_text(encoding="utf-8"), "mistral").call_syntax == "mistral"
