@@ -14,10 +14,14 @@ through unchanged.
   after `<|python_tag|>`) with a JSON object whose first key is "name" or "type" is a call
   `{"name": "f", "parameters": {...}}` (the JSON body parser takes "parameters" for "arguments"); anything
   else is content.
+- "harmony" (gpt-oss): the reply is messages `<|channel|>NAME<|message|>BODY<|end|>`, the later ones after
+  `<|start|>assistant`; the first `analysis` message is the reasoning (`<think>BODY</think>`), a message whose
+  header names `to=functions.NAME` is a call with its JSON body as the arguments (ended by `<|call|>`), and the
+  `final` (or any other) message's body is the answer; headers and the end marks are dropped.
 `CallSyntaxParser(syntax, ...)` is an OutputParser fed through the rewrite (the same surface: feed, finish,
 in_reasoning, holding, holding_call, done, ...).
 
-Public surface: `SYNTAXES`, `CALLS_OPEN`, `PYTHON_TAG`, `MistralCallText`, `Llama3JsonCallText`,
+Public surface: `SYNTAXES`, `CALLS_OPEN`, `PYTHON_TAG`, `MistralCallText`, `Llama3JsonCallText`, `HarmonyText`,
 `CallSyntaxParser`, `MistralOutputParser`. Knows no HTTP, tokens or engine.
 """
 from __future__ import annotations
@@ -32,6 +36,7 @@ CALLS_OPEN = "[TOOL_CALLS]"
 ARGS_OPEN = "[ARGS]"
 CALL_ID_OPEN = "[CALL_ID]"
 PYTHON_TAG = "<|python_tag|>"   # Llama 3.x opens a call (or code) with it
+THINK_OPEN_TAG, THINK_CLOSE_TAG = "<think>", "</think>"   # the output parser's reasoning marks
 NAME_MAX_CHARS = 256   # a tool name longer than this is not a name: the text is content
 
 
@@ -230,13 +235,79 @@ class Llama3JsonCallText:
 _CALL_HEAD = re.compile(r'\{\s*"(?:name|type)"')
 
 
+HARMONY_TAGS = ("<|channel|>", "<|message|>", "<|end|>", "<|start|>", "<|call|>", "<|return|>", "<|constrain|>")
+_HARMONY_ENDS = ("<|end|>", "<|call|>", "<|return|>", "<|start|>")
+_RECIPIENT = re.compile(r"to=functions\.([^\s<]+)")
+_CHANNEL = re.compile(r"<\|channel\|>\s*(\w+)")
+
+
+class HarmonyText:
+    """Incremental rewrite of gpt-oss's harmony messages (see the module docstring): the first `analysis`
+    message as `<think>...</think>`, a message to `functions.NAME` as a `<tool_call>` with its JSON body as the
+    arguments, `final` and other messages' bodies as text; the headers and end marks themselves are dropped."""
+
+    def __init__(self):
+        self.state = "header"   # header | body
+        self.buf = ""
+        self.kind = ""          # the body being read: think | call | text
+        self.first = True       # the first message of the reply (only it may open the thinking)
+
+    def feed(self, text: str) -> str:
+        self.buf += text
+        out: list[str] = []
+        while self.buf and (self._header(out) if self.state == "header" else self._body(out)):
+            pass
+        return "".join(out)
+
+    def finish(self) -> str:
+        out: list[str] = []
+        if self.state == "body":
+            out.append(self.buf)
+            out.append({"think": THINK_CLOSE_TAG, "call": "}" + CALL_CLOSE}.get(self.kind, ""))
+        self.buf, self.state = "", "header"
+        return "".join(out)
+
+    def _header(self, out: list[str]) -> bool:
+        at = self.buf.find("<|message|>")
+        if at < 0:
+            return False    # the header is held whole (it is short): role, channel, recipient, constraint
+        head, self.buf = self.buf[:at], self.buf[at + len("<|message|>"):]
+        to, channel = _RECIPIENT.search(head), _CHANNEL.search(head)
+        if to:
+            self.kind = "call"
+            out.append(CALL_OPEN + '{"name": ' + json.dumps(to.group(1), ensure_ascii=False) + ', "arguments": ')
+        elif channel and channel.group(1) == "analysis" and self.first:
+            self.kind = "think"
+            out.append(THINK_OPEN_TAG)
+        else:
+            self.kind = "text"
+        self.state, self.first = "body", False
+        return True
+
+    def _body(self, out: list[str]) -> bool:
+        hits = [(self.buf.find(t), t) for t in _HARMONY_ENDS if t in self.buf]
+        if not hits:
+            keep = max((_held_prefix(self.buf, t) for t in _HARMONY_ENDS), default=0)
+            out.append(self.buf[:len(self.buf) - keep])
+            self.buf = self.buf[len(self.buf) - keep:]
+            return False
+        at, tag = min(hits)
+        out.append(self.buf[:at])
+        out.append({"think": THINK_CLOSE_TAG, "call": "}" + CALL_CLOSE}.get(self.kind, ""))
+        self.buf = self.buf[at + (0 if tag == "<|start|>" else len(tag)):]
+        if self.buf.startswith("<|start|>"):
+            self.buf = self.buf[len("<|start|>"):]
+        self.state = "header"
+        return True
+
+
 def _could_open(text: str) -> bool:
     """True while `text` may still become a call's opening `{"name"` / `{"type"`."""
     compact = re.sub(r"\s+", "", text)
     return any(head.startswith(compact) for head in ('{"name"', '{"type"'))
 
 
-SYNTAXES = {"mistral": MistralCallText, "llama3_json": Llama3JsonCallText}
+SYNTAXES = {"mistral": MistralCallText, "llama3_json": Llama3JsonCallText, "harmony": HarmonyText}
 
 
 class CallSyntaxParser:
@@ -255,7 +326,8 @@ class CallSyntaxParser:
 
     @property
     def holding(self) -> bool:
-        return bool(self.rewrite.buf) or self.rewrite.state not in ("text", "start") or self.inner.holding
+        return bool(self.rewrite.buf) or self.rewrite.state not in ("text", "start", "header") or \
+            self.inner.holding
 
     def __getattr__(self, name):   # in_reasoning, holding_call, done, take_forced_opening, n_calls, ...
         return getattr(self.inner, name)

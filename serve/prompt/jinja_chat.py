@@ -16,7 +16,7 @@ and the sentinel render is matched against the real one to find where the string
 trimmed, or JSON-escaped); a template that transforms it past recognition gets a 400 naming the string's
 place, never a prompt where a client wrote a control token.
 
-Tool calls: the template writes the tools and the history's calls in its own format; Strata reads a model's
+Tool calls and reasoning: the template writes the tools and the history's calls in its own format; Strata reads a model's
 calls back in the `<tool_call>` forms (serve/generation/toolcall_parsers.py), so `tool_format` is "xml" for a
 template that writes `<function=`, "json" for one that writes `<tool_call>`, Mistral's `[TOOL_CALLS]` or Llama
 3.1's bare JSON call (`call_syntax` "mistral" / "llama3_json": serve/generation/call_syntax.py rewrites the
@@ -85,6 +85,8 @@ def _call_syntax(text: str) -> str | None:
         return None
     if MISTRAL_CALLS in text:
         return "mistral"
+    if "<|channel|>" in text and "<|message|>" in text:
+        return "harmony"       # gpt-oss: analysis / commentary / final channels
     if "<|start_header_id|>" in text and "tools" in text and ("<|python_tag|>" in text or '"parameters"' in text):
         return "llama3_json"   # Llama 3.1 / 3.2 / 3.3: a JSON object {"name": ..., "parameters": ...}
     return None

@@ -111,3 +111,36 @@ def test_llama31_template_is_read_as_llama3_json():
     chat = JinjaChat(text, "llama3", "<|begin_of_text|>", "<|eot_id|>")
     assert (chat.call_syntax, chat.tool_format) == ("llama3_json", "json")
     assert JinjaChat(TEMPLATE.read_text(encoding="utf-8"), "mistral").call_syntax == "mistral"
+
+
+HARMONY_CALL = ('<|channel|>analysis<|message|>They ask the weather: call it.<|end|><|start|>assistant<|channel|>'
+                'commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Pa<ris"}<|call|>')
+HARMONY_ANSWER = ('<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>'
+                  'Hello <b>there</b>!<|return|>')
+
+
+def harmony_events(pieces):
+    p = CallSyntaxParser("harmony", TOOLS, False, new_id=lambda: "call_1")
+    out = []
+    for piece in pieces:
+        out += p.feed(piece)
+    out += p.finish()
+    calls = [(e.call.name, e.call.arguments) for e in out if e.kind == "tool_call"]
+    return (calls, "".join(e.text for e in out if e.kind == "reasoning"),
+            "".join(e.text for e in out if e.kind == "content"))
+
+
+@pytest.mark.parametrize("text,want", [
+    (HARMONY_CALL, ([("get_weather", {"city": "Pa<ris"})], "They ask the weather: call it.", "")),
+    (HARMONY_ANSWER, ([], "Easy.", "Hello <b>there</b>!")),
+    ("<|channel|>final<|message|>Just this.<|return|>", ([], "", "Just this.")),
+])
+def test_harmony_channels_whatever_the_split(text, want):
+    assert harmony_events([text]) == want
+    for pieces in splits(text):
+        assert harmony_events(pieces) == want, pieces
+
+
+def test_gpt_oss_template_is_read_as_harmony():
+    text = (pathlib.Path(__file__).resolve().parents[2] / "data" / "chat_templates" / "gpt_oss.jinja").read_text()
+    assert JinjaChat(text, "unknown").call_syntax == "harmony"
