@@ -293,6 +293,16 @@ bool serve_loop::start_grammar(const command& cmd, std::shared_ptr<grammar_match
     if (cmd.grammar.empty()) return true;
     std::string err;
     *out = grammars_.start(cmd.grammar, cfg_.vocab, &err);
+    if (*out) {  // the reply must be able to end as a whole sentence within max_new (grammar.h, close_tokens)
+        const int32_t need = (*out)->close_tokens();
+        if (need > cmd.max_new) {
+            err = need == GRAM_CLOSE_NEVER ? "grammar: its shortest reply cannot be written in this vocabulary"
+                                           : "grammar: its shortest reply takes " + std::to_string(need) +
+                                                 " tokens, above max_new " + std::to_string(cmd.max_new) +
+                                                 ": raise the request's token limit";
+            out->reset();
+        }
+    }
     if (!*out) err_line(err);
     return *out != nullptr;
 }
