@@ -361,8 +361,10 @@ MCP_CALL = ("<tool_call>\n<function=add>\n<parameter=a>\n2\n</parameter>\n<param
 
 
 @pytest.fixture
-def mcp_server():
-    """-> (url, calls): a streamable-HTTP MCP server with tools `add` and `explode`; calls lists what ran."""
+def mcp_server(request):
+    """-> (url, calls): an MCP server with tools `add` and `explode` over streamable HTTP (parametrized: "sse",
+    the older HTTP+SSE transport; "nocors", no CORS, which a browser on another origin cannot use); calls lists
+    what ran."""
     mcpserver = pytest.importorskip("mcp.server.mcpserver", reason="the official MCP SDK (requirements-test.txt)")
     import socket
     import uvicorn
@@ -383,22 +385,27 @@ def mcp_server():
         calls.append(("explode",))
         raise ToolError("the fuse is lit")      # the SDK's way to fail with a message the client sees
 
-    app = CORSMiddleware(srv.streamable_http_app(), allow_origins=["*"], allow_methods=["GET", "POST", "DELETE"],
-                         allow_headers=["*"], expose_headers=["Mcp-Session-Id"])
+    mode = getattr(request, "param", "http")
+    sse = mode == "sse"
+    app = srv.sse_app() if sse else srv.streamable_http_app()
+    if mode != "nocors":
+        app = CORSMiddleware(app, allow_origins=["*"], allow_methods=["GET", "POST", "DELETE"], allow_headers=["*"],
+                             expose_headers=["Mcp-Session-Id"])
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
     t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     t.start()
     deadline = time.monotonic() + 20
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert server.started, "the MCP server did not start"
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}/mcp", calls
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}/{'sse' if sse else 'mcp'}", calls
     server.should_exit = True
     t.join(10)
     sock.close()
+    assert not t.is_alive(), "the MCP server did not stop"
 
 
 def add_mcp_server(pg, url):
@@ -416,7 +423,8 @@ def prompts(gens):
             for line in gens.read_text().splitlines()]
 
 
-def test_an_mcp_tool_runs_after_approval_and_the_answer_uses_it(server, page, mcp_server, tmp_path):
+@pytest.mark.parametrize("mcp_server", ["http", "sse"], indirect=True)
+def test_an_mcp_tool_runs_after_approval_and_the_answer_uses_it(server, mcp_server, page, tmp_path):
     url, calls = mcp_server
     gens = tmp_path / "gens.txt"
     s = server({"record_gen": str(gens), "turns": [{"text": MCP_CALL}, {"echo": r"The sum is \d+"}]})
@@ -439,7 +447,7 @@ def test_an_mcp_tool_runs_after_approval_and_the_answer_uses_it(server, page, mc
     assert page.locator(".msg.assistant").count() == 2
 
 
-def test_a_denied_call_does_not_run_and_the_model_is_told(server, page, mcp_server, tmp_path):
+def test_a_denied_call_does_not_run_and_the_model_is_told(server, mcp_server, page, tmp_path):
     url, calls = mcp_server
     gens = tmp_path / "gens.txt"
     s = server({"record_gen": str(gens), "turns": [{"text": MCP_CALL}, {"echo": r"The user denied[^;]*"}]})
@@ -453,7 +461,7 @@ def test_a_denied_call_does_not_run_and_the_model_is_told(server, page, mcp_serv
     assert page.locator(".msg.assistant").nth(1).locator(".md.body").inner_text() == "The user denied this tool call"
 
 
-def test_a_failing_tool_is_shown_and_always_allow_skips_the_question(server, page, mcp_server, tmp_path):
+def test_a_failing_tool_is_shown_and_always_allow_skips_the_question(server, mcp_server, page, tmp_path):
     url, calls = mcp_server
     explode = "<tool_call>\n<function=explode>\n</function>\n</tool_call>"
     s = server({"turns": [{"text": explode}, {"echo": r"the fuse is lit"}, {"text": explode}, {"text": "Gave up."}]})
@@ -468,3 +476,19 @@ def test_a_failing_tool_is_shown_and_always_allow_skips_the_question(server, pag
     answers_done(page, 4)                                # allowed always: it ran with no question asked
     assert calls == [("explode",), ("explode",)]
     assert page.locator(".msg.tool.error").count() == 2 and page.locator(".msg.tool.pending").count() == 0
+
+
+@pytest.mark.parametrize("mcp_server", ["nocors"], indirect=True)
+def test_an_mcp_server_the_browser_cannot_reach_is_named_with_the_reason(server, mcp_server, page):
+    url, calls = mcp_server
+    s = server({"turns": [{"text": "No tools here."}]})
+    page.goto(f"http://127.0.0.1:{s.port}/")
+    page.click("#open-settings")
+    page.fill("#mcp-url", url)
+    page.click("#mcp-add")
+    page.wait_for_function("document.getElementById('mcp-list').textContent.includes('CORS')")
+    assert url in page.inner_text("#mcp-list li.error")
+    page.click("#settings-cancel")
+    ask(page, "hi")                                      # no tools offered: a plain answer
+    answers_done(page, 1)
+    assert page.inner_text(".msg.assistant .md.body") == "No tools here." and calls == []
