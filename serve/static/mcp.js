@@ -327,7 +327,9 @@ function fillToolMessage(div, m) {
   div.appendChild(el("pre", "args", args));
   if (m.status === "pending") {
     const row = el("div", "approve");
-    row.append(actionButton("Approve", "approve", "Run this call once"),
+    const approve = actionButton("Approve", "approve", "Run this call once");
+    approve.className = "small";          // the one filled button: the answer the user is asked for
+    row.append(approve,
                actionButton("Deny", "deny", "Do not run it; the model is told so"),
                actionButton(`Always allow ${m.name}`, "always", "Run this tool from now on without asking"));
     div.appendChild(row);
