@@ -363,15 +363,20 @@ def one_path_pair(sides, r):
         stamps = eng.gen_stamps(1, prompts(9000 + r, ONE_PATH_TTFT_TOKENS))
         out.setdefault("ttft_ms pp%d" % ONE_PATH_TTFT_TOKENS, [0.0, 0.0])[i] = 1000 * (stamps[0] - eng.sent_at)
         for n in ONE_PATH_READS:
+            c0 = _cpu_s(side)
             out.setdefault("pp%d tok/s" % n, [0.0, 0.0])[i] = side.prefill(n, 1000 * n + r)
+            out.setdefault("pp%d cpu_s" % n, [0.0, 0.0])[i] = _cpu_s(side) - c0
+        c0 = _cpu_s(side)
         out.setdefault("tg%d tok/s" % DECODE_TOKENS, [0.0, 0.0])[i] = side.decode(7 + r)
+        out.setdefault("tg%d cpu_ms/tok" % DECODE_TOKENS, [0.0, 0.0])[i] = 1000 * (_cpu_s(side) - c0) / DECODE_TOKENS
     return out
 
 
 def one_path_report(args):
     """--one-path: the one-slot path (`--batch 1`, `BGEN 0`) against the solo `GEN` on the same binary, model
     and threads: TTFT of a short prompt (at the client), prompt read tok/s, decode tok/s; --runs pairs, the
-    side that goes first alternating; medians, and the slot/solo ratio."""
+    side that goes first alternating; medians, and the slot/solo ratio. The engine's CPU seconds per read and
+    CPU ms per decoded token are the figures a loaded machine disturbs least."""
     import statistics
     solo = Ours(args.engine, args.model, args.threads, engine_flags(args))
     slot = Ours(args.engine, args.model, args.threads, engine_flags(args), slot=True)
