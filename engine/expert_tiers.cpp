@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "kernels_act8.h"
+#include "cpu/kernels_act8.h"
 #include "model_impl.h"
 
 namespace {

@@ -17,7 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "quants.h"
+#include "cpu/quants.h"
 
 enum gguf_value_type : uint32_t {
     GGUF_TYPE_UINT8 = 0,

@@ -15,6 +15,9 @@
 // own writes. Global layers keep n_ctx cells.
 // window_lo is the oldest position the rings still hold; a sequence may continue at n (truncated to n tokens,
 // or copied at n) only when n == 0 or window_lo <= max(0, n + 1 - n_swa) (kv_cache_can_resume).
+// A cache may live in a device's memory (the CUDA backend, prefill/cuda_forward.h): then k and v are device
+// pointers with the same layout, kv->mem names the allocator and the copy, and only the functions of this
+// header and prefill/ touch the bytes (never a host loop over kv_head).
 #pragma once
 
 #include <cstddef>
@@ -22,6 +25,13 @@
 #include <vector>
 
 #include "model.h"
+
+// Where a cache's K and V live when not in host memory.
+struct kv_mem {
+    void* (*alloc)(size_t n);                             // zeroed; nullptr without room
+    void (*free)(void* p);
+    void (*copy)(void* dst, const void* src, size_t n);   // host or device, either way; returns when done
+};
 
 struct kv_cache {
     kv_type type = KV_TYPE_F16;
@@ -40,13 +50,15 @@ struct kv_cache {
     uint8_t* k = nullptr;
     uint8_t* v = nullptr;
     size_t map_bytes = 0;  // of each of k and v
+    const kv_mem* mem = nullptr;  // nullptr: host anonymous mappings
 };
 
 // swa: (n_layer) window-layer flags, or nullptr (no window layers); n_chunk: the most entries of one
 // sequence per model_eval call. Q8_0 needs head_dim % 32 == 0 (a block never spans two heads); nullptr
 // otherwise or without memory.
+// mem: device memory (nullptr: host).
 kv_cache* kv_cache_create(int32_t n_layer, int32_t n_ctx, int32_t n_head_kv, int32_t head_dim, kv_type type,
-                          const uint8_t* swa, int32_t n_swa, int32_t n_chunk);
+                          const uint8_t* swa, int32_t n_swa, int32_t n_chunk, const kv_mem* mem = nullptr);
 
 inline bool kv_is_ring(const kv_cache* kv, int32_t layer) { return kv->n_ring > 0 && kv->layer_swa[size_t(layer)]; }
 

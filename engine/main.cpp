@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "bandwidth.h"
+#include "cpu/bandwidth.h"
 #include "drafting.h"
 #include "gguf.h"
 #include "grammar.h"
@@ -23,7 +23,7 @@
 #include "protocol.h"
 #include "serve_loop.h"
 #include "slots.h"
-#include "threadpool.h"
+#include "cpu/threadpool.h"
 
 namespace {
 
@@ -51,12 +51,13 @@ const char* const USAGE =
     "  --kv f16|q8_0                KV cache type (default f16)\n"
     "  --seed N                     seed of requests that bring none (default: random)\n"
     "  --act-bits 16|8              matmul activations in 16-bit blocks (default) or 8-bit (faster prefill and\n"
-    "                               multi-token steps, less exact; engine/kernels_act8.h)\n"
+    "                               multi-token steps, less exact; engine/cpu/kernels_act8.h)\n"
     "  --experts-ram-mib N          RAM for a MoE model's packed experts: the most used that fit are kept there,\n"
     "                               the rest read from the mapped file (default: every expert; engine/expert_tiers.h)\n"
     "  --drafting off|lookup|model|auto  drafting (default off; auto: prompt lookup, else the draft model)\n"
     "  --draft-model FILE.gguf      a smaller model with the same vocabulary that proposes drafts\n"
-    "  --backend cpu|cuda           compute backend (default cpu)\n"
+    "  --backend cpu|cuda|auto      compute backend (default cpu; auto: the GPU when this build has CUDA, a\n"
+    "                               device answers and the model has kernels there, else the CPU)\n"
     "usage: strata-engine --probe-bandwidth [--threads N] [--model FILE.gguf] [--probe-mib N]\n"
     "  prints one PROBE line: read GB/s on the engine's thread pool over an N MiB buffer (default 256) and,\n"
     "  with a model, the bytes one decode token reads and the decode bound they give\n";
@@ -189,7 +190,7 @@ int parse_flags(int argc, char** argv, flags* f) {
         } else if (a == "--draft-model") {
             f->draft_model = v;
         } else if (a == "--backend") {
-            if (v != "cpu" && v != "cuda") return bad();
+            if (v != "cpu" && v != "cuda" && v != "auto") return bad();
             f->backend = v;
         } else {
             return usage("unknown flag " + a);
@@ -256,6 +257,14 @@ int run_probe(const flags& f) {
     return 0;
 }
 
+// " device=NAME" (spaces as '_') with the CUDA backend, else ""
+std::string device_field(const model_info& info) {
+    if (info.backend != "cuda") return "";
+    std::string d = info.device;
+    std::replace(d.begin(), d.end(), ' ', '_');
+    return " device=" + d;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -263,8 +272,8 @@ int main(int argc, char** argv) {
     const int rc = parse_flags(argc, argv, &f);
     if (rc >= 0) return rc;
     if (f.probe) return run_probe(f);
-    if (f.backend == "cuda") {
-        std::fprintf(stderr, "strata-engine: --backend cuda: this engine has no CUDA backend (built for the CPU)\n");
+    if (f.backend == "cuda" && f.kv != KV_TYPE_F16) {
+        std::fprintf(stderr, "strata-engine: --backend cuda keeps its KV cache in f16 (--kv q8_0 is CPU-only)\n");
         return 1;
     }
 
@@ -277,6 +286,7 @@ int main(int argc, char** argv) {
     mp.n_batch = static_cast<int32_t>(std::max(f.chunk, f.step_tokens)) + SLOTS_MAX * per_slot;
     mp.act_bits = f.act_bits;
     mp.experts_ram_bytes = f.experts_ram_mib < 0 ? -1 : f.experts_ram_mib << 20;
+    mp.backend = f.backend == "auto" && f.kv != KV_TYPE_F16 ? "cpu" : f.backend;
     std::string err;
     strata_model* model = model_load(mp, &err);
     if (model == nullptr) {
@@ -284,6 +294,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     const model_info& info = model_get_info(model);
+    if (!info.backend_note.empty()) std::fprintf(stderr, "strata: --backend auto: on the CPU (%s)\n", info.backend_note.c_str());
     std::unique_ptr<draft_model> draft;
 
     engine_config cfg;
@@ -350,7 +361,7 @@ int main(int argc, char** argv) {
                         " conversation_cache_mib=" + std::to_string(cfg.conv_mib) +
                         " im_start=" + std::to_string(info.im_start_id) + " eos=" + join_ids(cfg.eos_ids) +
                         " threads=" + std::to_string(info.n_threads > 0 ? info.n_threads : mp.n_threads) +
-                        " backend=cpu kernels=" + model_kernel_name() + " kv=" + (cfg.kv == KV_TYPE_F16 ? "f16" : "q8_0") +
+                        " backend=" + info.backend + device_field(info) + " kernels=" + model_kernel_name() + " kv=" + (cfg.kv == KV_TYPE_F16 ? "f16" : "q8_0") +
                         " chunk=" + std::to_string(cfg.chunk) +
                         " step_tokens=" + std::to_string(cfg.step_tokens) +
                         " token_flush_ms=" + std::to_string(f.token_flush_ms) + " logit_bias=1 grammar=" +

@@ -19,12 +19,13 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "kernels_act8.h"
+#include "cpu/kernels_act8.h"
+#include "prefill/cuda_forward.h"
 #include "kv_cache.h"
 #include "model_impl.h"
-#include "gelu.h"
-#include "step_timer.h"
-#include "threadpool.h"
+#include "cpu/gelu.h"
+#include "cpu/step_timer.h"
+#include "cpu/threadpool.h"
 
 namespace {
 
@@ -82,9 +83,10 @@ std::vector<weight_view*> matmul_weights(strata_model* m, bool experts = true) {
 // into m->widened and take Q8_0's integer kernels (and its row-group packing) instead of the generic float
 // path. Same values, 34 / 22 or 34 / 18 of the bytes. Except Q5_0 with 16-bit activations where the kernel set
 // has a Q5_0 row-group kernel and the shape a packed layout (pack_weights packs it): it stays 5-bit
-// (engine/kernels_group_q5_0.h), with the same results as widened.
+// (engine/cpu/kernels_group_q5_0.h), with the same results as widened.
 bool widens(const strata_model* m, const weight_view& w, int32_t act_bits) {
     if (!quant_widens_to_q8_0(w.type)) return false;
+    if (!quant_rows_widen_exactly(w.type, w.data, w.n_cols * w.n_rows)) return false;  // MXFP4 scales past a half
     return !(w.type == GGML_TYPE_Q5_0 && act_bits == 16 && group_fn(*m->ks, w.type) &&
              weight_packed_bytes(w.type, w.n_cols, w.n_rows) > 0);
 }
@@ -145,6 +147,24 @@ void pack_weights(strata_model* m, int32_t act_bits, int64_t experts_ram_bytes) 
         off += weight_packed_bytes(w->type, w->n_cols, w->n_rows);
     }
     if (m->file->map_addr) ::madvise(m->file->map_addr, m->file->map_size, MADV_DONTNEED);
+}
+
+// The backend rule (model_params.backend): "cuda" uploads the model or fails with the reason; "auto" uploads it
+// when it can and otherwise notes why it stays on the CPU (model_info.backend_note).
+bool use_cuda(strata_model* m, const std::string& backend, std::string* err) {
+    if (backend != "cuda" && backend != "auto") return true;
+    std::string why;
+    m->cuda = cuda_model_init(m, &why);
+    if (m->cuda) {
+        m->info.device = cuda_device_name();
+        return true;
+    }
+    if (backend == "cuda") {
+        *err = m->file->path + ": --backend cuda: " + why;
+        return false;
+    }
+    m->info.backend_note = why;
+    return true;
 }
 
 }  // namespace
@@ -359,11 +379,18 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     m->hp.rope_mscale = rope_scaling_mscale(hp.rope, hp.rope.freq_scale);
     m->hp.rope_mscale_swa = rope_scaling_mscale(hp.rope, 1.0f);
     m->n_batch = params.n_batch;
+    m->info.arch = arch_name;
+    if (!use_cuda(m, params.backend, err)) {
+        model_free(m);
+        return nullptr;
+    }
     const int n_threads = params.n_threads > 0 ? params.n_threads : threadpool_physical_cores();
-    m->pool = threadpool_init(n_threads);
+    m->pool = threadpool_init(m->cuda ? 1 : n_threads);  // the CUDA backend's host side is one thread
     m->ks = &kernels_get();
-    widen_weights(m, params.act_bits == 8 ? 8 : 16);
-    pack_weights(m, params.act_bits == 8 ? 8 : 16, params.experts_ram_bytes);
+    if (!m->cuda) {  // the CPU's copies of the weights; the GPU has its own
+        widen_weights(m, params.act_bits == 8 ? 8 : 16);
+        pack_weights(m, params.act_bits == 8 ? 8 : 16, params.experts_ram_bytes);
+    }
 
     model_info& info = m->info;
     info.arch = arch_name;
@@ -384,6 +411,7 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
         info.n_experts_resident = m->tiers.active ? m->tiers.n_slots : info.n_experts_total;
         info.experts_packed_bytes = m->tiers.all_bytes;
     }
+    info.backend = m->cuda ? "cuda" : "cpu";
     info.bos_id = read_id(f, "tokenizer.ggml.bos_token_id", hp.n_vocab);
     info.eos_id = read_id(f, "tokenizer.ggml.eos_token_id", hp.n_vocab);
     info.eot_id = read_id(f, "tokenizer.ggml.eot_token_id", hp.n_vocab);
@@ -427,6 +455,7 @@ expert_figures model_expert_figures(const strata_model* m) {
 
 void model_free(strata_model* m) {
     if (!m) return;
+    cuda_model_free(m->cuda);
     std::free(m->packed);
     expert_tiers_free(&m->tiers);
     threadpool_free(m->pool);
@@ -453,8 +482,9 @@ size_t model_kv_bytes_per_pos(const strata_model* m) {
 kv_cache* kv_cache_init(const strata_model* m, int32_t n_ctx, kv_type type) {
     std::vector<uint8_t> swa(size_t(m->hp.n_layer), 0);
     for (int32_t il = 0; il < m->hp.n_layer; ++il) swa[size_t(il)] = m->layers[size_t(il)].swa ? 1 : 0;
+    if (m->cuda && type != KV_TYPE_F16) return nullptr;  // the CUDA attention reads f16 caches only
     return kv_cache_create(m->hp.n_layer, n_ctx, m->hp.n_head_kv, m->hp.head_dim, type, swa.data(), m->hp.n_swa,
-                           m->n_batch);
+                           m->n_batch, m->cuda ? cuda_kv_mem() : nullptr);
 }
 
 // ---- forward pass -------------------------------------------------------------------------------------
@@ -672,7 +702,7 @@ void swiglu_range(void* ctx, int64_t i0, int64_t i1, int) {
     float* g = f.m->s.gate.data();
     const float* u = f.m->s.up.data();
     if (f.m->hp.ffn_gelu) {
-        gelu_mul(*f.m->ks, g + i0 * n_ff, u + i0 * n_ff, (i1 - i0) * n_ff);  // engine/gelu.h
+        gelu_mul(*f.m->ks, g + i0 * n_ff, u + i0 * n_ff, (i1 - i0) * n_ff);  // engine/cpu/gelu.h
         return;
     }
     silu_mul_row(*f.m->ks, g + i0 * n_ff, u + i0 * n_ff, (i1 - i0) * n_ff);
@@ -743,7 +773,11 @@ void note_writes(const eval_batch& b) {
 
 int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string* err) {
     if (!check_batch(m, b, err)) return -1;
-    // step_mark: decode phase marks (STRATA_STEP_TIMING=1, engine/step_timer.h); a branch when off
+    if (m->cuda) {
+        note_writes(b);
+        return cuda_model_eval(m, b, logits, err);  // prefill/cuda_forward.h: this function's steps on the GPU
+    }
+    // step_mark: decode phase marks (STRATA_STEP_TIMING=1, engine/cpu/step_timer.h); a branch when off
     const int32_t outer = step_mark(STEP_NORMS);
     note_writes(b);
     const model_hparams& hp = m->hp;

@@ -27,8 +27,11 @@ struct model_params {
     std::string path;        // the GGUF file
     int32_t n_threads = 0;   // 0 = physical cores
     int32_t n_batch = 512;   // most tokens one model_eval call may carry (scratch is sized for it)
-    int32_t act_bits = 16;   // matmul activations: 16-bit blocks, or 8 (opt-in; engine/kernels_act8.h)
+    int32_t act_bits = 16;   // matmul activations: 16-bit blocks, or 8 (opt-in; engine/cpu/kernels_act8.h)
     int64_t experts_ram_bytes = -1;  // RAM for packed experts (engine/expert_tiers.h); -1 = every expert
+    // "cpu"; "cuda": the forward and the KV caches on the GPU (prefill/cuda_forward.h), an error when it cannot;
+    // "auto": CUDA when this build has it, a device answers and the model's shapes have kernels, else the CPU
+    std::string backend = "cpu";
 };
 
 // What the protocol loop needs to know about the loaded model (filled from GGUF metadata).
@@ -56,6 +59,9 @@ struct model_info {
     int32_t n_experts_total = 0;
     int32_t n_experts_resident = 0;
     size_t experts_packed_bytes = 0;
+    std::string backend = "cpu";  // as applied: "cpu" or "cuda"
+    std::string backend_note;     // why "auto" (or a model the GPU cannot run) stayed on the CPU; "" otherwise
+    std::string device;           // the GPU's name with the CUDA backend
 };
 
 // Expert reads so far (one per used expert per layer per step): from RAM, from the mapped file; experts

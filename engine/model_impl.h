@@ -11,13 +11,14 @@
 #include <vector>
 
 #include "gguf.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "model.h"
 #include "expert_tiers.h"
 #include "moe.h"
 #include "rope_scaling.h"
 
 struct threadpool;
+struct cuda_model;  // prefill/cuda_forward.h: the weights and activations on the GPU
 
 struct model_hparams {
     int32_t n_vocab = 0;
@@ -103,6 +104,7 @@ struct strata_model {
     uint8_t* packed = nullptr;                // the row-group copies of the weights (pack_weights in model.cpp)
     std::vector<block_q8_0> widened;          // Q5_0 / IQ4_NL matrices rewritten as Q8_0 (widen_weights)
     expert_tiers tiers;                       // experts in RAM where the budget binds (engine/expert_tiers.h)
+    cuda_model* cuda = nullptr;               // the CUDA backend; nullptr: the CPU forward
 };
 
 // Builds a model over an opened file (model_load = gguf_open + this). Takes ownership of f, also on failure.

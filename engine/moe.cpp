@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "model_impl.h"
-#include "threadpool.h"
+#include "cpu/threadpool.h"
 
 namespace {
 

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels.h"
+#include "cpu/kernels.h"
 
 struct strata_model;
 struct layer_weights;

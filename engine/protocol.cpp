@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "logprobs.h"
+#include "model.h"
 
 namespace {
 
@@ -429,4 +430,14 @@ std::string protocol_fixed1(double value) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.1f", value);
     return buf;
+}
+
+std::string protocol_expert_words(uint64_t hits, uint64_t misses) {
+    if (hits + misses == 0) return "";
+    return " experts_hits=" + std::to_string(hits) + " experts_misses=" + std::to_string(misses);
+}
+
+std::string expert_words(const strata_model* model) {
+    const expert_figures f = model_expert_figures(model);
+    return protocol_expert_words(f.hits, f.misses);
 }

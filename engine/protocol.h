@@ -58,6 +58,12 @@ std::string protocol_message(const std::string& text);
 
 // Milliseconds (or any figure) with one decimal: "12.3".
 std::string protocol_fixed1(double value);
+// " experts_hits=<n> experts_misses=<n>" (the expert tiers' reads so far, engine-wide: engine/expert_tiers.h), or ""
+// when no expert was read from either tier; DONE and BDONE end with it.
+std::string protocol_expert_words(uint64_t hits, uint64_t misses);
+struct strata_model;
+// protocol_expert_words of the model's figures (model_expert_figures).
+std::string expert_words(const strata_model* model);
 
 // Writes `line` and '\n' to stdout and flushes (with it, any token lines still held). Only the serve loop's
 // thread calls it, and the protocol_*_token* functions below.

@@ -7,7 +7,7 @@
 #include "logprobs.h"
 #include "prefill/chunking.hpp"
 #include "protocol.h"
-#include "step_timer.h"
+#include "cpu/step_timer.h"
 #include "stdin_reader.h"
 
 namespace {
@@ -133,7 +133,7 @@ void slot_table::finish(int32_t i, const char* why) {
     protocol_write_line("BDONE " + std::to_string(i) + " " + std::to_string(s.generated) + " " + why + " " +
                         protocol_fixed1(decoded ? ms_since(s.t0) : 0.0) + " " + std::to_string(s.prompt.size()) +
                         " " + protocol_fixed1(s.prompt_ms) + " " + std::to_string(s.reused) + " " +
-                        std::to_string(s.n_read) + drafts);
+                        std::to_string(s.n_read) + drafts + expert_words(model_));
     const double decode_ms = decoded ? ms_since(s.t0) : 0.0;
     std::fprintf(stderr, "strata: BDONE slot=%d prompt=%zu reused=%d read=%d generated=%d finish=%s prompt_ms=%.1f"
                  " decode_tok_s=%.1f drafts=%lld/%lld\n", i, s.prompt.size(), s.reused, s.n_read, s.generated, why,

@@ -20,7 +20,7 @@
 //  - One slot (`--batch 1`, the server's `--parallel 1`): nothing can be admitted beside a read, so the read
 //    goes in --chunk pieces on the boundaries of prefill/chunking.hpp (set_read_chunk) instead of sharing
 //    the --step-tokens budget with other slots' first tokens.
-//  - Timing (STRATA_PF_TIMING=1: prefill/pf_timer.h; STRATA_STEP_TIMING: engine/step_timer.h): a request
+//  - Timing (STRATA_PF_TIMING=1: prefill/pf_timer.h; STRATA_STEP_TIMING: engine/cpu/step_timer.h): a request
 //    admitted while no other slot is busy is timed (time_admission): its prompt read gives one `pf timing:`
 //    and one `prefill timing:` line when the read ends, its decode one `step timing:` line at BDONE. An
 //    admission while a timed request runs abandons that timing (its figures would mix two requests), so

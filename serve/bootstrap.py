@@ -145,6 +145,7 @@ def build_lifecycle(ns, cfg: dict):
     fake = getattr(ns, "tokenizer", None) == "bytes"
     first = ModelEntry(svc.model_name, lambda: svc, aliases=list(cfg.get("aliases") or []),
                        info={"n_ctx": 0, "config_path": getattr(ns, "config", None) or _config_home(svc),
+                             **({"path": main_model} if main_model else {}),
                              **({} if fake or not main_model else {"details": _details(models_mod.describe(main_model))})})
     first.svc = svc
     entries, taken = [first], set(first.aliases) | {first.name}
@@ -162,7 +163,7 @@ def build_lifecycle(ns, cfg: dict):
         entries.append(ModelEntry(mcfg["model_name"], _maker(mns, mcfg), aliases=aliases,
                                   info={"n_ctx": m.n_ctx_train, "config_path": path or
                                         runconfig.config_paths(None, m.id)[-1], "details": _details(m),
-                                        "ram_bytes": _ram_need(m, mcfg, ns),
+                                        "ram_bytes": _ram_need(m, mcfg, ns), "path": m.path,
                                         "idle_unload_s": mcfg.get("idle_unload_s")}))
         taken |= {entries[-1].name, *aliases}
     pick = lambda name, key: getattr(ns, name, None) if getattr(ns, name, None) is not None else cfg.get(key)
@@ -171,10 +172,17 @@ def build_lifecycle(ns, cfg: dict):
     if max_loaded > 1:
         print(f"strata: up to {max_loaded} models loaded at once within {budget >> 20} MiB "
               "(least recently used unloaded first)", file=sys.stderr)
-    return Lifecycle(entries, lazy_load=bool(pick("lazy", "lazy_load")),
-                     idle_unload_s=float(pick("idle_unload", "idle_unload_s") or 0),
-                     lease_wait=bool(cfg.get("lease_wait")), max_loaded=max_loaded, ram_budget_bytes=budget,
-                     on_loaded=lambda s: print(loaded_line(s), file=sys.stderr, flush=True))
+    lc = Lifecycle(entries, lazy_load=bool(pick("lazy", "lazy_load")),
+                   idle_unload_s=float(pick("idle_unload", "idle_unload_s") or 0),
+                   lease_wait=bool(cfg.get("lease_wait")), max_loaded=max_loaded, ram_budget_bytes=budget,
+                   on_loaded=lambda s: print(loaded_line(s), file=sys.stderr, flush=True))
+    # Ollama's created models: a created model's own GGUF is served by an entry made like a discovered one's
+    lc.entry_factory = lambda name, path: ModelEntry(name, _maker(argparse.Namespace(
+        **{**vars(ns), "model": path, "config": None}), {"model_name": name}), info={"n_ctx": 0, "path": path})
+    store = pick("model_store", "model_store") or os.path.join(CACHE_DIR, "model-store")
+    from serve.lifecycle.created import ModelStore
+    ModelStore(os.path.expanduser(str(store))).attach(lc)
+    return lc
 
 
 def model_limits(max_loaded, budget_gb, n_models: int, free_ram_bytes: int | None = None):
@@ -350,7 +358,8 @@ def options(ns, cfg: dict) -> Options:
                    allowed_hosts=_names(cfg, "allowed_hosts"),
                    parent_pid=getattr(ns, "parent_pid", None), quiet=bool(getattr(ns, "quiet", False)),
                    stream_interval_ms=stream_interval_ms(ns, cfg), slot_save_path=slot_save_path(ns, cfg),
-                   host_name=host_name(pick("host_name", os.environ.get("STRATA_HOST_NAME"))))
+                   host_name=host_name(pick("host_name", os.environ.get("STRATA_HOST_NAME"))),
+                   **_responses_options(ns, cfg))
     if "*" in opts.cors_origins and not opts.api_keys:
         print("strata: security: CORS is open to every origin and there is no API key: any web page this "
               "machine's browser opens can use the server (add --api-key, or name the origins)", file=sys.stderr)
@@ -382,6 +391,20 @@ def slot_save_path(ns, cfg: dict) -> str | None:
     if os.stat(path).st_uid == os.getuid():
         os.chmod(path, 0o700)
     return path
+
+
+def _responses_options(ns, cfg: dict) -> dict:
+    """The stored Responses' folder and bounds (flags over the run config; Options' defaults otherwise)."""
+    out = {}
+    for flag, key in (("responses_dir", "responses_dir"), ("responses_max", "responses_max"),
+                      ("responses_max_mib", "responses_max_mib"), ("responses_max_age", "responses_max_age_s")):
+        value = getattr(ns, flag, None) if getattr(ns, flag, None) is not None else cfg.get(key)
+        if value is None:
+            continue
+        if key != "responses_dir" and not float(value) > 0:
+            raise SetupError(f"--{flag.replace('_', '-')} {value}: a number above 0")
+        out[key] = os.path.abspath(os.path.expanduser(str(value))) if key == "responses_dir" else value
+    return out
 
 
 def stream_interval_ms(ns, cfg: dict) -> float:

@@ -43,7 +43,8 @@ COMMANDS = {   # name -> (one line for `strata --help`, examples for `strata NAM
                  "examples:\n  strata drafting plan\n  strata drafting plan ~/models/qwen3-4b.gguf --draft-model "
                  "~/models/qwen3-0.6b.gguf\n  strata drafting plan --drafting off --json\n"),
     "ps": ("list the running servers: address, model loaded, lanes, memory",
-           "examples:\n  strata ps\n  strata ps --json\n"),
+           "examples:\n  strata ps\n  strata ps --json\n"
+           "  strata ps --url 10.0.0.11:8080 --url 10.0.0.12:8080   the hosts of a cluster (docs/DEPLOY.md)\n"),
     "load": ("load a model on a running server (switching if need be)",
              "examples:\n  strata load smollm2-135m-instruct\n  strata load qwen3-0.6b --port 9000\n"),
     "unload": ("unload a running server's model(s); their RAM is given back",
@@ -100,8 +101,18 @@ def _serve_args(s) -> None:
     s.add_argument("--stream-interval-ms", type=float, metavar="MS", help="a streamed reply is written at most "
                    "every MS milliseconds; tokens that come sooner go out together in the next write (default "
                    "20; 0 = each at once). Fewer writes leave the cores to the engine (README: Streaming)")
+    s.add_argument("--model-store", metavar="FOLDER", help="where models made with Ollama's /api/create and "
+                   "uploaded blobs are kept (made 0700; default ~/.cache/strata/model-store)")
     s.add_argument("--host-name", metavar="NAME", help="this host's name in a cluster, sent as X-Strata-Host on "
                    "every answer (default $STRATA_HOST_NAME; none: no header). docs/DEPLOY.md")
+    s.add_argument("--responses-dir", metavar="FOLDER", help="keep stored Responses (store: true, "
+                   "previous_response_id) in FOLDER too, so they survive a restart (made 0700; default: memory only)")
+    s.add_argument("--responses-max", type=int, metavar="N", help="stored Responses kept at most (default 1000; "
+                   "the oldest go first)")
+    s.add_argument("--responses-max-mib", type=float, metavar="MIB", help="stored Responses' size together at "
+                   "most (default 64)")
+    s.add_argument("--responses-max-age", type=float, metavar="SECONDS", help="a stored Response is kept at most "
+                   "this long (default 2592000: 30 days, as OpenAI)")
     s.add_argument("--slot-save-path", metavar="FOLDER", help="allow POST /slots/ID?action=save|restore|erase "
                    "(llama-server's saved slots) with files in FOLDER (made 0700; files 0600); default: off")
     s.add_argument("--parent-pid", type=int, metavar="PID", help="shut down when this process is gone")
@@ -155,6 +166,8 @@ def parser() -> argparse.ArgumentParser:
     dr.add_argument("--json", action="store_true", help="JSON instead of text")
     _server_args(subs["ps"])
     subs["ps"].add_argument("--json", action="store_true", help="JSON instead of text")
+    subs["ps"].add_argument("--url", action="append", metavar="URL", help="a server on another host (repeatable): "
+                            "its name (X-Strata-Host), model, lanes, requests, from its /v1/status")
     ch = subs["chat"]
     ch.add_argument("model", nargs="?", metavar="MODEL", help="a model name the server serves, or a GGUF file "
                     "(then a server is started on it)")
@@ -292,8 +305,14 @@ def drafting(ns) -> int:
 
 
 def ps(ns) -> int:
-    from strata_cli.client import server_rows
+    from strata_cli.client import remote_row, server_rows
     from strata_cli.tables import size_text, table
+    if ns.url:
+        rows = [remote_row(url, ns.api_key) for url in ns.url]
+        print(json.dumps({"servers": rows}, indent=1) if ns.json else table(rows, [
+            ("address", "ADDRESS"), ("host_name", "HOST"), ("loaded", "LOADED"), ("lanes", "LANES"),
+            ("in_flight", "IN FLIGHT"), ("requests", "REQUESTS"), ("uptime_s", "UP (s)")]))
+        return 0 if all(r["lanes"] is not None for r in rows) else 1
     rows = server_rows(ns.api_key)
     if ns.json:
         print(json.dumps({"servers": rows}, indent=1))

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from urllib.parse import urlsplit
 
 CALL_TIMEOUT_S = 30.0       # a JSON route answers in well under this (a load waits for READY: see LOAD_TIMEOUT_S)
 LOAD_TIMEOUT_S = 900.0      # the engine's own READY limit (serve/engine_client/engine.py ENGINE_READY_S)
@@ -134,6 +135,34 @@ def server_rows(key: str | None = None) -> list[dict]:
             row["loaded"] = "not answering"
         rows.append(row)
     return rows
+
+
+def remote_row(url: str, key: str | None = None) -> dict:
+    """One row for `strata ps --url URL`: a server on another host (a cluster's member, docs/DEPLOY.md), from
+    its answers alone: the name it sends (X-Strata-Host), the model loaded, lanes, requests, uptime."""
+    parts = urlsplit(url if "//" in url else f"http://{url}")
+    row = {"address": parts.netloc, "host_name": None, "loaded": "not answering", "lanes": None,
+           "in_flight": None, "requests": None, "uptime_s": None}
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 8080, timeout=CALL_TIMEOUT_S)
+    try:
+        conn.request("GET", "/v1/status", headers=Server(key=key)._headers())
+        r = conn.getresponse()
+        raw = r.read()
+    except (OSError, http.client.HTTPException):
+        return row
+    finally:
+        conn.close()
+    row["host_name"] = r.getheader("X-Strata-Host")
+    if r.status == 401:
+        return {**row, "loaded": "needs --api-key"}
+    try:
+        st = json.loads(raw)
+        activity = st.get("activity") or {}
+        return {**row, "loaded": st.get("model") if st.get("loaded") else "none",
+                "lanes": (st.get("concurrency") or {}).get("serving"), "in_flight": activity.get("in_flight"),
+                "requests": activity.get("requests"), "uptime_s": round(st.get("uptime_s") or 0)}
+    except (ValueError, AttributeError):
+        return {**row, "loaded": f"answered {r.status}, not as Strata"}
 
 
 def _tree_rss(pid: int) -> int | None:

@@ -50,7 +50,7 @@ def detect_family(text: str | None) -> str | None:
 # A family's mark: a control string only that family's templates write (checked in this order).
 _FAMILY_MARKS = (("chatml", IM_START), ("llama3", "<|start_header_id|>"), ("gemma", "<start_of_turn>"),
                  ("command-r", "<|START_OF_TURN_TOKEN|>"), ("deepseek", "<\uff5cUser\uff5c>"),
-                 ("phi3", "<|end|>"), ("zephyr", "<|user|>"), ("mistral", "[INST]"))
+                 ("harmony", "<|channel|>"), ("phi3", "<|end|>"), ("zephyr", "<|user|>"), ("mistral", "[INST]"))
 
 
 def template_family(template: str | None) -> str:

@@ -17,19 +17,26 @@ import errno
 import json
 import os
 
+from serve.core.errors import StrataError
+
 # the errors that mean "no room": a full filesystem, a user's quota, a per-process file-size limit
 STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
-class StorageFull(OSError):
-    """A private write found no room; the previous file (if any) is intact. `path`: the file not written."""
+class StorageFull(StrataError, OSError):
+    """A private write found no room; the previous file (if any) is intact. `path`: the file not written. To a
+    client of the server: 507, its message cut to what a client may see (serve/core/errors.py `public_text`)."""
+    status = 507
+    err_type = "insufficient_storage"
+    public = True
 
     def __init__(self, path: str, cause: OSError):
         why = os.strerror(cause.errno) if cause.errno else str(cause)
-        super().__init__(cause.errno, f"cannot save {path}: {why}; free space on its filesystem (the previous "
-                                      "file is unchanged)")
+        OSError.__init__(self, cause.errno, f"cannot save {path}: {why}; free space on its filesystem (the previous "
+                                            "file is unchanged)")
         self.path = path
         self.message = self.strerror
+        self.param, self.code, self.extra = None, None, {}
 
 
 def _fsync_dir(folder: str) -> None:

@@ -10,13 +10,14 @@ aliases_of=None)`, `find(models, name)`, `template_family(text)`, `DEFAULT_MODEL
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
 from strata_control.runconfig_file import default_model_name
 from strata_control.families import template_problem
 from strata_control.families import template_family as _family_of_text
-from tokenizer.gguf_meta import GGUFError, read_metadata
+from tokenizer.gguf_meta import GGUFError, read_metadata, read_tensor_infos
 
 DEFAULT_MODELS_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
                                   "strata", "models")
@@ -27,11 +28,11 @@ MAX_WALK_FILES = 10000                               # a models folder with more
 # llama.cpp's `general.file_type` (LLAMA_FTYPE_*) values -> the quantization name
 FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
               11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
-              17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 25: "IQ4_NL", 30: "IQ4_XS", 32: "BF16"}
-# the ones whose tensors the engine reads (engine/quants.h: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K
-# Q4_K Q5_K Q6_K IQ4_NL IQ4_XS)
+              17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 25: "IQ4_NL", 30: "IQ4_XS", 32: "BF16", 38: "MXFP4_MOE"}
+# the ones whose tensors the engine reads (engine/cpu/quants.h: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K
+# Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4)
 SUPPORTED_QUANTS = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_S", "Q3_K_M",
-                    "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS")
+                    "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4_MOE")
 _SHAPE_KEYS = ("context_length", "block_count", "embedding_length", "attention.head_count",
                "attention.head_count_kv", "attention.key_length", "expert_count", "expert_used_count")
 
@@ -55,6 +56,7 @@ class ModelInfo:
     head_dim: int = 0
     n_expert: int = 0                # mixture of experts: experts per layer, and those each token uses (0: dense)
     n_expert_used: int = 0
+    expert_bytes: int = 0            # of size_bytes, what the expert tensors take (by their share of the elements)
     problem: str | None = None       # why Strata cannot serve it (None = it can)
 
     @property
@@ -118,8 +120,23 @@ def describe(path: str, source: str = "--model", aliases=()) -> ModelInfo:
     info.n_head_kv = whole(shape["attention.head_count_kv"]) or info.n_head
     info.head_dim = whole(shape["attention.key_length"]) or (info.n_embd // info.n_head if info.n_head else 0)
     info.n_expert, info.n_expert_used = whole(shape["expert_count"]), whole(shape["expert_used_count"])
+    if info.n_expert:
+        info.expert_bytes = _expert_bytes(path, info.size_bytes)
     info.problem = _problem(info)
     return info
+
+
+def _expert_bytes(path: str, size_bytes: int) -> int:
+    """The experts' share of the file: their elements over all the tensors' elements, times the file size
+    (tensor infos only; the experts and the rest are mostly of one quantisation in the files people run)."""
+    try:
+        infos = read_tensor_infos(path)
+    except (OSError, GGUFError):
+        return 0
+    count = lambda ne: math.prod(ne) if ne else 0
+    every = sum(count(ne) for _, _, ne in infos)
+    experts = sum(count(ne) for name, _, ne in infos if "_exps." in name)
+    return int(size_bytes * experts / every) if every else 0
 
 
 def _gguf_files(folder: str) -> list[str]:

@@ -8,13 +8,16 @@ cannot fit. `make_plan` is pure: the machine comes in as a `Machine` (tests writ
 Memory model (the engine's, engine/kv_cache.h and engine/slots.cpp): each engine holds the weights (about the
 GGUF's size once repacked) plus one KV cache of n_ctx positions per lane (one decode slot each);
 K and V are each (n_layer, n_head_kv, n_ctx, head_dim) at 2 bytes (f16) or 34/32 bytes (q8_0) per value.
+A mixture of experts that does not fit whole keeps everything but its experts and the KV cache in RAM, and of
+the experts what the rest of the budget holds (`experts_ram`, the engine's --experts-ram-mib: the most used
+stay packed, the others are read from the mapped file; engine/expert_tiers.h).
 
 Host limits (strata_control/host.py): threads default to the CPUs this process may use when those are fewer
 than the physical cores (affinity, cgroup cpu.max), and the memory budget is the smaller of the free RAM and
 what the cgroup's memory.max leaves; both reasons name their source.
 
 Public surface: `Machine`, `machine_facts()`, `Plan`, `PlanRefused`, `make_plan(model, machine, want)`, `memory_budget(machine)`,
-`kv_bytes_per_token(model, kv)`, `clamp_lanes(asked)`, `default_lanes(cores)`, `LANES_MAX`, `CPU_CONTEXT_CAP`.
+`kv_bytes_per_token(model, kv)`, `active_weight_bytes(model)`, `clamp_lanes(asked)`, `default_lanes(cores)`, `LANES_MAX`, `CPU_CONTEXT_CAP`.
 
 Reasons tell where each value came from: the default (and why), asked (`--flag` or the run config), measured
 by `serve --calibrate`, clamped, or cut to fit. `want["sources"]` ({key: "flag" | "run config" | "calibrated"},
@@ -22,6 +25,7 @@ runconfig.plan_want builds it) says who asked; a value without a source counts a
 """
 from __future__ import annotations
 
+import copy
 import os
 import platform
 from dataclasses import dataclass, field
@@ -105,16 +109,21 @@ class Plan:
     device: str
     memory: dict                        # bytes: weights, kv, overhead, total, budget
     reasons: list = field(default_factory=list)    # one line per decision
+    experts_ram: int | None = None      # bytes of packed experts the engine keeps in RAM (--experts-ram-mib);
+                                        # None = every expert (engine/expert_tiers.h)
     notices: list = field(default_factory=list)    # values changed from what was asked
 
     def engine_args(self) -> list[str]:
         args = ["--max-context", str(self.n_ctx), "--threads", str(self.threads), "--kv", self.kv]
+        if self.experts_ram is not None:
+            args += ["--experts-ram-mib", str(self.experts_ram // MIB)]
         return args + ["--batch", str(self.lanes)]  # one lane is one slot (docs/PROTOCOL.md "Slot steps")
 
     def view(self) -> dict:
         return {"model": self.model, "threads": self.threads, "context": self.n_ctx, "kv": self.kv,
                 "lanes": self.lanes, "replicas": self.replicas, "kernels": self.kernels, "device": self.device,
                 "memory_mib": {k: round(v / MIB) for k, v in self.memory.items()},
+                "experts_ram_mib": None if self.experts_ram is None else self.experts_ram // MIB,
                 "reasons": list(self.reasons), "notices": list(self.notices)}
 
     def render(self) -> str:
@@ -245,12 +254,23 @@ def make_plan(model, machine: Machine, want: dict | None = None) -> Plan:
     kernels, kernels_why = _kernels(machine.cpu_features)
     device, device_why = _device(machine)
     reasons = [device_why, kernels_why, threads_why, lanes_why]
-    n_ctx, kv, ctx_why, memory = _fit(model, machine, want, lanes, replicas, sources)
+    try:
+        n_ctx, kv, ctx_why, memory = _fit(model, machine, want, lanes, replicas, sources)
+        experts_ram = None
+    except PlanRefused:
+        if not getattr(model, "expert_bytes", 0):
+            raise
+        n_ctx, kv, ctx_why, memory, experts_ram = _fit_tiered(model, machine, want, lanes, replicas, sources)
     reasons += ctx_why
+    if getattr(model, "expert_bytes", 0) and model.n_expert:
+        reasons.append(f"speed: a decoded token reads about {active_weight_bytes(model) // MIB} MiB of weights (all "
+                       f"but the experts, and {model.n_expert_used} of the {model.n_expert} experts of each layer); "
+                       f"memory counts all {model.size_bytes // MIB} MiB")
     if replicas > 1:
         reasons.append(f"replicas {replicas}: {_asked('replicas', sources)}; each holds its own weights and KV cache")
     return Plan(model=model.id, threads=threads, n_ctx=n_ctx, kv=kv, lanes=lanes, replicas=replicas,
-                kernels=kernels, device=device, memory=memory, reasons=reasons, notices=notices)
+                kernels=kernels, device=device, memory=memory, reasons=reasons, notices=notices,
+                experts_ram=experts_ram)
 
 
 def _fit(model, machine: Machine, want: dict, lanes: int, replicas: int, sources: dict):
@@ -292,3 +312,28 @@ def _fit(model, machine: Machine, want: dict, lanes: int, replicas: int, sources
                       f"{need['weights'] // MIB}, KV {need['kv'] // MIB} at {asked_ctx or MIN_CONTEXT} tokens, "
                       f"{kv}, {why_seq}, overhead {need['overhead'] // MIB}) but {budget // MIB} MiB are usable "
                       f"({budget_why})")
+
+
+def active_weight_bytes(model) -> int:
+    """Weight bytes one decoded token reads: the whole file for a dense model; for a mixture of experts all but
+    the experts, plus the share of them a token uses (n_expert_used of n_expert per layer)."""
+    if not (getattr(model, "expert_bytes", 0) and model.n_expert):
+        return model.size_bytes
+    return model.size_bytes - model.expert_bytes + model.expert_bytes * model.n_expert_used // model.n_expert
+
+
+def _fit_tiered(model, machine: Machine, want: dict, lanes: int, replicas: int, sources: dict):
+    """A MoE model that does not fit whole: everything but the experts in RAM with the KV cache (as _fit
+    sizes them), and of the experts what the rest of the budget holds, the most used ones, the others read
+    from the mapped file on demand (engine/expert_tiers.h). -> (n_ctx, kv, reasons, memory, experts_ram)."""
+    dense = model.size_bytes - model.expert_bytes
+    light = copy.copy(model)
+    light.size_bytes = dense
+    n_ctx, kv, why, memory = _fit(light, machine, want, lanes, replicas, sources)  # PlanRefused: not even that
+    experts_ram = max(0, (memory["budget"] - memory["total"]) // replicas // MIB * MIB)
+    memory = dict(memory, weights=memory["weights"] + replicas * experts_ram,
+                  total=memory["total"] + replicas * experts_ram)
+    why = why + [f"experts: {experts_ram // MIB} MiB of their {model.expert_bytes // MIB} MiB kept in RAM, the "
+                 f"most used, the rest read from the mapped file as steps need them: the whole model "
+                 f"({model.size_bytes // MIB} MiB) does not fit {memory['budget'] // MIB} MiB usable"]
+    return n_ctx, kv, why, memory, experts_ram

@@ -61,6 +61,16 @@ KEYS: dict[str, Key] = {
                       "a 503", editable=True),
     "stream_interval_ms": Key("number", "a streamed reply is written at most this often; sooner tokens go out "
                               "together (--stream-interval-ms; default 20, 0 = each token at once)", 0, 1000),
+    "model_store": Key("str", "folder of models made with Ollama's /api/create and their uploaded blobs "
+                       "(--model-store; made 0700; default ~/.cache/strata/model-store)"),
+    "responses_dir": Key("str", "folder where stored Responses are kept too, so they survive a restart "
+                         "(--responses-dir; made 0700; default: memory only)"),
+    "responses_max": Key("int", "stored Responses kept at most; the oldest go first (--responses-max; default "
+                         "1000)", 1, 1e7),
+    "responses_max_mib": Key("number", "stored Responses' size together at most (--responses-max-mib; default 64)",
+                             0.01, 1 << 20),
+    "responses_max_age_s": Key("number", "seconds a stored Response is kept at most (--responses-max-age; default "
+                               "30 days)", 1, 1e10),
     "slot_save_path": Key("str", "folder of saved slots: POST /slots/ID?action=save|restore|erase "
                           "(--slot-save-path; made 0700; default off)"),
     "host": Key("str", "address to listen on (--host)"),

@@ -42,7 +42,7 @@ def model_path():
     return path if os.path.exists(path) else None
 
 
-SMALL_DISK_BYTES = 256 << 10   # a tmpfs this small fills in a few dozen writes
+SMALL_DISK_BYTES = 8 << 20   # holds one saved slot of a short chat; fills in ~2,000 page writes
 
 
 class SmallDisk:
@@ -69,7 +69,7 @@ class SmallDisk:
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 256 KiB tmpfs mounted for this test (skipped, with the reason, where this user may not mount)."""
+    """An 8 MiB tmpfs mounted for this test (skipped, with the reason, where this user may not mount)."""
     where = tmp_path / "disk"
     where.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK_BYTES},mode=0700", "tmpfs", str(where)],

@@ -30,7 +30,7 @@ GGML_TYPES = {
     "F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q4_1": (3, 32, 20), "Q5_0": (6, 32, 22),
     "Q5_1": (7, 32, 24), "Q8_0": (8, 32, 34), "Q2_K": (10, 256, 84), "Q3_K": (11, 256, 110),
     "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210), "IQ4_NL": (20, 32, 18),
-    "IQ4_XS": (23, 256, 136),
+    "IQ4_XS": (23, 256, 136), "MXFP4": (39, 32, 17),
 }
 
 # Where a block's half-float scales sit and the binary16 exponent field they get, so that the dequantised
@@ -136,6 +136,10 @@ def random_blocks(rng, type_name, n):
         return random_f16(rng, n)
     if type_name == "F32":
         return struct.pack(f"<{n}f", *(rng.gauss(0.0, 0.05) for _ in range(n)))
+    if type_name == "MXFP4":   # an E8M0 exponent byte per block: 2^-9..2^-6, so |x| <= 12 * 2^-6 ~ 0.19
+        data = bytearray(rng.randbytes(n // 32 * 17))
+        data[0::17] = bytes(rng.randrange(119, 123) for _ in range(n // 32))
+        return bytes(data)
     _, block, bb = GGML_TYPES[type_name]
     data = bytearray(rng.randbytes(n // block * bb))
     for off, exp_lo in _BLOCK_SCALES[type_name]:

@@ -8,7 +8,10 @@ UTF-8 encoded is refused) and `StreamDecoder` (ids to text without splitting a c
 ours but tokenizer/vocab.py; knows nothing of HTTP, templates or the engine. The algorithm and the thread-safety
 note: tokenizer/bpe.py's docstring.
 
-Public surface: `BaseTokenizer`, `ByteTokenizer`, `StreamDecoder`, `check_text(text)`,
+Text or ids the tokenizer cannot take (a lone surrogate, a token id outside the vocabulary) raise `TextError`, a
+ValueError: input, not a failure of the tokenizer (the server answers it with a 400).
+
+Public surface: `BaseTokenizer`, `ByteTokenizer`, `StreamDecoder`, `TextError`, `check_text(text)`,
 `normalize_spans(spans, length)`, `BYTE_CHARS`, `CHAR_BYTES`, `BYTES_TO_CHARS`, `SPECIAL_NAMES`.
 """
 
@@ -41,13 +44,17 @@ CHAR_BYTES = {c: b for b, c in enumerate(BYTE_CHARS)}
 BYTES_TO_CHARS = {b: c for b, c in enumerate(BYTE_CHARS)}  # str.translate table over latin-1 text
 
 
+class TextError(ValueError):
+    """Text or token ids this tokenizer cannot take; the message says which and where."""
+
+
 def check_text(text):
-    """Raise ValueError if `text` cannot be UTF-8 encoded (lone surrogates)."""
+    """Raise TextError if `text` cannot be UTF-8 encoded (lone surrogates)."""
     if not isinstance(text, str):
         raise TypeError(f"text must be str, not {type(text).__name__}")
     m = _LONE_SURROGATE.search(text)
     if m:
-        raise ValueError(f"text has a lone surrogate U+{ord(m.group()):04X} at offset {m.start()}; "
+        raise TextError(f"text has a lone surrogate U+{ord(m.group()):04X} at offset {m.start()}; "
                          "it cannot be encoded as UTF-8")
 
 
@@ -211,19 +218,19 @@ class BaseTokenizer:
 
     def id_to_token(self, token_id):
         if not 0 <= token_id < self.n_vocab:
-            raise ValueError(f"token id {token_id} out of range [0, {self.n_vocab})")
+            raise TextError(f"token id {token_id} out of range [0, {self.n_vocab})")
         return self._id_text[token_id]
 
     def token_bytes(self, token_id):
         if not 0 <= token_id < self.n_vocab:
-            raise ValueError(f"token id {token_id} out of range [0, {self.n_vocab})")
+            raise TextError(f"token id {token_id} out of range [0, {self.n_vocab})")
         return self._id_bytes[token_id]
 
     def decode(self, ids, errors="replace"):
         ids = list(ids)
         if ids and (min(ids) < 0 or max(ids) >= self.n_vocab):
             bad = next(i for i in ids if not 0 <= i < self.n_vocab)
-            raise ValueError(f"token id {bad} out of range [0, {self.n_vocab})")
+            raise TextError(f"token id {bad} out of range [0, {self.n_vocab})")
         return b"".join(map(self._id_bytes.__getitem__, ids)).decode("utf-8", errors)
 
     def stream_decoder(self):

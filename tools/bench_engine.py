@@ -325,7 +325,7 @@ def phases_report(args):
     print("threads=%d  decode %d tokens after %d, greedy" % (args.threads, DECODE_TOKENS, DECODE_PROMPT_TOKENS))
     print(roofline_report(args, decode))
     if timing is None:
-        print("no step timing line from the engine (built before engine/step_timer.cpp?)")
+        print("no step timing line from the engine (built before engine/cpu/step_timer.cpp?)")
         return 1
     print(decode_roofline.format_phases(timing, args.clock))
     return 0

@@ -3,9 +3,9 @@ of one decode step goes. Used by tools/bench_engine.py (its --phases flag and it
 
 Role: measurement helpers, no policy. probe_bandwidth runs `strata-engine --probe-bandwidth` (a C++ reader on
 the engine's own thread pool, 64-byte vector loads in contiguous per-thread ranges, as the matmul kernels read
-weights; engine/bandwidth.h) and returns its PROBE line as a dict. decode_bound turns it into tok/s: one
+weights; engine/cpu/bandwidth.h) and returns its PROBE line as a dict. decode_bound turns it into tok/s: one
 decode token reads decode_bytes of weights plus kv_bytes_per_pos per cached position. measure_phases runs a
-greedy decode with STRATA_STEP_TIMING=1 and parses the engine's `step timing:` line (engine/step_timer.h).
+greedy decode with STRATA_STEP_TIMING=1 and parses the engine's `step timing:` line (engine/cpu/step_timer.h).
 
 Knows the engine's command line and its stderr line formats only. Public surface: probe_bandwidth,
 decode_bound, measure_phases, parse_step_timing, format_roofline, format_ceilings, format_phases.
@@ -105,7 +105,7 @@ def format_roofline(probe, decode_tok_s, mean_pos, peer_tok_s=None):
 
 
 def format_ceilings(probe):
-    """One line: the single-token kernels' compute ceilings from the PROBE line (engine/bandwidth.h: one thread,
+    """One line: the single-token kernels' compute ceilings from the PROBE line (engine/cpu/bandwidth.h: one thread,
     a weight in L2, CPU time) against the read bandwidth each thread gets."""
     per_thread = probe["read_gb_s"] / max(probe["threads"], 1)
     return ("kernel ceilings, 1 thread in cache: Q4_1 %.1f GB/s, Q8_0 %.1f GB/s (8-bit activations %.1f / %.1f); "

@@ -2,6 +2,7 @@
 
     python3 tools/soak.py --fake --requests 10000            # the slot fake engine (tests/fake_engine_slots.py)
     python3 tools/soak.py --requests 1000                    # the real engine and the default model
+    python3 tools/soak.py --fake --hosts 3                   # three servers behind HAProxy (deploy/haproxy.cfg)
 
 It starts `strata serve --port 0` itself, then sends N requests from `--clients` threads: chat, completions and
 messages, plain and streamed, hang-ups (the client leaves after the first bytes), bad bodies (each must be a
@@ -15,6 +16,9 @@ process at random moments (`--kill-every` seconds on average; 0 = never). It pri
   hung     a request still unanswered after `--hang-s` seconds (the client gives up)
   5xx      answers with a 5xx status (an engine killed under a request is a 503 or a stream error event)
   wrong    a bad body not answered 400, or (fake engine) a finished reply that is not the expected answer
+
+With --hosts N (2..3) it starts N servers and HAProxy in front of them on loopback (deploy/haproxy.cfg, as
+shipped), sends every request through HAProxy, and the killer picks a server's engine at random each time.
 
 Exit status 0 when lost, crossed and hung are all 0. Knows nothing of the server's insides: HTTP only, plus
 the process tree to find the engine.
@@ -90,10 +94,32 @@ def engine_pids(server_pid: int) -> list[int]:
         return []
 
 
-def killer(server_pid: int, every_s: float, stop: threading.Event, tally: Tally, rnd: random.Random) -> None:
-    """SIGKILL the engine at random moments (uniform 0.2..2x `every_s` apart) until `stop`."""
+def start_haproxy(ports: list[int], workdir: str) -> tuple[subprocess.Popen, int]:
+    """HAProxy with deploy/haproxy.cfg on a free loopback port in front of the servers on `ports`."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "STRATA_LUA": os.path.join(ROOT, "deploy", "strata_affinity.lua"),
+           "STRATA_BIND": f"127.0.0.1:{port}", **{f"STRATA_H{i}": f"127.0.0.1:{p}" for i, p in enumerate(ports, 1)}}
+    with open(os.path.join(workdir, "haproxy.log"), "w") as log:
+        proc = subprocess.Popen(["haproxy", "-db", "-f", os.path.join(ROOT, "deploy", "haproxy.cfg")], env=env,
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, port
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"haproxy did not start: {open(os.path.join(workdir, 'haproxy.log')).read()}")
+            time.sleep(0.1)
+
+
+def killer(server_pids: list[int], every_s: float, stop: threading.Event, tally: Tally,
+           rnd: random.Random) -> None:
+    """SIGKILL one server's engine at random moments (uniform 0.2..2x `every_s` apart) until `stop`."""
     while not stop.wait(rnd.uniform(0.2, 2.0) * every_s):
-        for pid in engine_pids(server_pid):
+        for pid in engine_pids(rnd.choice(server_pids)):
             try:
                 os.kill(pid, signal.SIGKILL)
                 tally.add("kills")
@@ -247,26 +273,43 @@ def soak(args) -> Tally:
     rnd = random.Random(args.seed)
     kinds = [rnd.choice(KINDS) for _ in range(args.requests)]
     with tempfile.TemporaryDirectory(prefix="strata-soak-") as workdir:
-        proc, port = start_server_for(args.fake, args.parallel, workdir)
-        stop = threading.Event()
-        kill_thread = threading.Thread(target=killer, args=(proc.pid, args.kill_every, stop, tally,
-                                                            random.Random(args.seed + 1)), daemon=True)
-        t0 = time.monotonic()
+        servers, balancer = [], None
         try:
-            if args.kill_every > 0:
-                kill_thread.start()
-            with ThreadPoolExecutor(args.clients) as pool:
-                futures = [pool.submit(one, port, kind, n, args, tally) for n, kind in enumerate(kinds)]
-                for k, f in enumerate(as_completed(futures), 1):
-                    f.result()
-                    if k % max(1, args.requests // 10) == 0:
-                        print(f"soak: {k}/{args.requests} in {time.monotonic() - t0:.0f} s", file=sys.stderr,
-                              flush=True)
+            for i in range(args.hosts):
+                os.makedirs(os.path.join(workdir, f"h{i + 1}"), exist_ok=True)
+                servers.append(start_server_for(args.fake, args.parallel, os.path.join(workdir, f"h{i + 1}")))
+            port = servers[0][1]
+            if args.hosts > 1:
+                balancer, port = start_haproxy([p for _, p in servers], workdir)
+            run(args, tally, kinds, port, [proc.pid for proc, _ in servers])
         finally:
-            stop.set()
-            tally.counts["seconds"] = round(time.monotonic() - t0)
-            stop_server(proc)
+            if balancer is not None:
+                balancer.terminate()
+                balancer.wait(10)
+            for proc, _ in servers:
+                stop_server(proc)
     return tally
+
+
+def run(args, tally: Tally, kinds: list[str], port: int, server_pids: list[int]) -> None:
+    """Every request of `kinds` to `port` from the client threads, while the killer runs."""
+    stop = threading.Event()
+    kill_thread = threading.Thread(target=killer, args=(server_pids, args.kill_every, stop, tally,
+                                                        random.Random(args.seed + 1)), daemon=True)
+    t0 = time.monotonic()
+    try:
+        if args.kill_every > 0:
+            kill_thread.start()
+        with ThreadPoolExecutor(args.clients) as pool:
+            futures = [pool.submit(one, port, kind, n, args, tally) for n, kind in enumerate(kinds)]
+            for k, f in enumerate(as_completed(futures), 1):
+                f.result()
+                if k % max(1, args.requests // 10) == 0:
+                    print(f"soak: {k}/{args.requests} in {time.monotonic() - t0:.0f} s", file=sys.stderr,
+                          flush=True)
+    finally:
+        stop.set()
+        tally.counts["seconds"] = round(time.monotonic() - t0)
 
 
 def main(argv=None) -> int:
@@ -279,11 +322,13 @@ def main(argv=None) -> int:
     p.add_argument("--max-tokens", type=int, help="per request (default 64 fake, 24 real)")
     p.add_argument("--hang-s", type=float, default=120.0, help="a request unanswered this long is hung")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--hosts", type=int, choices=[1, 2, 3], default=1, help="servers; 2..3: behind HAProxy")
     args = p.parse_args(argv)
     args.max_tokens = args.max_tokens or (64 if args.fake else 24)
     tally = soak(args)
     c = tally.counts
     print(f"requests {args.requests}  clients {args.clients}  engine {'fake' if args.fake else 'real'}  "
+          f"hosts {args.hosts}{' (HAProxy)' if args.hosts > 1 else ''}  "
           f"kills {c['kills']}  seconds {c['seconds']}")
     print(f"lost {c['lost']}  crossed {c['crossed']}  hung {c['hung']}  5xx {c['5xx']}  wrong {c['wrong']}  "
           f"ok {c['ok']}")

@@ -16,7 +16,7 @@ from tokenizer import gguf_meta  # noqa: E402
 
 # ggml type number -> (name, bytes per element) as the engine holds the weight: Q5_0 and IQ4_NL are widened
 # to Q8_0 at load (34 bytes per 32), except Q5_0 with the AVX-512 kernels (KERNEL_SET_BYTES); Q4_K and Q6_K on the
-# AVX2 / AVX-512 sets are read from their row-group copies (PACKED_KQ, engine/kernels_group_kq.h: 384 and 640
+# AVX2 / AVX-512 sets are read from their row-group copies (PACKED_KQ, engine/cpu/kernels_group_kq.h: 384 and 640
 # bytes per 16 x 32; rows a multiple of 16); every other type is read as stored
 ENGINE_TYPE_BYTES = {0: ("F32", 4.0), 1: ("F16", 2.0), 30: ("BF16", 2.0), 2: ("Q4_0", 18 / 32), 3: ("Q4_1", 20 / 32),
                      6: ("Q5_0->Q8_0", 34 / 32), 7: ("Q5_1", 24 / 32), 8: ("Q8_0", 34 / 32), 10: ("Q2_K", 84 / 256),

@@ -30,7 +30,7 @@ import secrets
 from serve.core.events import (
     BadRequest, ChatRequest, Done, Message, ToolCall, ToolSpec, KIND_CONTENT, KIND_PING, KIND_REASONING,
     KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START)
-from serve.api.wire import SHUTDOWN_TEXT, cut_by_shutdown, error_text, model_name
+from serve.api.wire import SHUTDOWN_TEXT, cut_by_shutdown, error_text, finish_note, model_name
 from serve.core.effort import check_budget, normalize_effort
 from serve.api.wire import reasoning_fields
 from serve.api.fields import model_field
@@ -346,7 +346,7 @@ class MessageBuilder:
         message = self.message(done)
         frames.append(_event("message_delta", {"type": "message_delta", "delta": {
             "stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]},
-            "usage": message["usage"]}))
+            "usage": message["usage"], **finish_note(done)}))
         frames.append(_event("message_stop", {"type": "message_stop"}))
         return frames
 
@@ -367,7 +367,8 @@ class MessageBuilder:
                 "stop_reason": self.stop_reason(done),
                 "stop_sequence": done.stop_sequence if done.stop_sequence else None,
                 "usage": {"input_tokens": done.prompt_tokens - reused, "cache_read_input_tokens": reused,
-                          "cache_creation_input_tokens": 0, "output_tokens": done.completion_tokens}}
+                          "cache_creation_input_tokens": 0, "output_tokens": done.completion_tokens},
+                **finish_note(done)}
 
 
 def _builder(service, req: ChatRequest, prep) -> MessageBuilder:

@@ -9,15 +9,20 @@ to send instead. Knows no HTTP server and no engine.
 - Log-probabilities: OpenAI chat's `logprobs` / `top_logprobs`, legacy completions' `logprobs` k,
   llama.cpp's `n_probs` / `post_sampling_probs`, Responses' `include` / `top_logprobs` -> the K to ask the
   engine for (serve/generation/logprobs.py), or None.
-- Structured output on OpenAI routes: `response_format`, llama.cpp's `json_schema` and `grammar` -> one GBNF
-  text (schemas compile through serve/generation/constrain.py `schema_ask`); tools' `strict`.
-- Output fields Strata does not implement (`suffix`): a 400 naming them, never accepted and ignored.
+- Structured output on OpenAI routes: `response_format`, llama.cpp's `json_schema` and `grammar`, vLLM's
+  `guided_json` / `guided_choice` / `guided_regex` / `guided_grammar` / `structured_outputs` -> one GBNF text (schemas compile
+  through serve/generation/constrain.py `schema_ask`, regexes through serve/generation/regex_grammar.py);
+  tools' `strict`.
+- Fields Strata does not implement (`suffix`, llama-server's dynamic temperature and tail-free sampling,
+  vLLM's beam search, min_tokens, token-id lists, ...): a 400 naming them when set to anything but their
+  default, never accepted and ignored.
 - `model`: a string or absent.
 
 Public surface: `check_n(body, name)`, `check_best_of(body, n)`, `chat_logprobs(body)`,
 `completions_logprobs(body)`, `llama_n_probs(body, post_ok)`, `responses_logprobs(body)`,
 `openai_grammar(body)`, `strict_requested(raw_tools)`, `refuse_unsupported(body, fields)`,
-`model_field(body, required)`, `RESPONSES_INCLUDE`, `GRAMMAR_TEXT_MAX_BYTES`.
+`model_field(body, required)`, `ban_eos(body, sampling, stop_ids)`, `SAMPLER_FIELDS_REFUSED`, `VLLM_FIELDS_REFUSED`, `RESPONSES_INCLUDE`,
+`GRAMMAR_TEXT_MAX_BYTES`.
 """
 from __future__ import annotations
 
@@ -26,8 +31,9 @@ import json
 from serve.core.events import BadRequest
 from serve.generation.choices import CHOICES_MAX
 from serve.generation.constrain import schema_ask
-from serve.generation.json_schema import ANY_OBJECT_GRAMMAR
+from serve.generation.json_schema import ANY_OBJECT_GRAMMAR, gbnf_literal
 from serve.generation.logprobs import LOGPROBS_TOP_MAX
+from serve.generation.regex_grammar import RegexError, regex_grammar
 
 GRAMMAR_TEXT_MAX_BYTES = 1 << 20   # a GBNF text a client may send (the engine parses it once per request)
 RESPONSES_INCLUDE = "message.output_text.logprobs"
@@ -36,7 +42,22 @@ RESPONSES_INCLUDE = "message.output_text.logprobs"
 # name -> (the values that ask for nothing, what to say)
 _UNSUPPORTED = {
     "suffix": ((None, ""), "suffix (insertion) is not supported"),
+    # llama-server's samplers the engine does not have (engine/sampler.h has the others)
+    "dynatemp_range": ((None, 0, 0.0), "dynamic temperature is not implemented (0 = off)"),
+    "dynatemp_exponent": ((None, 1, 1.0), "dynamic temperature is not implemented (1 = off)"),
+    "tfs_z": ((None, 1, 1.0), "tail-free sampling is not implemented (1 = off; llama.cpp removed it too)"),
+    # vLLM's sampling parameters beyond OpenAI's
+    "min_tokens": ((None, 0), "min_tokens is not implemented (0 = off)"),
+    "use_beam_search": ((None, False), "beam search is not implemented"),
+    "length_penalty": ((None, 1, 1.0), "length_penalty (beam search) is not implemented"),
+    "allowed_token_ids": ((None,), "allowed_token_ids is not implemented; logit_bias can ban tokens"),
+    "bad_words": ((None, []), "bad_words is not implemented; logit_bias can ban tokens"),
+    "stop_token_ids": ((None, []), "stop_token_ids is not implemented; use stop strings"),
+    "prompt_logprobs": ((None,), "prompt_logprobs is not implemented"),
 }
+SAMPLER_FIELDS_REFUSED = ("dynatemp_range", "dynatemp_exponent", "tfs_z")   # every sampling route refuses these
+VLLM_FIELDS_REFUSED = ("min_tokens", "use_beam_search", "length_penalty", "allowed_token_ids", "bad_words",
+                       "stop_token_ids", "prompt_logprobs")   # and the OpenAI routes these
 
 
 # ---------------------------------------------------------------- choices
@@ -135,9 +156,89 @@ def openai_grammar(body: dict) -> str | None:
         if len(g.encode()) > GRAMMAR_TEXT_MAX_BYTES:
             raise BadRequest(f"grammar: over {GRAMMAR_TEXT_MAX_BYTES >> 20} MiB", param="grammar")
         asks.append(g)
+    asks += _vllm_asks(body)
     if len(asks) > 1:
-        raise BadRequest("response_format, json_schema and grammar: give one of them", param="response_format")
+        raise BadRequest("response_format, json_schema, grammar and the guided_* / structured_outputs fields: "
+                         "give one of them", param="response_format")
     return asks[0] if asks else None
+
+
+def _choice_grammar(value, field: str) -> str:
+    if not isinstance(value, list) or not value or not all(isinstance(c, str) and c for c in value):
+        raise BadRequest(f"{field}: a non-empty list of non-empty strings", param=field)
+    return "root ::= " + " | ".join(gbnf_literal(c) for c in dict.fromkeys(value)) + "\n"
+
+
+def _gbnf_text(value, field: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise BadRequest(f"{field}: GBNF text with a root rule", param=field)
+    if len(value.encode()) > GRAMMAR_TEXT_MAX_BYTES:
+        raise BadRequest(f"{field}: over {GRAMMAR_TEXT_MAX_BYTES >> 20} MiB", param=field)
+    return value
+
+
+def _regex(value, field: str) -> str:
+    """A regex the whole reply must match (serve/generation/regex_grammar.py); a 400 naming what is outside
+    the subset."""
+    try:
+        return f"root ::= {regex_grammar(value)}\n"
+    except RegexError as e:
+        raise BadRequest(f"{field}: {e}", param=field) from None
+
+
+def _schema_value(value, field: str) -> str:
+    """A schema sent as an object or as its JSON text (vLLM takes both) -> its grammar."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise BadRequest(f"{field}: a JSON Schema (an object, or its JSON text)", param=field) from None
+    return schema_ask(value, field)
+
+
+def _vllm_asks(body: dict) -> list[str]:
+    """vLLM's guided decoding fields: `guided_json` (a schema), `guided_choice` (the reply is one of the
+    strings), `guided_regex` (the reply matches it whole), `guided_grammar` (GBNF), and the newer
+    `structured_outputs` {json, regex, choice, grammar, json_object}; `guided_whitespace_pattern` and
+    `disable_any_whitespace` are refused by name. `guided_decoding_backend` names vLLM's engine: accepted, the
+    grammar is ours."""
+    asks = []
+    if body.get("guided_whitespace_pattern") is not None:
+        raise BadRequest("guided_whitespace_pattern: not supported (the JSON grammar's whitespace is fixed: "
+                         "at most 20 spaces or newlines between tokens)", param="guided_whitespace_pattern")
+    if body.get("guided_regex") is not None:
+        asks.append(_regex(body["guided_regex"], "guided_regex"))
+    if body.get("guided_json") is not None:
+        asks.append(_schema_value(body["guided_json"], "guided_json"))
+    if body.get("guided_choice") is not None:
+        asks.append(_choice_grammar(body["guided_choice"], "guided_choice"))
+    if body.get("guided_grammar") is not None:
+        asks.append(_gbnf_text(body["guided_grammar"], "guided_grammar"))
+    so = body.get("structured_outputs")
+    if so is not None:
+        if not isinstance(so, dict):
+            raise BadRequest('structured_outputs: an object like {"json": {...}} or {"choice": [...]}',
+                             param="structured_outputs")
+        known = {"json", "choice", "grammar", "json_object", "regex", "disable_any_whitespace"}  # vLLM's
+        for key, value in so.items():
+            field = f"structured_outputs.{key}"
+            if key not in known:
+                raise BadRequest(f"{field}: not supported (json, regex, choice, grammar, json_object)", param=field)
+            if value is None or (key == "disable_any_whitespace" and value is False):
+                continue
+            if key == "disable_any_whitespace":
+                raise BadRequest(f"{field}: not supported here (the JSON grammar's whitespace is fixed)", param=field)
+            if key == "regex":
+                asks.append(_regex(value, field))
+            elif key == "json":
+                asks.append(_schema_value(value, field))
+            elif key == "choice":
+                asks.append(_choice_grammar(value, field))
+            elif key == "grammar":
+                asks.append(_gbnf_text(value, field))
+            elif value is True:
+                asks.append(ANY_OBJECT_GRAMMAR)
+    return asks
 
 
 def strict_requested(raw_tools) -> bool:
@@ -149,7 +250,7 @@ def strict_requested(raw_tools) -> bool:
 
 
 def refuse_unsupported(body: dict, fields: tuple[str, ...]) -> None:
-    """A 400 for each of `fields` the body sets to something other than its default."""
+    """A 400 for the first of `fields` the body sets to something other than its default."""
     for name in fields:
         if name not in body:
             continue
@@ -160,6 +261,16 @@ def refuse_unsupported(body: dict, fields: tuple[str, ...]) -> None:
 
 
 # ---------------------------------------------------------------- the rest
+def ban_eos(body: dict, sampling, stop_ids) -> None:
+    """llama-server's and vLLM's `ignore_eos: true`: every end-of-generation token (`stop_ids()`, asked only
+    then) banned with the engine's -100 bias, so the reply runs to its limit, as llama.cpp's /completion does."""
+    value = body.get("ignore_eos")
+    if value is not None and not isinstance(value, bool):
+        raise BadRequest("ignore_eos: true or false", param="ignore_eos")
+    if value:
+        sampling.logit_bias.update({int(t): -100.0 for t in stop_ids()})
+
+
 def model_field(body: dict, required: bool = False) -> str | None:
     """`model`: a string (a non-empty one where `required`, as Ollama's routes need), else absent."""
     model = body.get("model")

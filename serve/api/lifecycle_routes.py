@@ -37,6 +37,7 @@ def by_model(lc, method, body, ctx):
         name = body["name"]   # Ollama's older field
     entry = lc.resolve(name or None, any_name_on_one=ctx.path != "/api/show")
     if ctx.path == "/api/show":   # the name (an alias, NAME:latest) is resolved: the Service shows itself
+        ctx.created = lc.created.settings(name) if lc.created is not None else None
         body["model"] = entry.name
     ctx.model_unloaded = not lc.is_loaded(entry)
     ctx.query = {k: v for k, v in ctx.query.items() if k != "model"}

@@ -49,10 +49,10 @@ import os
 from serve.ops import llama_views
 from serve.core import sampling as sampling_mod
 from serve.core.events import BadRequest, CompletionRequest, Done, KIND_CONTENT, KIND_PING, LiveTimings, ProgressFeed
-from serve.api.fields import check_n, llama_n_probs
+from serve.api.fields import SAMPLER_FIELDS_REFUSED, check_n, llama_n_probs, refuse_unsupported
 from serve.generation.choices import collect_text, prepare_choices, run_choices
 from serve.generation.logprobs import llama_probs
-from serve.api.wire import error_text, model_name, sse
+from serve.api.wire import error_text, finish_note, model_name, sse
 from serve.api.openai import parse_chat
 from serve.api.replies import JsonReply, StreamReply, cut
 from serve.core.sampling import check_request_sampling
@@ -186,6 +186,7 @@ def _prompts(tok, prompt) -> list:
 
 
 def _llama_request(service, body: dict, ids, text: str) -> CompletionRequest:
+    refuse_unsupported(body, SAMPLER_FIELDS_REFUSED)
     n_predict = None
     for name in _NUMBER_FIELDS:
         value = body.get(name)
@@ -316,7 +317,7 @@ def _final(meta: dict, content: str, done: Done, stream: bool, index: int = 0) -
            "tokens_predicted": done.completion_tokens, "tokens_evaluated": done.prompt_tokens,
            "generation_settings": meta["settings"], "prompt": meta["prompt"], "has_new_line": "\n" in content,
            "truncated": False, "stop_type": _stop_type(done), "stopping_word": done.stop_sequence or "",
-           "tokens_cached": done.prompt_tokens + done.completion_tokens, "timings": done.timings}
+           "tokens_cached": done.prompt_tokens + done.completion_tokens, "timings": done.timings, **finish_note(done)}
     return _nested(res, meta["fields"]) if meta["fields"] and not stream else res
 
 

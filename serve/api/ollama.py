@@ -5,10 +5,13 @@ StreamReply`); errors are Ollama's `{"error": "message"}` (`error_body`), after 
 `{"error": ...}` line.
 
 Routes: GET `/api/version`, GET `/api/tags` (the served model and its aliases, as `NAME:latest`), POST
-`/api/show`, GET `/api/ps`, POST `/api/chat`, POST `/api/generate` (an empty prompt answers `done_reason:
-"load"` as Ollama does; `raw: true` skips the template; `system` is the system turn), and answers that say
-what this server does not do: `/api/pull`, `/api/push`, `/api/create`, `/api/copy`, DELETE `/api/delete` (501:
-no model hub, the model is the one file it serves). `/api/embed` and `/api/embeddings` are serve/api/embeddings.py's.
+`/api/show` (a created model's `modelfile`, `parameters`, `system`, `messages`, `license`), GET `/api/ps`, POST
+`/api/chat`, POST `/api/generate` (an empty prompt answers `done_reason: "load"` as Ollama does; `raw: true`
+skips the template; `system` is the system turn), and `/api/pull`, `/api/push`: 501 saying this server makes no
+downloads. Model management (`/api/create`, `/api/blobs`, `/api/copy`, `/api/delete`, keep_alive, the
+Lifecycle's `/api/ps`) is serve/api/ollama_models.py's; `/api/embed` and `/api/embeddings` are
+serve/api/embeddings.py's. A created model's settings (`ctx.created`) apply under the request's own: its
+parameters under `options`, its system turn when the request has none, its messages first.
 
 Request fields: `messages` (`role`, `content`, `thinking`, `tool_calls`, `tool_name`; `images` refused: no
 vision encoder), `tools` (OpenAI's function shape), `stream` (default **true**: NDJSON, one object a line),
@@ -18,8 +21,8 @@ vision encoder), `tools` (OpenAI's function shape), `stream` (default **true**: 
 longer than it is a 400, never truncated; the runner's load options (`num_keep`, `num_batch`, `num_gpu`,
 `main_gpu`, `num_thread`, `numa`, `use_mmap`, `use_mlock`, `low_vram`, `f16_kv`, `vocab_only`, `logits_all`,
 `embedding_only`, `penalize_newline`) are accepted and have no effect here (the server's own flags set them);
-any other option is a 400 naming it), `keep_alive` (checked and accepted: the model
-stays loaded; lifecycle comes later), `format` ("json" = any JSON object, or a schema: the reply follows it by
+any other option is a 400 naming it), `keep_alive` (checked here: `keep_alive_seconds`; applied by
+serve/api/ollama_models.py before the model is entered), `format` ("json" = any JSON object, or a schema: the reply follows it by
 grammar, serve/generation/constrain.py).
 
 Answer lines: `{model, created_at, message: {role, content[, thinking][, tool_calls]}, done: false}` (chat) or
@@ -28,7 +31,8 @@ Answer lines: `{model, created_at, message: {role, content[, thinking][, tool_ca
 `eval_count`, `eval_duration` (durations in nanoseconds, as Ollama reports them). A tool call is one line
 with the whole call (`{function: {name, arguments: {...}}}`), as Ollama sends it.
 
-Public surface: `version`, `tags`, `show`, `ps`, `chat`, `generate`, `no_hub`, `error_body`, `tag_entry`.
+Public surface: `version`, `tags`, `show`, `ps`, `chat`, `generate`, `no_hub`, `error_body`, `tag_entry`,
+`keep_alive_seconds`, `NDJSON`.
 """
 from __future__ import annotations
 
@@ -50,8 +54,9 @@ from serve.api.wire import error_text, text_of, parse_tools
 from serve.core.effort import normalize_effort
 from serve.api.replies import EventRun, JsonReply, StreamReply, cut
 from serve.core.sampling import check_request_sampling
-from serve.api.wire import check_stop
+from serve.api.wire import check_stop, finish_note
 from serve.prompt.tool_text import arguments_object
+from strata_control import modelfile
 
 # The Ollama API level this translator follows (clients compare versions to pick features).
 API_VERSION = "0.12.6"
@@ -63,6 +68,7 @@ _LOAD_OPTIONS = ("num_keep", "num_batch", "num_gpu", "main_gpu", "num_thread", "
                  "low_vram", "f16_kv", "vocab_only", "logits_all", "embedding_only", "penalize_newline")
 _OTHER_OPTIONS = ("num_predict", "num_ctx", "stop")
 _NS_PER_MS = 1_000_000
+_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION = re.compile(r"-?\d+(\.\d+)?|-?(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+")  # Go durations
 
 
@@ -150,7 +156,7 @@ def show(service, body, ctx) -> JsonReply:
     name = body.get("model", body.get("name"))
     if not isinstance(name, str) or not name:
         raise BadRequest("model: the model's name", param="model")
-    if _bare(name) not in _names(service):
+    if _bare(name) not in _names(service) and not getattr(ctx, "created", None):
         return JsonReply(404, {"error": f"model '{name}' not found; this server serves "
                                         f"'{service.model_name}'"})
     e = service.engine
@@ -158,10 +164,19 @@ def show(service, body, ctx) -> JsonReply:
     arch = service.arch or "unknown"
     info = {"general.architecture": arch, "general.name": service.model_name,
             f"{arch}.context_length": e.info.get("n_ctx_train") or e.max_context or e.known_ctx}
-    return JsonReply(200, {"license": "", "modelfile": f"FROM {_model_file(service) or service.model_name}\n",
-                           "parameters": "", "template": getattr(service.tok, "chat_template", None) or "",
-                           "details": _details(service), "model_info": info,
-                           "capabilities": _capabilities(service), "modified_at": modified})
+    made = getattr(ctx, "created", None) or {}
+    settings = {"from": made.get("from") or _model_file(service) or service.model_name, **{
+        k: made.get(k) for k in ("parameters", "system", "messages", "license")}}
+    out = {"license": made.get("license") or "", "modelfile": modelfile.render(settings),
+           "parameters": modelfile.parameters_text(made.get("parameters") or {}),
+           "template": getattr(service.tok, "chat_template", None) or "",
+           "details": {**_details(service), "parent_model": made.get("from") or ""} if made else _details(service),
+           "model_info": info, "capabilities": _capabilities(service), "modified_at": modified}
+    if made.get("system") is not None:
+        out["system"] = made["system"]
+    if made.get("messages"):
+        out["messages"] = made["messages"]
+    return JsonReply(200, out)
 
 
 def ps(service, body, ctx) -> JsonReply:
@@ -176,8 +191,9 @@ def ps(service, body, ctx) -> JsonReply:
 
 def no_hub(service, body, ctx) -> JsonReply:
     what = ctx.path.rsplit("/", 1)[-1]
-    return JsonReply(501, {"error": f"/api/{what} is not available: this server has no model hub; it serves the "
-                                    f"one model file it was started with ('{service.model_name}')"})
+    return JsonReply(501, {"error": f"/api/{what} is not available: this server makes no downloads or uploads "
+                                    "to a registry; make a model from a local GGUF instead (POST "
+                                    "/api/blobs/sha256:<digest>, then /api/create)"})
 
 
 # ---------------------------------------------------------------- request parsing
@@ -192,13 +208,20 @@ def _format_grammar(value) -> str | None:
     raise BadRequest('format: "json" or a JSON schema object', param="format")
 
 
-def _check_keep_alive(value) -> None:
-    """A duration ("5m", "1h30m", "-1"), seconds as a number, or null; accepted without effect (the model
-    stays loaded for the server's life)."""
-    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
-        return
-    if isinstance(value, str) and _DURATION.fullmatch(value.strip()):
-        return
+def keep_alive_seconds(value) -> float | None:
+    """`keep_alive`: a Go duration ("5m", "1h30m", "-1", "0") or seconds as a number -> seconds (negative:
+    stay loaded; 0: unload now); None when absent. serve/api/ollama_models.py applies it with a Lifecycle."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    text = value.strip() if isinstance(value, str) else ""
+    if text and _DURATION.fullmatch(text):
+        if re.fullmatch(r"-?\d+(\.\d+)?", text):
+            return float(text)
+        sign, total = (-1.0, text[1:]) if text.startswith("-") else (1.0, text)
+        seconds = sum(float(n) * _UNIT_S[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)", total))
+        return sign * seconds
     raise BadRequest(f"keep_alive: a duration such as \"5m\" or a number of seconds, not {value!r}",
                      param="keep_alive")
 
@@ -277,7 +300,7 @@ def _messages(raw) -> list[Message]:
 def _common(body: dict, req) -> dict:
     """The fields chat and generate share; returns what the answer needs (stream flag, num_ctx)."""
     req.grammar = _format_grammar(body.get("format"))
-    _check_keep_alive(body.get("keep_alive"))
+    keep_alive_seconds(body.get("keep_alive"))   # checked here; applied before the model is entered
     fields, predict, num_ctx, stop = _options(body.get("options"))
     req.sampling, req.max_new, req.stop = _sampling(fields), predict, stop
     stream = body.get("stream", True)
@@ -303,7 +326,7 @@ def _final(done: Done, t0: float) -> dict:
             "prompt_eval_count": done.prompt_tokens,
             "prompt_eval_duration": int((t.get("prompt_ms") or 0) * _NS_PER_MS),
             "eval_count": done.completion_tokens,
-            "eval_duration": int((t.get("predicted_ms") or 0) * _NS_PER_MS)}
+            "eval_duration": int((t.get("predicted_ms") or 0) * _NS_PER_MS), **finish_note(done)}
 
 
 def _call(call: ToolCall, index: int) -> dict:
@@ -380,8 +403,30 @@ def _lines(service, prep, ctx, shape, t0):
         yield cut(_line({"error": error_text(service, e)}))
 
 
+def _with_created(body: dict, ctx, chat: bool) -> dict:
+    """A created model's settings (serve/lifecycle/created.py) under the request's own: its parameters
+    under `options`, its system turn when the request has none, its messages before the request's."""
+    made = getattr(ctx, "created", None)
+    if not made:
+        return body
+    out = dict(body)
+    if isinstance(body.get("options", {}), dict):
+        out["options"] = {**(made.get("parameters") or {}), **(body.get("options") or {})}
+    if not chat:
+        if made.get("system") is not None and body.get("system") is None:
+            out["system"] = made["system"]
+        return out
+    own = body.get("messages") if isinstance(body.get("messages"), list) else None
+    if own:   # (an empty list only loads the model)
+        has_system = any(isinstance(m, dict) and m.get("role") == "system" for m in own)
+        first = [{"role": "system", "content": made["system"]}] if made.get("system") and not has_system else []
+        out["messages"] = first + list(made.get("messages") or []) + own
+    return out
+
+
 def chat(service, body: dict, ctx):
     t0 = time.monotonic()
+    body = _with_created(body, ctx, True)
     req = ChatRequest(messages=_messages(body.get("messages")), tools=parse_tools(body.get("tools")), api="ollama")
     # a final assistant message is continued, as Ollama does (serve/prompt/prefill.py): the reply is the new text
     req.continue_final = bool(req.messages) and req.messages[-1].role == "assistant"
@@ -398,6 +443,7 @@ def chat(service, body: dict, ctx):
 
 def generate(service, body: dict, ctx):
     t0 = time.monotonic()
+    body = _with_created(body, ctx, False)
     prompt = body.get("prompt", "")
     if not isinstance(prompt, str):
         raise BadRequest("prompt: a string", param="prompt")

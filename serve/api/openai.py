@@ -28,8 +28,8 @@ import time
 from urllib.parse import unquote
 
 from serve.api.fields import (
-    chat_logprobs, check_best_of, check_n, completions_logprobs, llama_n_probs, model_field, openai_grammar,
-    refuse_unsupported, strict_requested)
+    SAMPLER_FIELDS_REFUSED, VLLM_FIELDS_REFUSED, ban_eos, chat_logprobs, check_best_of, check_n, completions_logprobs,
+    llama_n_probs, model_field, openai_grammar, refuse_unsupported, strict_requested)
 from serve.generation.choices import collect_text, merge_done, prepare_choices, run_choices
 from serve.core.events import (
     BadRequest, ChatRequest, CompletionRequest, Done, LiveTimings, Message, ProgressFeed, ToolCall,
@@ -39,7 +39,8 @@ from serve.generation.logprobs import legacy_logprobs, openai_content
 from serve.api.replies import JsonReply, StreamReply, cut
 from serve.core.sampling import check_max_tokens, check_request_sampling
 from serve.api.wire import (
-    KEEP_ALIVE, SHUTDOWN_TEXT, bool_field, check_stop, cut_by_shutdown, effort_from_openai, error_text, model_name,
+    KEEP_ALIVE, SHUTDOWN_TEXT, bool_field, check_stop, cut_by_shutdown, effort_from_openai, error_text, finish_note,
+    model_name,
     parse_tool_choice, parse_tools, reasoning_fields, sse, text_of)
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -122,6 +123,7 @@ def _continue_final(body: dict, messages: list[Message]) -> bool:
 
 
 def parse_chat(body: dict) -> ChatRequest:
+    refuse_unsupported(body, SAMPLER_FIELDS_REFUSED + VLLM_FIELDS_REFUSED)
     req = ChatRequest(messages=_messages(body.get("messages")), tools=parse_tools(body.get("tools")))
     if [m.role for m in req.messages[-2:]] == ["assistant", "assistant"]:  # as llama-server refuses it
         raise BadRequest("messages: two assistant messages at the end; a reply follows a user or tool turn "
@@ -200,7 +202,8 @@ class _ChatChoice:
             message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
                 "name": c.name, "arguments": c.arguments if isinstance(c.arguments, str)
                 else json.dumps(c.arguments, ensure_ascii=False)}} for c in self.calls]
-        out = {"index": index, "message": message, "finish_reason": _finish_reason(self.done, bool(self.calls))}
+        out = {"index": index, "message": message, "finish_reason": _finish_reason(self.done, bool(self.calls)),
+               **finish_note(self.done)}
         if logprobs:
             out["logprobs"] = {"content": openai_content(self.logprobs)}
         return out
@@ -209,6 +212,7 @@ class _ChatChoice:
 def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     req = parse_chat(body)
     check_best_of(body, req.n)  # vLLM's chat field: refused as on completions, never ignored
+    ban_eos(body, req.sampling, lambda: service.stop_ids)
     include_usage = _include_usage(body)
     preps = prepare_choices(service, req, req.n)
     meta = {"id": "chatcmpl-" + secrets.token_hex(12), "created": int(time.time()),
@@ -236,8 +240,8 @@ def _chat_stream(service, preps, ctx, meta, include_usage, progress=None, live=N
     logprobs = preps[0].req.logprobs is not None
     fingerprint = system_fingerprint(service)
 
-    def chunk(i, delta, finish=None, lp=None, **extra):
-        choice = {"index": i, "delta": delta, "finish_reason": finish}
+    def chunk(i, delta, finish=None, lp=None, note=None, **extra):
+        choice = {"index": i, "delta": delta, "finish_reason": finish, **(note or {})}
         if logprobs and lp is not None:
             choice["logprobs"] = {"content": openai_content(lp)}
         return sse({**meta, "object": "chat.completion.chunk", "system_fingerprint": fingerprint,
@@ -252,7 +256,7 @@ def _chat_stream(service, preps, ctx, meta, include_usage, progress=None, live=N
                 if isinstance(ev, Done):
                     dones[i] = ev
                     if not cut_by_shutdown(ctx, ev):
-                        yield chunk(i, {}, _finish_reason(ev, calls[i] > 0), timings=ev.timings)
+                        yield chunk(i, {}, _finish_reason(ev, calls[i] > 0), note=finish_note(ev), timings=ev.timings)
                 elif ev.kind == KIND_PING:
                     reports = progress.feed(ev.progress) if progress is not None and i == 0 else []
                     for p in reports:  # return_progress: llama-server's prompt_progress chunks
@@ -304,9 +308,10 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
                             sampling=check_request_sampling(body),
                             stop=check_stop(body.get("stop")), stream=bool_field(body, "stream"),
                             echo=bool_field(body, "echo"), model=body.get("model"))
-    refuse_unsupported(body, ("suffix",))
+    refuse_unsupported(body, ("suffix",) + SAMPLER_FIELDS_REFUSED + VLLM_FIELDS_REFUSED)
     req.n = n = check_n(body)
     check_best_of(body, n)
+    ban_eos(body, req.sampling, lambda: service.stop_ids)
     req.logprobs = completions_logprobs(body)
     if req.logprobs is None:
         req.logprobs = llama_n_probs(body)
@@ -323,19 +328,19 @@ def completions(service, body: dict, ctx) -> JsonReply | StreamReply:
     return JsonReply(200, {**meta, "object": "text_completion", "choices": [
         {"index": i, "text": (prompt if req.echo else "") + texts[i],
          "logprobs": legacy_logprobs(lps[i], start)[0] if req.logprobs is not None else None,
-         "finish_reason": _finish_reason(dones[i], False)} for i in range(n)],
+         "finish_reason": _finish_reason(dones[i], False), **finish_note(dones[i])} for i in range(n)],
         "usage": _usage(done, chat=False), "timings": done.timings})
 
 
 def _completion_stream(service, preps, ctx, meta, include_usage, req):
     offsets = [len(req.prompt) if req.echo else 0] * len(preps)
 
-    def chunk(i, text, finish=None, lp=None, **extra):
+    def chunk(i, text, finish=None, lp=None, note=None, **extra):
         logprobs = None
         if req.logprobs is not None and lp is not None:
             logprobs, offsets[i] = legacy_logprobs(lp, offsets[i])
         return sse({**meta, "object": "text_completion", "choices": [
-            {"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish}], **extra})
+            {"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish, **(note or {})}], **extra})
 
     dones = [None] * len(preps)
     try:
@@ -347,7 +352,7 @@ def _completion_stream(service, preps, ctx, meta, include_usage, req):
                 if isinstance(ev, Done):
                     dones[i] = ev
                     if not cut_by_shutdown(ctx, ev):
-                        yield chunk(i, "", _finish_reason(ev, False), timings=ev.timings)
+                        yield chunk(i, "", _finish_reason(ev, False), note=finish_note(ev), timings=ev.timings)
                 elif ev.kind == KIND_PING:
                     yield KEEP_ALIVE
                 elif ev.kind == KIND_CONTENT:

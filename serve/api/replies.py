@@ -5,7 +5,8 @@
 it waits for the engine, and a stream's held frames go out then: serve/http/pacing.py), `shutting_down()`,
 `headers` (the request's headers, case-insensitive), `path`, `query` (dict of str), `trusted` (may see local
 detail such as engine log lines: serve/http/access.py), `sessions` (the server's `stream_sessions.SessionStore`),
-`slot_save_path` (--slot-save-path, or None).
+`slot_save_path` (--slot-save-path, or None), `method`, `responses` (the stored Responses), `created` (an Ollama-created model's settings: its parameters,
+system and messages; serve/lifecycle/created.py), `read_body_into(sink)` (an upload route's body, streamed).
 `JsonReply(status, body, headers)`: one JSON answer. `StreamReply(frames, content_type)`: `frames` is an
 iterator of already-framed text (SSE events, keep-alive comments; bytes are written as they are); the server
 writes them a burst at a time (at each `on_wait()`, and at the end), with the stream write timeout, and closes
@@ -39,6 +40,10 @@ class RequestContext:
     sessions: Any = None           # the server's resumable stream sessions (serve/http/stream_sessions.py)
     http_counts: Callable[[], dict] | None = None   # the server's connection counts (serve/http/keepalive.py)
     slot_save_path: str | None = None   # --slot-save-path: the saved slots' folder (serve/api/slot_routes.py)
+    method: str = ""               # the request's method (GET, POST, DELETE; HEAD reads as GET)
+    responses: Any = None          # the server's stored Responses (serve/api/response_store.py)
+    created: dict | None = None    # (a Lifecycle) the settings of the Ollama-created model the request names
+    read_body_into: Callable[[Callable[[bytes], None]], int] | None = None   # an upload route's body -> a sink
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""OpenAI Responses (`POST /v1/responses`): a translator over `serve/core/events.py`, stateless.
+"""OpenAI Responses (`POST /v1/responses`): a translator over `serve/core/events.py`, with stored responses.
 
 Calling convention: the one `serve/api/openai.py` documents (`handler(service, body, ctx) -> JsonReply |
 StreamReply`; validation and `service.prepare` before the reply; errors in OpenAI's `{"error": {...}}` shape,
@@ -12,10 +12,15 @@ skipped and said in the request's notes: nothing here can run them), `tool_choic
 `max_output_tokens`, `temperature` / `top_p` (and the other sampling fields), `reasoning.effort`, `stream`,
 `text.format` (json_object or json_schema: the reply follows it by grammar, serve/generation/constrain.py),
 `include: ["message.output_text.logprobs"]` / `top_logprobs` 0..20 (serve/generation/logprobs.py: entries on the
-output_text part and on each text delta). Accepted and without effect: `store` (nothing is kept: the answer
-says `"store": false`), `metadata`, `user`, `include`'s other values, `truncation` (requests are never truncated), `prompt_cache_key`, `service_tier`.
-Refused: `previous_response_id` (400 `previous_response_not_found`: nothing is stored, send the whole
-conversation), `background: true` (400), GET / DELETE `/v1/responses/{id}` and its sub-paths (404: nothing is stored).
+output_text part and on each text delta), `store` (default true, as OpenAI's: the finished response is kept
+in the server's `ResponseStore`, serve/api/response_store.py) and `previous_response_id` (the kept chain's
+input and output items come before this request's `input`; `instructions` are not carried over, as OpenAI
+documents; an id not kept is 400 `previous_response_not_found`). Accepted and without effect: `metadata`,
+`user`, `include`'s other values, `truncation` (requests are never truncated), `prompt_cache_key`,
+`service_tier`. Refused: `background: true` (400), `item_reference` items (400).
+GET `/v1/responses/{id}` (the kept response), GET `/v1/responses/{id}/input_items` (its request's own input
+items, OpenAI's list shape), DELETE `/v1/responses/{id}` (`{id, object: "response.deleted", deleted: true}`);
+an id not kept is 404 `response_not_found`; `/cancel` is 400 (nothing runs in the background).
 
 Answer: one `ResponseBuilder` turns the event stream into the stream's events *and* the final response
 object, so a streamed and a non-streamed answer carry the same output items (`reasoning`, `message` with
@@ -51,6 +56,7 @@ from serve.api.replies import EventRun, JsonReply, StreamReply, collect, cut
 from serve.core.sampling import check_max_tokens, check_request_sampling
 from serve.generation.json_schema import ANY_OBJECT_GRAMMAR
 from serve.api.fields import model_field, responses_logprobs
+from serve.api.response_store import continued
 from serve.generation.logprobs import openai_content
 from serve.prompt.tool_text import arguments_text
 
@@ -176,13 +182,12 @@ def _text_format_grammar(text) -> str | None:
 
 
 def parse_responses(body: dict) -> ChatRequest:
-    if body.get("previous_response_id") is not None:
-        raise BadRequest(f"previous response {str(body['previous_response_id'])[:80]!r} not found: this server "
-                         "keeps no responses (stateless); send the whole conversation in `input`",
-                         param="previous_response_id", code="previous_response_not_found")
     if body.get("background"):
-        raise BadRequest("background: this server keeps no responses, so it cannot run one in the background",
+        raise BadRequest("background: this server runs every response in its request, not in the background",
                          param="background")
+    store = body.get("store", True)
+    if not isinstance(store, bool) and store is not None:
+        raise BadRequest("store: true or false", param="store")
     grammar = _text_format_grammar(body.get("text"))
     req = ChatRequest(messages=_input_items(body.get("input")), api="responses")
     req.grammar = grammar
@@ -232,6 +237,7 @@ class ResponseBuilder:
         self.last_frame_at = time.monotonic()
         self.live: LiveTimings | None = None     # timings_per_token: running figures on each text delta
         self.progress: ProgressFeed | None = None  # return_progress: prompt_progress on response.in_progress
+        self.keep = None          # called with the finished response object (a stored response)
 
     def frame(self, kind: str, **fields) -> str:
         data = {"type": kind, "sequence_number": self.seq, **fields}
@@ -364,7 +370,10 @@ class ResponseBuilder:
             item.pop("_at", None)
         self.output = [it for it in self.output if it.get("status") != "in_progress"]  # unfinished calls
         status = "incomplete" if done.finish == "length" else "completed"
-        return frames + [self.frame(f"response.{status}", response=self.response(status, done),
+        final = self.response(status, done)
+        if self.keep is not None:
+            self.keep(final)
+        return frames + [self.frame(f"response.{status}", response=final,
                                     timings=done.timings)]  # llama-server's place for them, beside the response
 
     def failed(self, message: str) -> str:
@@ -372,12 +381,12 @@ class ResponseBuilder:
             "failed", error={"code": "server_error", "message": message}))
 
 
-def _meta(service, req: ChatRequest, body: dict) -> dict:
+def _meta(service, req: ChatRequest, body: dict, prev: str | None, store: bool) -> dict:
     return {"id": "resp_" + secrets.token_hex(12), "object": "response", "created_at": int(time.time()),
             "model": model_name(service, req), "instructions": body.get("instructions"),
             "max_output_tokens": req.max_new, "parallel_tool_calls": req.parallel_tool_calls,
-            "previous_response_id": None, "reasoning": {"effort": req.reasoning_effort, "summary": None},
-            "store": False, "temperature": req.sampling.temperature, "top_p": req.sampling.top_p,
+            "previous_response_id": prev, "reasoning": {"effort": req.reasoning_effort, "summary": None},
+            "store": store, "temperature": req.sampling.temperature, "top_p": req.sampling.top_p,
             "text": _echo_text(body), "tool_choice": body.get("tool_choice", "auto"),
             "tools": [{"type": "function", "name": t.name, "description": t.description,
                        "parameters": t.parameters, "strict": False} for t in req.tools],
@@ -399,9 +408,13 @@ def _echo_text(body: dict) -> dict:
 
 
 def responses(service, body: dict, ctx) -> JsonReply | StreamReply:
-    req = parse_responses(body)
+    whole, prev, own = continued(body, ctx)
+    req = parse_responses(whole)
     prep = service.prepare(req)
-    builder = ResponseBuilder(_meta(service, req, body))
+    store = body.get("store") is not False and getattr(ctx, "responses", None) is not None
+    builder = ResponseBuilder(_meta(service, req, body, prev, store))
+    if store:   # kept once it has finished (completed or incomplete; a failed one is not)
+        builder.keep = lambda response: ctx.responses.put(response, own, prev)
     builder.lps = [] if req.logprobs is not None else None
     if req.stream:
         if _flag(body, "timings_per_token"):
@@ -438,13 +451,28 @@ def _stream(service, prep, ctx, builder: ResponseBuilder):
 def input_tokens(service, body, ctx) -> JsonReply:
     """POST /v1/responses/input_tokens: the prompt length the request would have."""
     return JsonReply(200, {"object": "response.input_tokens",
-                           "input_tokens": service.count_tokens(parse_responses(body))})
+                           "input_tokens": service.count_tokens(parse_responses(continued(body, ctx)[0]))})
 
 
 def get_response(service, body, ctx) -> JsonReply:
-    """GET / DELETE /v1/responses/{id} (and its /input_items, /cancel): nothing is stored, so every id is
-    unknown (404 in OpenAI's error shape)."""
-    rid = ctx.path[len("/v1/responses/"):].split("/", 1)[0]
-    return JsonReply(404, error_body(404, "invalid_request_error",
-                                     f"response {rid[:80]!r} not found: this server keeps no responses (stateless)",
-                                     "response_id", "response_not_found"))
+    """GET / DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items; /cancel is a 400 (nothing runs in
+    the background); an id not kept is OpenAI's 404."""
+    rid, _, sub = ctx.path[len("/v1/responses/"):].partition("/")
+    if sub == "cancel":
+        return JsonReply(400, error_body(400, "invalid_request_error", "only a background response can be "
+                                         "cancelled; this server runs none", "response_id"))
+    store = getattr(ctx, "responses", None)
+    found = store.get(rid) if store is not None and sub in ("", "input_items") else None
+    if found is None:
+        return JsonReply(404, error_body(404, "invalid_request_error", f"response {rid[:80]!r} not found (not "
+                                         "stored, deleted, or past the server's stored-response bounds)",
+                                         "response_id", "response_not_found"))
+    if ctx.method == "DELETE" and not sub:
+        store.delete(rid)
+        return JsonReply(200, {"id": rid, "object": "response.deleted", "deleted": True})
+    if sub == "input_items":
+        items = [{"id": it.get("id") or f"item_{rid[5:]}_{i}", **it} for i, it in enumerate(store.input_items(rid))]
+        data = items[::-1]   # newest first, OpenAI's default order
+        return JsonReply(200, {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                               "last_id": data[-1]["id"] if data else None, "has_more": False})
+    return JsonReply(200, found)

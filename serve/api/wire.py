@@ -9,15 +9,15 @@ engine: it reads dicts and writes text.
 Public surface: `text_of(content, where)`, `bool_field(body, name, default)`, `parse_tools(raw)`,
 `parse_tool_choice(choice, notes)`, `check_stop(value)`, `STOP_STRINGS_MAX`, `effort_from_openai(body)`,
 `reasoning_fields(body, req)`, `model_name(service, req)`, `error_text(service, e)`,
-`cut_by_shutdown(ctx, done)`, `sse(obj)`, `KEEP_ALIVE`, `SHUTDOWN_TEXT`.
+`cut_by_shutdown(ctx, done)`, `finish_note(done)`, `sse(obj)`, `KEEP_ALIVE`, `SHUTDOWN_TEXT`.
 """
 from __future__ import annotations
 
 import json
 
 from serve.core.effort import check_budget, normalize_effort
-from serve.core.errors import public_text
-from serve.core.events import BadRequest, ToolSpec
+from serve.core.errors import bug_text, client_error, log_bug, public_text
+from serve.core.events import FINISH_LOOP, BadRequest, ToolSpec
 
 
 def effort_from_openai(body: dict) -> str | None:
@@ -159,9 +159,21 @@ def cut_by_shutdown(ctx, done) -> bool:
 
 
 def error_text(service, e) -> str:
-    """The text of a failure after the headers (Service.run raised a service error, death note included),
-    as a client may see it: the engine log's tail and local paths go to the server log (serve/http/access.py)."""
-    return public_text(str(e) or type(e).__name__)
+    """The text of a failure after the headers, as a client may see it: a StrataError's message (Service.run
+    raised a service error, death note included: the engine log's tail and local paths go to the server log);
+    anything else is a bug: "internal error (TypeName)", its traceback in the server log (serve/core/errors.py)."""
+    err = client_error(e)
+    if err is None:
+        log_bug(e, "a reply after its headers")
+        return bug_text(e)
+    return public_text(err.message or type(e).__name__)
+
+
+def finish_note(done) -> dict:
+    """Strata's field beside a dialect's finish reason: `strata_finish: "loop_guard"` when the loop guard
+    ended the reply (the dialect's reason then says stop: the reply is whole, a constrained one parses), else
+    nothing."""
+    return {"strata_finish": "loop_guard"} if done is not None and done.finish == FINISH_LOOP else {}
 
 
 STOP_STRINGS_MAX = 4       # OpenAI allows at most 4 stop strings

@@ -6,8 +6,9 @@ Role: `serve/api/openai.py` and `serve/api/anthropic.py` are translators. Each t
 HTTP, pipes or token ids.
 
 Public surface: `Message`, `ToolSpec`, `ChatRequest`, `CompletionRequest`, `Event`, `Done`,
-`ProgressFeed` (prompt-progress reports from pings), `BadRequest` (the one exception type the HTTP boundary turns into a 400 with a message that says what to
-change, in the caller's API's error shape), and the event `KIND_*` names.
+`ProgressFeed` (prompt-progress reports from pings), `BadRequest` (bad client input: a `StrataError`,
+serve/core/errors.py, that the HTTP boundary turns into a 400 with a message that says what to change, in the
+caller's API's error shape), and the event `KIND_*` names.
 """
 from __future__ import annotations
 
@@ -15,18 +16,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from serve.core.errors import StrataError
 
-class BadRequest(ValueError):
-    """Client input that cannot be served as sent. `param` names the field when there is one."""
+
+class BadRequest(StrataError, ValueError):
+    """Client input that cannot be served as sent. `param` names the field when there is one; `status` is 400,
+    or 413 for bodies/prompts over a limit; `extra`: more keys for the error object (llama-server's figures),
+    "type" included."""
 
     def __init__(self, message: str, param: str | None = None, status: int = 400,
                  code: str | None = None, extra: dict | None = None):
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.status = status  # 400, or 413 for bodies/prompts over a limit
-        self.code = code
-        self.extra = extra or {}  # more keys for the error object (llama-server's figures), "type" included
+        super().__init__(message, param=param, code=code, status=status, extra=extra)
 
 
 @dataclass
@@ -159,11 +159,16 @@ class Event:
     logprobs: list | None = None
 
 
+FINISH_LOOP = "loop"           # Done.finish when the loop guard ended the reply (serve/generation/guards.py)
+
+
 @dataclass
 class Done:
     """The last thing a run yields.
 
-    finish: "stop" | "length" | "cancel" | "tool_calls" (the translator maps it to its API's names).
+    finish: "stop" | "length" | "cancel" | "tool_calls" | "loop" (the translator maps it to its API's names;
+    "loop": the loop guard ended a reply that repeated itself, a constrained one closed so it still parses:
+    the wire's own reason says stop, and `strata_finish: "loop_guard"` beside it, serve/api/wire.py).
     Figures the engine never reported are None, never 0. completion_tokens: the reply's tokens over every
     engine pass, the ones the server wrote between passes included (a thinking wrap-up, a forced call's
     opening); reasoning_tokens: those of them written while the reply was in its thinking.

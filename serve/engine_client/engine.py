@@ -13,7 +13,7 @@ Locks: `ctl` the control lines (one BGEN write or one control command); `slot_cv
 admission queues (batch.py); `_state` the fields it names; `_life` start / restart / close; each process's
 `wlock` its stdin (every writer, the heartbeat's non-blocking PING included).
 
-Public surface (implements serve.engine_client.protocol.EngineClient):
+Public surface (implements serve.core.engine_api.EngineClient):
 - `StrataEngine(argv, args, log_path=None, env=None, cwd=None, silence_s=..., on_line=None)`; `start()` (spawn
   + READY handshake), `restart(tries)`, `ensure_running()` (restart a dead engine once, not while one starts),
   `close()` (QUIT -> terminate -> kill; `closed` until the next start), `kill_now()`, `alive()`, `death_note()`, `current()` (the process),

@@ -12,7 +12,7 @@ Writers of stdin: every line goes through `write` (blocking, under `wlock`), exc
 which goes through `write_nowait` (under `wlock` too, taken with a limit, and only when the pipe has room), so a
 frozen engine whose pipe is full never blocks the heartbeat.
 
-Public surface: the exceptions; `EngineClient` (the typing.Protocol of what Service needs from an engine);
+Public surface: the exceptions; `EngineClient` (serve/core/engine_api.py's, named here too);
 `EngineProcess`, `start_pump`; `parse_kv`, `parse_done`, `parse_bdone`, `parse_token` (and its `Sampled`), `parse_progress`;
 `Allowance`; the constants below.
 """
@@ -28,13 +28,13 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol
 
 try:
     import psutil
 except ImportError:  # the frozen-engine check is then off; everything else works
     psutil = None
 
+from serve.core.engine_api import EngineClient  # noqa: F401 (named here too)
 from serve.engine_client.slot_table import SlotTable
 
 ENGINE_SILENCE_S = 300.0     # no protocol line this long during a request = ended (config engine_silence_s)
@@ -81,30 +81,6 @@ class EngineStuck(RuntimeError):
 
 class EngineRefused(ValueError):
     """The engine answered `ERR`: the command was refused; no DONE follows."""
-
-
-class EngineClient(Protocol):
-    """What Service needs from an engine (StrataEngine, ReplicaEngine)."""
-    info: dict
-    max_context: int
-    known_ctx: int
-    starting: bool
-    progress: tuple
-    prefill_tok_s: float | None
-
-    closed: bool
-
-    def alive(self) -> bool: ...
-    def batched(self) -> bool: ...
-    def death_note(self) -> str: ...
-    def start(self) -> None: ...
-    def restart(self, tries: int = 3) -> None: ...
-    def ensure_running(self) -> None: ...
-    def close(self) -> None: ...
-    def kill_now(self) -> None: ...
-    def generate(self, ids: list[int], max_new: int, keys: str = "", cancelled: Callable | None = None,
-                 result: dict | None = None, embed: bool = False,
-                 on_wait: Callable | None = None, closing: Callable | None = None) -> Iterator[int | None]: ...
 
 
 # ---------------------------------------------------------------------------------------------- parsing

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import struct
 
+from serve.core.errors import public_text
 from serve.core.events import BadRequest
 from serve.engine_client.protocol import EngineRefused
 
@@ -137,7 +138,10 @@ def slot_file(engine, action: str, slot_id: int, path: str | None = None) -> dic
         except EngineRefused as err:
             if action == "restore":
                 held = []   # a refused restore may have read part of the file: the slot's tokens are unknown
-            raise BadRequest(f"the engine refused to {action} slot {slot_id}: {err}") from None
+            full = str(err).split()[:1] == ["storage"]   # SERR storage: ENOSPC/EDQUOT, the old file intact
+            raise BadRequest(f"the engine refused to {action} slot {slot_id}: {public_text(str(err))}",
+                             status=507 if full else 400,
+                             code="insufficient_storage" if full else None) from None
         if action == "restore":
             held = read_tokens(path)[:n]
             if replica is not None:

@@ -1,7 +1,7 @@
 """Supervisor: restarts an engine that died while nobody used it (issue 10, "self-heal").
 
 Role: one daemon thread per server. Every `POLL_S` it looks at the engine (anything with `alive()`,
-`starting` and `restart(tries)`: serve.engine_client.protocol.EngineClient); a dead one that is not (re)starting,
+`starting` and `restart(tries)`: serve.core.engine_api.EngineClient); a dead one that is not (re)starting,
 and was not closed on purpose (`closed`: shutdown, an unload), is restarted after a backoff that doubles from `BACKOFF_FIRST_S` to `BACKOFF_MAX_S`, at most `RESTARTS_MAX`
 times in a row (a success resets the count). Past the limit it gives up and says so once on stderr: /health
 stays 503 with the death note, and the next request still tries once (Service.ensure_engine). It never

@@ -113,6 +113,8 @@ def _raw_text_grammar(prop: dict, field: str) -> str:
     """A text value as raw text (no quotes, no escapes): its const / enum strings, its format, or up to maxLength
     characters other than `<` (so a value never runs into its closing tag)."""
     _schema_grammar(prop, field)  # inside the subset, or a 400
+    if "pattern" in prop:  # raw text up to `\n</parameter>`: a pattern could run into the closing tag
+        raise BadRequest(f"{field}.pattern: not supported on a text parameter in the XML call form", param="tools")
     if "const" in prop or "enum" in prop:
         values = [prop["const"]] if "const" in prop else list(prop["enum"])
         texts = [v if isinstance(v, str) else json.dumps(v) for v in values]

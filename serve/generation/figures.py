@@ -13,32 +13,39 @@ from __future__ import annotations
 
 import time
 
+from serve.core.engine_api import EngineFigures
+
 
 class ServiceFigures:
     """The figures half of a Service (see the module docstring for the fields it uses)."""
 
     def _finish(self, record: dict, t0: float) -> None:
+        """File a finished request: its engine figures (an EngineFigures, when a pass reported any) into the
+        totals, and the record into the history with them in their logged form (`as_dict`)."""
         record["duration_s"] = time.monotonic() - t0
-        fig = record.get("figures", {})
+        fig = record.get("figures") or EngineFigures()
+        record["figures"] = fig.as_dict()
         with self._lock:
             self.status = {"busy": False}
             self.history.append(record)
             tot = self.totals
             tot["requests"] += 1
             tot["prompt_tokens"] += record["prompt_tokens"]
-            tot["reused"] += fig.get("reused") or 0
+            tot["reused"] += fig.reused or 0
             tot["output_tokens"] += record.get("output_tokens", 0)
-            tot["prompt_ms"] += fig.get("prompt_ms") or 0.0
-            tot["decode_ms"] += fig.get("decode_ms") or 0.0
-            tot["drafts_offered"] += fig.get("drafts_off") or 0   # draft tokens verified (engine/drafting.h)
-            tot["drafts_accepted"] += fig.get("drafts_acc") or 0
-            tot["draft_steps"] += fig.get("drafts_n") or 0         # verifications that carried a draft
+            tot["prompt_ms"] += fig.prompt_ms or 0.0
+            tot["decode_ms"] += fig.decode_ms or 0.0
+            tot["drafts_offered"] += fig.drafts_off or 0   # draft tokens verified (engine/drafting.h)
+            tot["drafts_accepted"] += fig.drafts_acc or 0
+            tot["draft_steps"] += fig.drafts_n or 0         # verifications that carried a draft
             if record.get("finish") == "cancel":
                 tot["cancelled"] += 1
             if record.get("finish") == "error":
                 tot["errors"] += 1
             if record.get("timings"):
                 self.last_timings = record["timings"]
+            if fig.experts_hits is not None:   # engine-wide reads so far (engine/expert_tiers.h): the latest
+                tot["experts_hits"], tot["experts_misses"] = fig.experts_hits, fig.experts_misses or 0
 
     # ---------------------------------------------------------------- views
     def health(self) -> tuple[int, dict]:
@@ -80,4 +87,18 @@ class ServiceFigures:
         return {"engine": {"model": self.model_name, "max_context": e.max_context or e.known_ctx,
                            **{k: v for k, v in e.info.items() if not isinstance(v, dict)}},
                 "live": live, "requests": records, "requests_kept": len(hist), "totals": totals,
-                "time": time.time()}
+                "expert_tiers": self.expert_tiers_view(), "time": time.time()}
+
+    def expert_tiers_view(self) -> dict | None:
+        """A MoE engine's expert split (INFO experts_total / experts_resident / experts_packed_mib) and the reads
+        its requests reported (DONE / BDONE experts_hits / experts_misses, engine-wide); None for a dense model."""
+        info = self.engine.info or {}
+        total = info.get("experts_total")
+        if not total:
+            return None
+        with self._lock:
+            hits, misses = self.totals.get("experts_hits"), self.totals.get("experts_misses")
+        reads = (hits or 0) + (misses or 0)
+        return {"total": total, "resident": info.get("experts_resident"),
+                "packed_mib_all": info.get("experts_packed_mib") or None, "hits": hits, "misses": misses,
+                "hit_rate": round(hits / reads, 4) if reads else None}

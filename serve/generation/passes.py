@@ -18,8 +18,8 @@ whether an answer was shown.
 
 Public surface: `ReplyPasses(prep, tokenizer, parser, budget_default)` with `prompt()`, `room()`,
 `generated(tid, stop)`, `after_token(was_reasoning)`, `at_end(finish)`, `write(text)`, `follow()`,
-`saw(event)`, `n_out`, `inserted`, `reasoning_tokens`, `passes`, `budget`; `merge_figures(total, r)`,
-`reply_timings(figures, prompt_tokens, n_out)`, `encode_written(tokenizer, text)`.
+`saw(event)`, `n_out`, `inserted`, `reasoning_tokens`, `passes`, `budget`; `encode_written(tokenizer, text)`.
+(A reply's engine figures over its passes: serve/core/engine_api.py `EngineFigures.merged` and `timings`.)
 Budget: `thinking_budget(budget, max_new, answer_room)`, `ThinkingBudget` (the run loop's counter),
 `needs_close_retry(...)`, `answer_reserve(max_new)`, `WRAP_UP_TEXT`, `CLOSE_RETRY_TEXT`, `ANSWER_RESERVE_MIN`,
 `ANSWER_ROOM_MIN_CAP`.
@@ -34,9 +34,6 @@ from serve.prompt.tool_text import CALL_OPEN
 
 if TYPE_CHECKING:   # a type in two signatures; the parser module imports nothing of this one
     from serve.generation.output_parser import OutputParser
-
-# Engine figures that add up over passes; the others (reused, prompt_reached, ...) are the first pass's.
-_SUMMED = ("prompt_ms", "decode_ms", "drafts_off", "drafts_acc", "drafts_n")
 
 
 class _Utf8:
@@ -145,40 +142,6 @@ def encode_written(tokenizer, text: str) -> list[int]:
     at = text.find(CALL_OPEN)
     plain = [(at + len(CALL_OPEN), len(text))] if at >= 0 else None
     return tokenizer.encode(text, parse_special=True, plain=plain)
-
-
-def merge_figures(total: dict, r: dict) -> dict:
-    """One reply's engine figures over its passes: times and drafts summed, the rest from the first pass,
-    `finish` from the last."""
-    if not total:
-        return dict(r)
-    out = dict(total)
-    for key in _SUMMED:
-        if r.get(key) is not None:
-            out[key] = (out.get(key) or 0) + r[key]
-    if "finish" in r:
-        out["finish"] = r["finish"]
-    return out
-
-
-def reply_timings(r: dict, prompt_tokens: int, n_out: int) -> dict:
-    """llama.cpp's `timings` of one reply from its merged figures: the prompt read once (cache_n = the first
-    pass's reuse), `predicted_n` = the tokens the engine generated over every pass."""
-    reused = r.get("reused") or 0
-    prompt_n = max(0, prompt_tokens - reused)
-    pm, dm = r.get("prompt_ms"), r.get("decode_ms")
-    t = {"cache_n": reused, "prompt_n": prompt_n}
-    if pm is not None:
-        t.update(prompt_ms=pm, prompt_per_token_ms=pm / prompt_n if prompt_n else 0.0,
-                 prompt_per_second=1e3 * prompt_n / pm if pm else 0.0)
-    t["predicted_n"] = n_out
-    if dm is not None:  # decode_ms runs from the first token, so the rate is over the n_out - 1 steps after it
-        steps = max(0, n_out - 1)  # (the first token comes with the prompt's last batch, as llama-server counts)
-        t.update(predicted_ms=dm, predicted_per_token_ms=dm / steps if steps and dm else 0.0,
-                 predicted_per_second=1e3 * steps / dm if steps and dm else 0.0)
-    if r.get("drafts_off"):
-        t.update(draft_n=r["drafts_off"], draft_n_accepted=r.get("drafts_acc") or 0)
-    return t
 
 
 # The text a run appends when the thinking budget is spent: the model reads it as its own decision to answer.

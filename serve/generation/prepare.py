@@ -71,6 +71,11 @@ class Preparation:
             raise BadRequest(f"tools: Strata does not read tool calls in the format of this model's "
                              f"{getattr(self.template, 'family', '')} chat template yet; send the request "
                              "without tools", param="tools")
+        if req.tools and getattr(self.template, "call_syntax", None) and (
+                req.tool_choice not in ("auto", "none") or req.strict_tools):
+            raise BadRequest(f"tool_choice: with this model's {self.template.family} tool-call format Strata offers "
+                             "tool_choice auto (or none), without strict tools; a forced or strict call is not "
+                             "available yet", param="tool_choice")
         if req.continue_final and _empty(req.messages[-1]):  # nothing to continue: a new turn
             req.messages, req.continue_final = req.messages[:-1], False
         if req.continue_final:

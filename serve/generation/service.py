@@ -38,15 +38,17 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from serve.engine_client.protocol import (
-    CTX_SLACK, EngineBadLine, EngineClient, EngineDied, EngineNonFinite, EngineRefused, EngineStarting, EngineStuck)
+    CTX_SLACK, EngineBadLine, EngineDied, EngineNonFinite, EngineRefused, EngineStarting, EngineStuck)
+from serve.core.engine_api import EngineClient, EngineFigures
 from serve.core.errors import EngineFault, ServiceError, ServiceUnavailable
 from serve.engine_client.supervisor import Supervisor
 from serve.ops.live_figures import LiveFigures
-from serve.core.events import BadRequest, ChatRequest, Done, Event, KIND_CONTENT, KIND_PING
+from serve.core.events import FINISH_LOOP, BadRequest, ChatRequest, Done, Event, KIND_CONTENT, KIND_PING
 from serve.prompt.chatml import ChatTemplate
-from serve.generation.passes import ReplyPasses, merge_figures, reply_timings
+from serve.generation.passes import ReplyPasses
 
 from serve.generation.output_parser import OutputParser
+from serve.generation.call_syntax import CallSyntaxParser
 from serve.core.effort import resolve_effort
 from serve.core import sampling as sampling_mod
 from serve.generation.logprobs import Trail
@@ -280,15 +282,18 @@ class Service(Preparation, ServiceFigures):
     def _generate(self, prep: Prepared, cancelled, record, t0, tracker=None, on_wait=None):
         parser = None
         if prep.chat:
-            parser = OutputParser(prep.req.tools, prep.thinking, prep.forced_opening,
-                                  parallel=prep.req.parallel_tool_calls, api=prep.req.api)
+            syntax = getattr(self.template, "call_syntax", None)   # serve/generation/call_syntax.py
+            parser = (CallSyntaxParser(syntax, prep.req.tools, prep.thinking, prep.forced_opening,
+                                       parallel=prep.req.parallel_tool_calls, api=prep.req.api) if syntax else
+                      OutputParser(prep.req.tools, prep.thinking, prep.forced_opening,
+                                   parallel=prep.req.parallel_tool_calls, api=prep.req.api))
         # budget, answer room, forced call after thinking, close retry: when a pass ends (serve/generation/passes.py)
         run = _Run(StopMatcher(list(prep.req.stop or [])), parser, ReplyPasses(
             prep, self.tok, parser, self._budget_default()), self.tok.stream_decoder(), LoopGuard(self.repeat_stop),
             lambda: self.shutting_down.is_set() or (cancelled is not None and cancelled()), on_wait, tracker=tracker,
             trail=Trail.of(self.tok, prep.req))
         passes, stop = run.passes, run.stop
-        figures: dict = {}
+        figures = EngineFigures()   # the reply's, over its passes
         finish, retried = None, False
         with self._lock:
             self.status["thinking_budget"] = passes.budget.budget
@@ -297,7 +302,7 @@ class Service(Preparation, ServiceFigures):
             try:
                 finish, write = yield from self._pass(run, prep.keys, result, record)
             except GeneratorExit:  # the client left: the pass was stopped and drained; its figures stay
-                record.update(figures=merge_figures(figures, result), output_tokens=passes.n_out)
+                record.update(figures=figures.merged(EngineFigures.of(result)), output_tokens=passes.n_out)
                 raise
             except EngineNonFinite:
                 if run.pass_out == 0 and not retried:
@@ -306,7 +311,7 @@ class Service(Preparation, ServiceFigures):
                 if passes.n_out == 0:
                     raise
                 finish, write = "length", None
-            figures = merge_figures(figures, result)
+            figures = figures.merged(EngineFigures.of(result))
             if finish is None and write is None:
                 write = passes.at_end(result.get("finish"))
             if finish is not None or write is None:
@@ -320,18 +325,18 @@ class Service(Preparation, ServiceFigures):
         if stop.hit is None:
             for ev in run.events(self._events(run.decoder.flush(), parser, stop, final=True)):
                 yield ev
-        finish = finish or figures.get("finish") or "stop"
+        finish = finish or figures.finish or "stop"
         if finish == "cancel" and self.shutting_down.is_set():
             finish = "shutdown"
         if stop.hit is not None:
             finish = "stop"
-        record.update(finish=finish, figures=dict(figures), output_tokens=passes.n_out, passes=passes.passes,
+        record.update(finish=finish, figures=figures, output_tokens=passes.n_out, passes=passes.passes,
                       written_tokens=passes.inserted, reasoning_tokens=passes.reasoning_tokens,
                       first_token_s=(run.first_at - t0) if run.first_at else None)
-        timings = reply_timings(figures, prep.prompt_tokens, passes.n_out)
+        timings = figures.timings(prep.prompt_tokens, passes.n_out)
         record["timings"] = timings
         return Done(finish if finish != "shutdown" else "cancel", prep.prompt_tokens,
-                    passes.n_out + passes.inserted, cached_tokens=figures.get("reused"),
+                    passes.n_out + passes.inserted, cached_tokens=figures.reused,
                     reasoning_tokens=passes.reasoning_tokens, stop_sequence=stop.hit, timings=timings, ids=run.ids)
 
     def _pass(self, run: "_Run", keys: str, result: dict, record: dict):
@@ -364,7 +369,7 @@ class Service(Preparation, ServiceFigures):
                     continue  # the engine ends the turn on it itself; never shown
                 if not closing[0] and run.guard.looping(tid):
                     if not constrained:
-                        return "length", None
+                        return FINISH_LOOP, None
                     closing[0] = True  # this token and the completion still come, and are shown
                 was_reasoning = parser is not None and parser.in_reasoning
                 run.took(tid)
@@ -379,7 +384,7 @@ class Service(Preparation, ServiceFigures):
                 write = passes.after_token(was_reasoning)
                 if write is not None:
                     return None, write  # the budget is spent, or a forced call opens: the pass ends here
-            return ("length", None) if closing[0] else (None, None)
+            return (FINISH_LOOP, None) if closing[0] else (None, None)
         finally:
             gen.close()  # an early end: STOP + drain while we still hold the turn
 

@@ -20,7 +20,7 @@ Role: everything about one TCP connection that is not routing, so `serve/http/se
 It knows nothing of routes, keys or the engine.
 
 Public surface: `Limits.from_env()`, `HttpError`, `ReadDeadline`, `DeadlineReader` (`.next_request()`), `GuardedServer`,
-`read_body`, `parse_json`, `error_json`, `raw_error`, `limit_send_buffer`, `peer_gone`, `stream_interval_s`.
+`read_body`, `read_body_into` (an upload streamed to disk), `parse_json`, `error_json`, `raw_error`, `limit_send_buffer`, `peer_gone`, `stream_interval_s`.
 """
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 from http import HTTPStatus
 
+from serve.core.errors import StrataError
 from serve.http.pacing import INTERVAL_MS as STREAM_INTERVAL_MS, MAX_INTERVAL_MS
 
 # Each limit: default, why that number, and the environment variable that overrides it (0 = off where said).
@@ -53,6 +54,8 @@ STREAM_SNDBUF_BYTES = 64 << 10  # an SSE socket's send buffer (STRATA_STREAM_SND
                               # autotuning grows it to 4 MB, thousands of tokens a never-reading client would
                               # "take" before STREAM_WRITE_TIMEOUT_S could fire; 64 KiB is still seconds of tokens
 MAX_BODY_MIB = 256            # bodies over this are 413 (STRATA_MAX_BODY_MIB)
+MAX_UPLOAD_GIB = 256          # an upload streamed to disk (a GGUF blob) is at most this (the largest GGUFs)
+BODY_PIECE_BYTES = 1 << 20    # an upload is read and written a MiB at a time
 MAX_CONNECTIONS = 256         # connections with a handler thread (STRATA_MAX_CONNECTIONS): far above the 8
                               # lanes' worth of streams plus polling pages, and it bounds the threads' memory
 DRAIN_BODY_S = 5.0            # an unread body is drained this long after an early answer (so the client reads it)
@@ -107,10 +110,11 @@ class Limits:
                    max_connections=max(1, int(env_float("STRATA_MAX_CONNECTIONS", MAX_CONNECTIONS))))
 
 
-class HttpError(Exception):
+class HttpError(StrataError):
+    """A refusal of the HTTP shell (a socket rule, access, routing), with its status and error type."""
+
     def __init__(self, status, err_type, message, param=None, code=None):
-        super().__init__(message)
-        self.status, self.err_type, self.message, self.param, self.code = status, err_type, message, param, code
+        super().__init__(message, param=param, code=code, status=status, err_type=err_type)
 
 
 class ReadDeadline(HttpError):
@@ -211,7 +215,32 @@ def read_body(rfile, headers, reader: DeadlineReader, limit: int) -> bytes:
     return data
 
 
-def _read_chunked(rfile, limit: int) -> bytes:
+def read_body_into(rfile, headers, limit: int, sink) -> int:
+    """The request body streamed to `sink(bytes)` a piece (at most BODY_PIECE_BYTES) at a time, within
+    `limit` bytes (for uploads larger than a JSON body may be) -> its size; HttpError as `read_body`."""
+    if headers.get("Transfer-Encoding") is not None:
+        if [c.strip().lower() for c in headers["Transfer-Encoding"].split(",") if c.strip()] != ["chunked"]:
+            raise HttpError(501, "not_implemented_error", "Transfer-Encoding: only chunked is supported")
+        return _read_chunked(rfile, limit, sink)
+    lengths = {v.strip() for v in headers.get_all("Content-Length") or []}
+    if len(lengths) != 1 or not _DECIMAL.fullmatch(next(iter(lengths))):
+        raise HttpError(411 if not lengths else 400, "invalid_request_error",
+                        "an upload needs one decimal Content-Length (or chunked Transfer-Encoding)")
+    n = int(next(iter(lengths)))
+    if n > limit:
+        raise HttpError(413, "invalid_request_error", f"the body ({n} bytes) is over the limit of {limit >> 20} MiB")
+    left = n
+    while left:
+        piece = rfile.read(min(left, BODY_PIECE_BYTES))
+        if not piece:
+            raise HttpError(400, "invalid_request_error", f"the body ended after {n - left} of its {n} bytes")
+        sink(piece)
+        left -= len(piece)
+    return n
+
+
+def _read_chunked(rfile, limit: int, sink=None):
+    """A chunked body: its bytes, or with `sink` each chunk given to it and the total size returned."""
     parts, total = [], 0
     while True:
         line = rfile.readline(MAX_CHUNK_LINE + 1)
@@ -226,7 +255,7 @@ def _read_chunked(rfile, limit: int) -> bytes:
         if size == 0:
             for _ in range(MAX_TRAILERS):
                 if rfile.readline(MAX_CHUNK_LINE + 1) in (b"\r\n", b"\n", b""):
-                    return b"".join(parts)
+                    return total if sink is not None else b"".join(parts)
             raise HttpError(400, "invalid_request_error", f"malformed chunked body: over {MAX_TRAILERS} trailers")
         total += size
         if total > limit:
@@ -236,7 +265,10 @@ def _read_chunked(rfile, limit: int) -> bytes:
             raise HttpError(400, "invalid_request_error", "malformed chunked body: it ended inside a chunk")
         if rfile.readline(3) not in (b"\r\n", b"\n"):
             raise HttpError(400, "invalid_request_error", "malformed chunked body: a chunk is longer than its size")
-        parts.append(data)
+        if sink is not None:
+            sink(data)
+        else:
+            parts.append(data)
 
 
 def drain(rfile, reader: DeadlineReader, n: int) -> None:

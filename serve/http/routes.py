@@ -10,15 +10,17 @@ nothing else decides a route. Adding an endpoint: one line in `GET_ROUTES` or `P
 not OpenAI's).
 
 Public surface: `GET_ROUTES`, `POST_ROUTES`, `DELETE_ROUTES`, `PREFIX_ROUTES`, `PAGES`, `PUBLIC_PATHS`,
-`ERROR_DIALECTS`, `OWN_PAGE_ROUTES`, `LIFECYCLE_ONLY`, `OVERRIDES`, `PREFIX_OVERRIDES`, `MODEL_ROUTES`, `BY_MODEL_ROUTES`,
-`LEASE_PREFIX`.
+`ERROR_DIALECTS`, `error_dialect(path)`, `OWN_PAGE_ROUTES`, `LIFECYCLE_ONLY`, `OVERRIDES`, `PREFIX_OVERRIDES`,
+`POST_OVERRIDES`, `MODEL_ROUTES`, `BY_MODEL_ROUTES`, `LEASE_PREFIX`, `DELETE_JSON`, `UPLOAD_PREFIX`.
 """
 from __future__ import annotations
 
-from serve.api import (anthropic, embeddings, lifecycle_routes as lc, llama_routes, ollama, openai, responses,
-                       slot_routes)
+import sys
+
+from serve.api import (anthropic, embeddings, lifecycle_routes as lc, llama_routes, ollama, ollama_models as om,
+                       openai, responses, slot_routes)
 from serve.api.replies import JsonReply
-from serve.http import stream_sessions, views
+from serve.http import openapi, stream_sessions, views
 from serve.ops import llama_views, metrics_views
 
 PAGES = {"/": "index.html", "/chat": "index.html", "/monitor": "monitor.html", "/about": "about.html"}
@@ -34,6 +36,7 @@ GET_ROUTES = {
         s, metrics_views.routes_view(GET_ROUTES, POST_ROUTES, PAGES))),
     "/api/version": ollama.version, "/api/tags": ollama.tags, "/api/ps": ollama.ps,
     "/cors-proxy": views.cors_proxy,
+    "/openapi.json": lambda s, b, c: JsonReply(200, openapi.document(sys.modules[__name__])),  # from these tables
     "/v1/stream": stream_sessions.get_stream,
     "/v1/lease": lc.leases, "/config": lc.config_get,          # only with a Lifecycle (else 404)
 }
@@ -42,7 +45,7 @@ POST_ROUTES = {
     "/v1/completions": openai.completions, "/settings": views.settings_post,
     "/v1/responses": responses.responses, "/responses": responses.responses,
     "/api/chat": ollama.chat, "/api/generate": ollama.generate, "/api/show": ollama.show,
-    "/api/pull": ollama.no_hub, "/api/push": ollama.no_hub, "/api/create": ollama.no_hub, "/api/copy": ollama.no_hub,
+    "/api/pull": ollama.no_hub, "/api/push": ollama.no_hub, "/api/create": om.create, "/api/copy": om.copy,
     "/completion": llama_routes.completion, "/completions": llama_routes.completion,
     "/infill": llama_routes.infill, "/apply-template": llama_routes.apply_template,
     "/v1/chat/completions/input_tokens": llama_routes.input_tokens,
@@ -58,15 +61,28 @@ POST_ROUTES = {
     "/v1/lease/release": lc.lease_release, "/config": lc.config_post,
     "/v1/messages": anthropic.messages, "/v1/messages/count_tokens": anthropic.count_tokens,
 }
-DELETE_ROUTES = {"/api/delete": ollama.no_hub, "/v1/stream": stream_sessions.delete_stream}
-PREFIX_ROUTES = {**{(m, "/v1/responses/"): responses.get_response for m in ("GET", "POST", "DELETE")},  # nothing stored
+DELETE_ROUTES = {"/api/delete": om.delete, "/v1/stream": stream_sessions.delete_stream}
+DELETE_JSON = frozenset({"/api/delete"})   # DELETE routes whose body is JSON (Ollama's {"model"})
+UPLOAD_PREFIX = "/api/blobs/"              # POST bodies that are files, streamed to the route (not JSON)
+PREFIX_ROUTES = {**{(m, "/v1/responses/"): responses.get_response for m in ("GET", "POST", "DELETE")},  # stored ones
                  ("GET", "/v1/models/"): openai.model_get,
-                 ("POST", "/slots/"): slot_routes.slot_action}   # llama-server's saved slots: ?action=save|...
+                 ("POST", "/slots/"): slot_routes.slot_action,   # llama-server's saved slots: ?action=save|...
+                 ("GET", UPLOAD_PREFIX): om.blob_head, ("POST", UPLOAD_PREFIX): om.blob_post}   # HEAD is a GET
 
 # Error bodies in the dialect of the path (the rest: OpenAI's, or Anthropic's under /v1/messages)
 ERROR_DIALECTS = (("/api/", ollama), ("/completion", llama_routes), ("/infill", llama_routes),
                   ("/apply-template", llama_routes), ("/tokenize", llama_routes), ("/detokenize", llama_routes),
                   ("/embedding", llama_routes), ("/slots/", llama_routes))
+
+
+def error_dialect(path: str):
+    """The translator module whose error shape answers a failure on `path`."""
+    for prefix, dialect in ERROR_DIALECTS:
+        if path.startswith(prefix):
+            return dialect
+    return anthropic if path.startswith("/v1/messages") else openai
+
+
 # Routes that change the server for every client: JSON only, and from this server's own page (or a client
 # that sends no Origin, such as curl), whatever the API key
 OWN_PAGE_ROUTES = {"/settings", "/config"}
@@ -74,10 +90,12 @@ OWN_PAGE_ROUTES = {"/settings", "/config"}
 # ---------------------------------------------------------------- routes and the Lifecycle
 # load/unload, lease, /config: they take the Lifecycle itself (a bare Service answers 404)
 LIFECYCLE_ONLY = frozenset({lc.leases, lc.config_get, lc.load, lc.unload, lc.lease, lc.lease_release,
-                            lc.config_post})
+                            lc.config_post, om.create, om.copy, om.delete, om.blob_head, om.blob_post})
 # routes a Lifecycle answers itself (a None from one: answer as the loaded Service does)
 OVERRIDES = {"/health": lc.health, "/api/health": lc.health, "/v1/health": lc.health, "/v1/models": lc.models,
-             "/models": lc.models, "/api/tags": lc.ollama_tags}
+             "/models": lc.models, "/api/tags": lc.ollama_tags, "/api/ps": om.ps}
+# POST routes a Lifecycle looks at first (a reply: answered; None: the route runs): Ollama's keep_alive
+POST_OVERRIDES = {"/api/chat": om.keep_alive, "/api/generate": om.keep_alive, "/api/embed": om.keep_alive}
 PREFIX_OVERRIDES = {"/v1/models/": lc.model_get}  # the same for paths under a prefix
 # POST routes that run a model: the request's `model` picks it (loaded on demand), counted while it runs
 MODEL_ROUTES = frozenset({"/v1/chat/completions", "/chat/completions", "/v1/completions", "/v1/messages",

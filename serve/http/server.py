@@ -35,23 +35,21 @@ import socket
 import sys
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from serve.api import anthropic as anthropic_api, lifecycle_routes, llama_routes, openai as openai_api
+from serve.api import lifecycle_routes, llama_routes, openai as openai_api, response_store
 from serve.http import access, guard as http_guard, keepalive, stream_sessions
 from serve.http.routes import (
-    BY_MODEL_ROUTES, DELETE_ROUTES, ERROR_DIALECTS, GET_ROUTES, LEASE_PREFIX, LIFECYCLE_ONLY, MODEL_ROUTES,
-    OVERRIDES, OWN_PAGE_ROUTES, PAGES, POST_ROUTES, PREFIX_OVERRIDES, PREFIX_ROUTES, PUBLIC_PATHS)
+    BY_MODEL_ROUTES, DELETE_JSON, DELETE_ROUTES, GET_ROUTES, LEASE_PREFIX, LIFECYCLE_ONLY,
+    MODEL_ROUTES, OVERRIDES, OWN_PAGE_ROUTES, PAGES, POST_OVERRIDES, POST_ROUTES, PREFIX_OVERRIDES, PREFIX_ROUTES,
+    PUBLIC_PATHS, UPLOAD_PREFIX, error_dialect)
 from serve.ops import metrics_views
-from serve.core.errors import ServiceError, public_text
-from serve.core.events import BadRequest
+from serve.core.errors import bug_text, client_error, log_bug
 from serve.http.guard import HttpError
-from serve.lifecycle import Lifecycle, LifecycleError
-from strata_control.files import StorageFull
+from serve.lifecycle import Lifecycle
 from serve.api.replies import JsonReply, RequestContext, StreamReply
 from serve.http.stream_writer import StreamWriter
 
@@ -74,6 +72,10 @@ class Options:
     stream_interval_ms: float | None = None   # None: $STRATA_STREAM_INTERVAL_MS or the default (http_guard)
     host_name: str | None = None   # sent as X-Strata-Host on every answer (which host of a cluster answered)
     slot_save_path: str | None = None         # --slot-save-path (a 0700 folder), None: saved slots are off
+    responses_dir: str | None = None          # --responses-dir: stored Responses kept there too (0700), else memory
+    responses_max: int = response_store.MAX_COUNT           # --responses-max: stored responses at most
+    responses_max_mib: float = response_store.MAX_MIB       # --responses-max-mib: their JSON together at most
+    responses_max_age_s: float = response_store.MAX_AGE_S   # --responses-max-age: seconds one is kept at most
 
 
 class StrataHTTPServer(http_guard.GuardedServer, ThreadingHTTPServer):
@@ -89,6 +91,8 @@ class StrataHTTPServer(http_guard.GuardedServer, ThreadingHTTPServer):
         self.streams_lock = threading.Lock()
         self.stopping = threading.Event()
         self.stream_sessions = stream_sessions.SessionStore()   # X-Conversation-Id replies (its own lock)
+        self.responses = response_store.ResponseStore(    # stored Responses, bounded (its own lock)
+            opts.responses_dir, opts.responses_max, int(opts.responses_max_mib * (1 << 20)), opts.responses_max_age_s)
         self.counts = keepalive.Counts()     # connections and requests, for reuse figures (its own lock)
         self.idle_handlers = set()           # handlers waiting for a connection's next request (idle_lock)
         self.idle_lock = threading.Lock()
@@ -225,10 +229,7 @@ class Handler(StreamWriter, BaseHTTPRequestHandler):
 
     # ---------------------------------------------------------------- plumbing
     def _api(self, path):
-        for prefix, dialect in ERROR_DIALECTS:
-            if path.startswith(prefix):
-                return dialect
-        return anthropic_api if path.startswith("/v1/messages") else openai_api
+        return error_dialect(path)
 
     def _send(self, status, body, content_type="application/json", headers=None):
         data = body if isinstance(body, bytes) else (
@@ -279,6 +280,12 @@ class Handler(StreamWriter, BaseHTTPRequestHandler):
         raw = http_guard.read_body(self.rfile, self.headers, self._reader, self.server.limits.max_body_bytes)
         self._body_read = True
         return raw
+
+    def _read_body_into(self, sink) -> int:
+        """An upload's body streamed to `sink` (serve/api/ollama_models.py's blobs)."""
+        n = http_guard.read_body_into(self.rfile, self.headers, http_guard.MAX_UPLOAD_GIB << 30, sink)
+        self._body_read = True
+        return n
 
     def _json_body(self):
         return http_guard.parse_json(self._read_body())
@@ -366,10 +373,14 @@ class Handler(StreamWriter, BaseHTTPRequestHandler):
             return route(svc, body, ctx)
         override = OVERRIDES.get(path) or next((o for p, o in PREFIX_OVERRIDES.items() if path.startswith(p)), None)
         reply = override(svc, body, ctx) if override is not None and method in ("GET", "HEAD") else None
+        if method == "POST" and path in POST_OVERRIDES:
+            reply = POST_OVERRIDES[path](svc, body, ctx)
         if reply is not None:
             return reply
         if method == "POST" and path in MODEL_ROUTES:
-            self._ticket = svc.enter(body.get("model") if isinstance(body.get("model"), str) else None)
+            name = body.get("model") if isinstance(body.get("model"), str) else None
+            ctx.created = svc.created.settings(name) if svc.created is not None else None
+            self._ticket = svc.enter(name)
             reply = route(self._ticket.service, body, ctx)
             # the model is free once the engine's work is done, before the client has the last bytes (so a
             # client's next call, an unload say, never finds its own finished request still running)
@@ -407,44 +418,41 @@ class Handler(StreamWriter, BaseHTTPRequestHandler):
                 access.check_browser_json(self.headers)
             if method == "POST" and path in OWN_PAGE_ROUTES:
                 self._check_own_page()
-            body = self._json_body() if method == "POST" else {}
-            if method == "DELETE":
-                self._read_body()   # read, so the answer is not cut off by a reset
+            upload = method == "POST" and path.startswith(UPLOAD_PREFIX)   # the body is a file, not JSON
+            body = self._json_body() if method == "POST" and not upload else {}
+            if method == "DELETE":   # read, so the answer is not cut off by a reset; JSON where one is sent
+                raw = self._read_body()
+                body = http_guard.parse_json(raw) if path in DELETE_JSON and raw.strip() else {}
             ctx = RequestContext(cancelled=self._cancelled, on_wait=self._on_wait,
                                  shutting_down=self.server.stopping.is_set,
                                  headers=self.headers, path=path, query=query, trusted=access.trusted(
                                      self.server.opts.api_keys, key_checked, self.client_address[0]),
                                  sessions=self.server.stream_sessions, http_counts=self.server.counts.snapshot,
-                                 slot_save_path=self.server.opts.slot_save_path)
+                                 slot_save_path=self.server.opts.slot_save_path,
+                                 read_body_into=self._read_body_into if upload else None,
+                                 method=method, responses=self.server.responses)
             conv_id = stream_sessions.conversation_id(self.headers) if method == "POST" else None
             reply = self._route(route, path, method, body, ctx, svc)
             if conv_id and isinstance(reply, StreamReply) and reply.content_type.startswith("text/event-stream"):
                 self._session = self.server.stream_sessions.open(conv_id)
-        except (HttpError, LifecycleError) as e:
-            return self._error(path, e.status, e.err_type, e.message, e.param, e.code)
-        except BadRequest as e:
-            return self._error(path, e.status, "invalid_request_error", e.message, e.param, e.code, e.extra)
-        except ServiceError as e:  # the Service turned every engine failure into one (503 / 502)
-            return self._error(path, e.status, e.err_type, public_text(e.message))
-        except StorageFull as e:  # a settings or run-config write found a full disk; the old file is intact
-            return self._error(path, 507, "insufficient_storage", public_text(e.message))
-        except ValueError as e:  # an engine ERR, or a value the translator refused
-            return self._error(path, 400, "invalid_request_error", public_text(str(e)))
-        except RecursionError:  # a body nested deeper than a walk over it can go
-            return self._error(path, 400, "invalid_request_error", "the request is nested too deeply")
-        except (TypeError, KeyError, AttributeError) as e:
-            traceback.print_exc()
-            return self._error(path, 400, "invalid_request_error", f"the request is malformed ({e})")
-        except Exception as e:  # the one place an unexpected failure becomes a 500 (its detail: the log)
-            traceback.print_exc()
-            return self._error(path, 500, "server_error", f"internal error ({type(e).__name__}); see the "
-                               "server log")
+        except Exception as e:  # the one boundary: serve/core/errors.py
+            return self._refuse(path, method, e)
         if isinstance(reply, StreamReply):
             return self._stream(reply)
         if isinstance(reply, JsonReply):
             return self._send(reply.status, reply.body, headers=reply.headers)
         content_type, text, *headers = reply   # (content type, text[, headers])
         self._send(200, text, content_type, headers[0] if headers else None)
+
+    def _refuse(self, path, method, e: Exception):
+        """An exception before the answer began, in the caller's dialect: a StrataError (bad input, a refusal,
+        the Service unable to answer now: the Service turned every engine failure into one) with its status
+        and message; anything else is a bug, a 500 with a short reason and its traceback in the server log."""
+        err = client_error(e)
+        if err is None:
+            log_bug(e, f"{method} {path}")
+            return self._error(path, 500, "server_error", bug_text(e))
+        return self._error(path, err.status, err.err_type, err.client_text(), err.param, err.code, err.extra)
 
     def _static(self, path):
         name = PAGES.get(path) or path[len("/static/"):]

@@ -22,10 +22,13 @@ Public surface: `Lifecycle(entries, default, lazy_load, idle_unload_s, max_loade
 `health()`, `lease(seconds, reason)`, `renew(id, seconds)`, `end_lease(id)`, `leases_view()`, `boot()`,
 `start_idle_thread()`, `start_engine()` / `stop_engine()` / `kill_engine()` / `close()` (the server's life
 cycle calls, as a Service has them), `LifecycleError`, `loaded_line(svc)`. With `lease_wait`, requests wait out
-a lease instead of a 503.
+a lease instead of a 503. Models made at run time (Ollama's create): `add_entry(entry)`, `add_name(name,
+entry)`, `remove_name(name)`, `has_name(name)`, `entry_for_path(path)`, `entry_factory`, `created` (created.py's `ModelStore`);
+Ollama's `keep_alive(entry, seconds)` and `expires_at(entry)`.
 
 Modules: models.py (`Lifecycle`: names, requests, load/unload, views), leases.py (idle unload and leases, a
-mixin of Lifecycle), entries.py (`ModelEntry`, `Ticket`, `LifecycleError`, `loaded_line`).
+mixin of Lifecycle), entries.py (`ModelEntry`, `Ticket`, `LifecycleError`, `loaded_line`), created.py
+(`ModelStore`: Ollama's created models and blobs, kept in a private folder).
 """
 from serve.lifecycle.entries import LifecycleError, ModelEntry, Ticket, loaded_line
 from serve.lifecycle.models import SWITCH_WAIT_S, Lifecycle

@@ -12,17 +12,17 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from serve.core.errors import StrataError
 from serve.ops import telemetry
 
 MIB = 1 << 20
 
 
-class LifecycleError(Exception):
+class LifecycleError(StrataError):
     """A request the lifecycle refuses: `status` 404 unknown model, 409 busy, 503 leased or timed out."""
 
     def __init__(self, status: int, err_type: str, message: str, param: str | None = None, code=None):
-        super().__init__(message)
-        self.status, self.err_type, self.message, self.param, self.code = status, err_type, message, param, code
+        super().__init__(message, param=param, code=code, status=status, err_type=err_type)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from serve.lifecycle.entries import LifecycleError, ModelEntry
 
 IDLE_TICK_MAX_S = 30.0     # the idle thread looks at most this far apart (and at least every second)
 LEASE_MAX_S = 7 * 24 * 3600  # a lease is at most a week; renew it for longer
+KEEP_ALIVE_NOW_S = 1e-3    # keep_alive 0 while a request runs: unloaded at the idle thread's next look after it
 
 
 class Leases:
@@ -28,6 +29,11 @@ class Leases:
         threading.Thread(target=self._idle_loop, daemon=True, name="lifecycle-idle").start()
 
     def _idle_s(self, entry: ModelEntry) -> float:
+        """The idle time after which `entry` is unloaded (0 = never): a client's keep_alive (Ollama's: < 0
+        never, 0 at once), else the model's own idle_unload_s, else the server's."""
+        keep = entry.info.get("keep_alive_s")
+        if keep is not None:
+            return 0.0 if keep < 0 else max(keep, KEEP_ALIVE_NOW_S)
         own = entry.info.get("idle_unload_s")
         return float(own) if own is not None else self.idle_unload_s
 

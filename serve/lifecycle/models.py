@@ -7,11 +7,12 @@ Public surface: `Lifecycle`, `SWITCH_WAIT_S`.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 from serve.lifecycle.entries import MIB, LifecycleError, ModelEntry, Ticket, close_engine
-from serve.lifecycle.leases import Leases
+from serve.lifecycle.leases import KEEP_ALIVE_NOW_S, Leases
 
 SWITCH_WAIT_S = 600.0      # a request waits at most this long for the model it named (running replies end)
 
@@ -39,6 +40,9 @@ class Lifecycle(Leases):
         self._leases: dict = {}         # id -> {"reason", "until" (wall clock), "until_m" (monotonic)}
         self._lease_unloaded: list = []  # the models a lease unloaded, to load again when it ends
         self._stop = threading.Event()
+        self.entry_factory = None       # (name, gguf path) -> ModelEntry for a created model's own file
+        #                                 (bootstrap sets it); None: a create needs an existing model's file
+        self.created = None             # Ollama's created models (serve/lifecycle/created.py), when kept
         self.loads = 0                  # figures for tests and /v1/status
         self.unloads = 0
 
@@ -59,6 +63,80 @@ class Lifecycle(Leases):
             raise LifecycleError(404, "not_found_error", f"model {name!r} is not one this server has; known: "
                                  f"{self.known_names()}", param="model", code="model_not_found")
         return entry
+
+    # ---------------------------------------------------------------- models made at run time (Ollama's create)
+    def add_entry(self, entry: ModelEntry) -> None:
+        """A model the server did not start with (a created model's own GGUF): served like the others."""
+        with self._cv:
+            taken = [n for n in (entry.name, *entry.aliases) if n in self._names]
+            if taken:
+                raise LifecycleError(409, "conflict_error", f"model name {taken[0]!r} is taken", param="model")
+            self.entries = self.entries + [entry]
+            self._names = {**self._names, **{n: entry for n in (entry.name, *entry.aliases)}}
+
+    def add_name(self, name: str, entry: ModelEntry) -> None:
+        """`name` is one more alias of `entry` (a created model that runs on it)."""
+        with self._cv:
+            if self._names.get(name, entry) is not entry:
+                raise LifecycleError(409, "conflict_error", f"model name {name!r} is taken", param="model")
+            if name != entry.name and name not in entry.aliases:
+                entry.aliases = entry.aliases + [name]
+            self._names = {**self._names, name: entry}
+
+    def remove_name(self, name: str) -> None:
+        """Forget the name `name`; an entry added at run time that has no name left is unloaded and removed
+        (409 while it serves requests). A model the server started with keeps its own name."""
+        with self._cv:
+            entry = self._names.get(name)
+            if entry is None or (name == entry.name and not entry.info.get("added")):
+                return
+            last = bool(entry.info.get("added")) and all(n == name for n, e in self._names.items() if e is entry)
+        if last:
+            victims = self._take_busy(lambda: [e for e in self._loaded if e is entry], True)
+            self._switch(victims, None)
+        with self._cv:
+            entry.aliases = [a for a in entry.aliases if a != name]
+            if name == entry.name and entry.aliases:   # an added model goes on under its next name
+                entry.name, entry.aliases = entry.aliases[0], entry.aliases[1:]
+            self._names = {k: v for k, v in self._names.items() if k != name}
+            if last:
+                self.entries = [e for e in self.entries if e is not entry]
+
+    def entry_for_path(self, path: str) -> ModelEntry | None:
+        """The model served from the GGUF file `path` (same file after links), if any."""
+        real = os.path.realpath(path)
+        with self._cv:
+            return next((e for e in self.entries if e.info.get("path") and
+                         os.path.realpath(e.info["path"]) == real), None)
+
+    def has_name(self, name: str) -> bool:
+        """`name` (or NAME:latest) names a model or alias exactly (no "any name on one model" rule)."""
+        with self._cv:
+            return name in self._names or name.endswith(":latest") and name[:-len(":latest")] in self._names
+
+    def keep_alive(self, entry: ModelEntry, seconds: float | None, unload_now: bool = False) -> None:
+        """Ollama's keep_alive for `entry`: None = the server's own idle rule; < 0 = stay loaded; 0 = unloaded
+        as soon as it runs no request (`unload_now`: now, when it runs none); else after `seconds` idle."""
+        with self._cv:
+            if seconds is None:
+                entry.info.pop("keep_alive_s", None)
+                return
+            entry.info["keep_alive_s"] = float(seconds)
+            now = unload_now and seconds == 0 and entry in self._loaded and not entry.in_flight
+        if now:
+            try:
+                self.unload(entry.name)
+            except LifecycleError:
+                pass   # a request came meanwhile: the idle rule unloads it after that request
+
+    def expires_at(self, entry: ModelEntry) -> float | None:
+        """(wall clock) When the idle rule will unload `entry` if no request comes; None = never."""
+        with self._cv:
+            idle = self._idle_s(entry)
+            if not idle:
+                return None
+            left = idle if entry.in_flight else max(0.0, idle - (self.clock() - entry.last_used))
+            return self.wall() + left
 
     def known_names(self) -> str:
         return ", ".join(n for e in self.entries for n in (e.name, *e.aliases))
@@ -170,6 +248,11 @@ class Lifecycle(Leases):
             entry.in_flight -= 1
             entry.last_used = self.clock()
             self._cv.notify_all()
+            unload = entry.info.get("keep_alive_s") == 0 and not entry.in_flight
+        if unload:   # Ollama's keep_alive 0: unloaded once its last request ended, not at the next idle look
+            timer = threading.Timer(KEEP_ALIVE_NOW_S * 10, self.tick)
+            timer.daemon = True   # a shutdown does not wait for it
+            timer.start()
 
     def _switch(self, victims: list, new: ModelEntry | None, admit: bool = False):
         """Close the victims' engines and start `new`'s; `_busy` is held by the caller (`_take_load` took the

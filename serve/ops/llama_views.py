@@ -68,6 +68,7 @@ def props(svc, query: dict, unloaded: bool = False) -> tuple[int, dict]:
         "models_autoload": False,
         "is_sleeping": unloaded,
         "build_info": f"Strata {e.info.get('engine') or ENGINE_VERSION_DEFAULT}",
+        "expert_tiers": svc.expert_tiers_view() if hasattr(svc, "expert_tiers_view") else None,
     }
 
 

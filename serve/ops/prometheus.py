@@ -31,7 +31,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _window_lock = threading.Lock()  # guards _last: the totals seen by the previous scrape, per service
 _last: dict = {}
 _FINISH_REASONS = {"stop": "stop", "tool_calls": "stop", "length": "length", "cancel": "abort",
-                   "shutdown": "abort"}   # Strata's finish -> vLLM's finished_reason (errors are not successes)
+                   "shutdown": "abort", "loop": "stop"}   # Strata's finish -> vLLM's finished_reason (errors are not successes)
 
 
 def number(value) -> str:

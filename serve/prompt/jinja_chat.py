@@ -16,13 +16,16 @@ and the sentinel render is matched against the real one to find where the string
 trimmed, or JSON-escaped); a template that transforms it past recognition gets a 400 naming the string's
 place, never a prompt where a client wrote a control token.
 
-Tool calls: the template writes the tools and the history's calls in its own format; Strata reads a model's
+Tool calls and reasoning: the template writes the tools and the history's calls in its own format; Strata reads a model's
 calls back in the `<tool_call>` forms (serve/generation/toolcall_parsers.py), so `tool_format` is "xml" for a
-template that writes `<function=`, "json" for one that writes `<tool_call>`, and None otherwise: a request with
-tools is then a 400 naming the family (the calls would reach the client as text).
+template that writes `<function=`, "json" for one that writes `<tool_call>`, Mistral's `[TOOL_CALLS]` or Llama
+3.1's bare JSON call (`call_syntax` "mistral" / "llama3_json": serve/generation/call_syntax.py rewrites the
+model's calls into the JSON form; only `tool_choice` auto, since a forced call's opening is written in the
+`<tool_call>` form), and None otherwise: a request with tools is then a 400 naming the family (the calls would
+reach the client as text).
 
 Public surface: `JinjaChat(text, family, bos_token, eos_token, add_bos, special_pattern)`, its `render(...)`
-(the interface of `ChatTemplate.render`), `family`, `tool_format`, `default_system`, `message_dicts(messages)`,
+(the interface of `ChatTemplate.render`), `family`, `tool_format`, `call_syntax`, `default_system`, `message_dicts(messages)`,
 `tool_dicts(tools)`. Knows no tokens (the caller passes the control tokens' pattern), no HTTP, no engine.
 """
 from __future__ import annotations
@@ -36,6 +39,7 @@ from serve.prompt.tool_text import arguments_object
 from serve.prompt.writer import Rendered
 
 THINK_OPEN = "<think>"
+MISTRAL_CALLS = "[TOOL_CALLS]"   # Mistral's call syntax (serve/generation/call_syntax.py reads it back)
 EFFORTS = ("low", "medium", "high")       # the `reasoning_effort` values templates read (gpt-oss)
 _SENTINEL = re.compile("\ue000(\\d+)\ue001")   # private-use marks: no template writes or trims them
 _ASCII_SPACE = " \t\n\v\f\r"
@@ -70,8 +74,21 @@ def tool_dicts(tools: list[ToolSpec]) -> list[dict]:
 def _tool_format(text: str) -> str | None:
     if "<function=" in text:
         return "xml"
-    if "<tool_call>" in text:
+    if "<tool_call>" in text or _call_syntax(text):
         return "json"
+    return None
+
+
+def _call_syntax(text: str) -> str | None:
+    """How a template's model writes calls when not in `<tool_call>` tags (serve/generation/call_syntax.py)."""
+    if "<tool_call>" in text:
+        return None
+    if MISTRAL_CALLS in text:
+        return "mistral"
+    if "<|channel|>" in text and "<|message|>" in text:
+        return "harmony"       # gpt-oss: analysis / commentary / final channels
+    if "<|start_header_id|>" in text and "tools" in text and ("<|python_tag|>" in text or '"parameters"' in text):
+        return "llama3_json"   # Llama 3.1 / 3.2 / 3.3: a JSON object {"name": ..., "parameters": ...}
     return None
 
 
@@ -84,6 +101,9 @@ class JinjaChat:
         self.family = family
         self.renderer = "jinja"
         self.tool_format = _tool_format(text)
+        # how the model writes calls: "mistral" ([TOOL_CALLS]) or "llama3_json" (a bare JSON object), read through
+        # serve/generation/call_syntax.py, auto tool choice only; None: the <tool_call> forms
+        self.call_syntax = _call_syntax(text)
         self.default_system: str | None = None      # --system-prompt: a system turn for chats without one
         self.bos = bos_token if add_bos else ""
         self.special = special_pattern               # the control tokens' texts (compiled), None = none

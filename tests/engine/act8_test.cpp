@@ -1,4 +1,4 @@
-// tests/engine/act8_test.cpp — the 8-bit activation mode (engine/kernels_act8.h) at the kernel level.
+// tests/engine/act8_test.cpp — the 8-bit activation mode (engine/cpu/kernels_act8.h) at the kernel level.
 //
 // Checks: quantize_act8 keeps every value in [-127, 127] with qs == qs8 and within half a step of x, and its
 // AVX-512 and AVX2 forms give the scalar one's bits; every 8-bit kernel table the host can run (AVX2, AVX-VNNI,
@@ -14,12 +14,12 @@
 #include <random>
 #include <vector>
 
-#include "kernels.h"
-#include "kernels_act8.h"
-#include "quants.h"
+#include "cpu/kernels.h"
+#include "cpu/kernels_act8.h"
+#include "cpu/quants.h"
 #include "test_check.h"
 #include "test_sets.h"
-#include "threadpool.h"
+#include "cpu/threadpool.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // tests/engine/kernels_group_q5_0_test.cpp — Q5_0 weights in their 5-bit row-group layout
-// (engine/kernels_group_q5_0.h) on the sets that have the kernel.
+// (engine/cpu/kernels_group_q5_0.h) on the sets that have the kernel.
 //
 // Checked: the packed size; the same bits as the same weight widened to Q8_0 and packed as Q8_0 (the path
 // Q5_0 took before, and still takes on the other sets), for a token alone, every tile size and a chunk of
@@ -12,10 +12,10 @@
 #include <random>
 #include <vector>
 
-#include "kernels.h"
-#include "kernels_group_q5_0.h"
-#include "quants.h"
-#include "threadpool.h"
+#include "cpu/kernels.h"
+#include "cpu/kernels_group_q5_0.h"
+#include "cpu/quants.h"
+#include "cpu/threadpool.h"
 #include "test_check.h"
 #include "test_sets.h"
 

@@ -1,4 +1,4 @@
-// tests/engine/kernels_kq_test.cpp — the row kernels of engine/kernels_kq.h (Q4_K, Q5_K, Q6_K, Q5_1, Q2_K,
+// tests/engine/kernels_kq_test.cpp — the row kernels of engine/cpu/kernels_kq.h (Q4_K, Q5_K, Q6_K, Q5_1, Q2_K,
 // Q3_K, IQ4_XS) in every compiled-in set the CPU runs (scalar, AVX2, AVX-512) against a float64 dot product of
 // the scalar dequantisation (quants.cpp) with the dequantised 16-bit activations.
 //
@@ -8,7 +8,7 @@
 //  - a token's value is bit-identical whatever the tile size it is computed in (tile-independence: prompt
 //    chunking must not change results);
 //  - the matmul driver routes these types to these kernels: matmul equals the row kernel, bit for bit;
-//  - the row-group kernels of Q4_K / Q6_K (engine/kernels_group_kq.h) in every set against the same float64
+//  - the row-group kernels of Q4_K / Q6_K (engine/cpu/kernels_group_kq.h) in every set against the same float64
 //    reference, bit-identical to the scalar reference kernels and across tile sizes, also at the extremes of
 //    the integer sums (every value and activation at its largest magnitude: no int32 overflow).
 #include <cmath>
@@ -18,12 +18,12 @@
 #include <utility>
 #include <vector>
 
-#include "kernels.h"
-#include "gelu.h"
-#include "kernels_group_kq.h"
-#include "kernels_kq.h"
-#include "quants.h"
-#include "threadpool.h"
+#include "cpu/kernels.h"
+#include "cpu/gelu.h"
+#include "cpu/kernels_group_kq.h"
+#include "cpu/kernels_kq.h"
+#include "cpu/quants.h"
+#include "cpu/threadpool.h"
 #include "test_check.h"
 #include "test_sets.h"
 

@@ -15,9 +15,9 @@
 #include <random>
 #include <vector>
 
-#include "kernels.h"
-#include "quants.h"
-#include "threadpool.h"
+#include "cpu/kernels.h"
+#include "cpu/quants.h"
+#include "cpu/threadpool.h"
 #include "test_check.h"
 #include "test_sets.h"
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "model.h"
-#include "quants.h"
+#include "cpu/quants.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "quants.h"
+#include "cpu/quants.h"
 #include "test_check.h"
 
 namespace {
@@ -173,6 +173,26 @@ void test_widen(ggml_type t) {
     CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0, "%s: widened Q8_0 differs", quant_name(t));
 }
 
+// MXFP4 widens exactly where every block's exponent makes a half (all of 104..143 here), and says no beyond it
+void test_widen_mxfp4() {
+    const ggml_type t = GGML_TYPE_MXFP4;
+    const int64_t n = 40 * 32;
+    std::vector<uint8_t> row(quant_row_bytes(t, n));
+    for (uint8_t& b : row) b = uint8_t(g_rng());
+    for (int64_t i = 0; i < n / 32; ++i) row[size_t(i) * 17] = uint8_t(104 + i);
+    CHECK(quant_block_bytes(t) == 17 && quant_rows_widen_exactly(t, row.data(), n), "MXFP4 in range widens");
+    std::vector<block_q8_0> wide(size_t(n / 32));
+    quant_row_to_q8_0(t, row.data(), wide.data(), n);
+    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    dequantize_row(t, row.data(), a.data(), n);
+    dequantize_row(GGML_TYPE_Q8_0, wide.data(), b.data(), n);
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0, "MXFP4: widened Q8_0 differs");
+    row[17 * 3] = 144;  // 2^16: past the largest half
+    CHECK(!quant_rows_widen_exactly(t, row.data(), n), "MXFP4 past a half must keep the float path");
+    row[17 * 3] = 103;  // 2^-25: under the smallest half
+    CHECK(!quant_rows_widen_exactly(t, row.data(), n), "MXFP4 under a half must keep the float path");
+}
+
 void test_half() {
     for (uint32_t h = 0; h < 65536; ++h) {
         const double r = half_value(uint16_t(h));
@@ -221,10 +241,11 @@ int main() {
     test_type(GGML_TYPE_IQ4_XS, 136);
     test_widen(GGML_TYPE_Q5_0);
     test_widen(GGML_TYPE_IQ4_NL);
+    test_widen_mxfp4();
     CHECK(!quant_widens_to_q8_0(GGML_TYPE_Q5_1) && !quant_widens_to_q8_0(GGML_TYPE_IQ4_XS), "only exact types widen");
     for (uint32_t t = 0; t < 64; ++t) {
         const bool want = t == 0 || t == 1 || t == 2 || t == 3 || t == 6 || t == 7 || t == 8 || t == 10 || t == 11 ||
-                          t == 12 || t == 13 || t == 14 || t == 20 || t == 23 || t == 30;
+                          t == 12 || t == 13 || t == 14 || t == 20 || t == 23 || t == 30 || t == 39;
         CHECK(quant_supported(t) == want, "type %u supported=%d", t, int(quant_supported(t)));
     }
     if (g_failures) {

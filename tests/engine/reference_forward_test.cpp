@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "gguf.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "model.h"
-#include "quants.h"
+#include "cpu/quants.h"
 #include "model_test_util.h"
 #include "test_check.h"
 
@@ -191,7 +191,7 @@ constexpr double MAX_REL_ERR = 1e-3;  // the issue's bar, at the end of each pro
 // the logits within this.
 constexpr double MAX_REL_ERR_GREEDY = 2.5e-3;
 
-// --act-bits 8 (engine/kernels_act8.h) against the same float64 reference: the top-10 logits at each prompt's
+// --act-bits 8 (engine/cpu/kernels_act8.h) against the same float64 reference: the top-10 logits at each prompt's
 // end within MAX_REL_ERR_ACT8 of the top logit's magnitude and the argmax equal. Measured on SmolLM2-135M
 // Q4_1: 4.0e-3 / 3.4e-2 / 1.3e-2 on the three prompts on avx512_vnni, 5.3e-3 / 2.6e-2 / 1.1e-2 on avx2 (its
 // attention and norms round differently, and 8-bit steps magnify that), argmax equal.

@@ -31,7 +31,7 @@ def test_architecture_matches_llama_cpp(arch, vocab_meta, prompt_ids, tmp_path):
     check_logits(path, prompt_ids, LOGIT_TOL_FLOAT)
 
 
-NEW_TYPES = ["Q5_0", "Q5_1", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"]
+NEW_TYPES = ["Q5_0", "Q5_1", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS", "MXFP4"]
 OLD_TYPES = ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
 
 

@@ -1,8 +1,8 @@
 """The decode measurements on the real engine: `STRATA_STEP_TIMING=1` (wall clock) or `=cpu` (the model thread's
 CPU time) prints one `step timing:` line per solo request whose phases add up to its total (and nothing without
 the variable), and `--probe-bandwidth` prints a PROBE line with the model's decode bytes and the kernels'
-compute ceilings, which tools/decode_roofline.py reads (engine/step_timer.h,
-engine/bandwidth.h). Timing values are not checked (a shared machine), only their shape and sums."""
+compute ceilings, which tools/decode_roofline.py reads (engine/cpu/step_timer.h,
+engine/cpu/bandwidth.h). Timing values are not checked (a shared machine), only their shape and sums."""
 
 import subprocess
 
@@ -55,7 +55,7 @@ def test_probe_bandwidth(engine_path, model_path):
     # SmolLM2-135M: 30 layers of Q4_1 matrices plus the 49152 x 576 Q8_0 head, about 98 MB per token
     assert 90e6 < p["decode_bytes"] < 105e6, p
     assert p["kv_bytes_per_pos"] == 2 * 30 * 192 * 2
-    # the single-token kernels' in-cache compute ceilings (engine/bandwidth.h), and the line that shows them
+    # the single-token kernels' in-cache compute ceilings (engine/cpu/bandwidth.h), and the line that shows them
     for k in ("kernel_q4_1_gb_s", "kernel_q8_0_gb_s", "kernel8_q4_1_gb_s", "kernel8_q8_0_gb_s"):
         assert p[k] > 0, (k, p)
     assert "kernel ceilings, 1 thread in cache: Q4_1 " in decode_roofline.format_roofline(p, 100.0, 100)

@@ -11,8 +11,8 @@ tests/engine/test_moe_parity.py checks them, and the figures
 say what happened: 9 resident, reads from RAM and from the file both counted, and re-tierings after the first
 32 steps (a prompt read one token per step) that moved used experts into RAM (Q8_0: 9 of 32 resident served
 50% of the 560 expert reads; random routing spreads the use, so that is what following the use buys here). The engine reports the same
-figures over the protocol: INFO `experts_total= experts_resident=` and the `VRAM` answer's
-`experts_hits= experts_misses= experts_swaps=` (docs/PROTOCOL.md).
+figures over the protocol: INFO `experts_total= experts_resident=`, `experts_hits= experts_misses=` at the end
+of every DONE / BDONE, and the `VRAM` answer's `experts_hits= experts_misses= experts_swaps=` (docs/PROTOCOL.md).
 """
 
 import subprocess
@@ -75,7 +75,8 @@ def test_engine_reports_the_tiers_over_the_protocol(vocab_meta, tok, tmp_path, e
     info = dict(w.split("=", 1) for ln in lines if ln.startswith("INFO ") for w in ln.split()[1:] if "=" in w)
     assert info["experts_total"] == "32" and 0 < int(info["experts_resident"]) < 32
     assert int(info["experts_packed_mib"]) >= 3            # what every expert would take: over the 1 MiB budget
-    assert any(ln.startswith("BDONE 0 ") for ln in lines)   # it answers
+    done = next(ln for ln in lines if ln.startswith("BDONE 0 "))   # it answers, with the reads so far
+    assert "experts_hits=" in done and "experts_misses=" in done
     vram = dict(w.split("=", 1) for w in next(ln for ln in lines if ln.startswith("VRAM ")).split()[1:])
     assert int(vram["experts_hits"]) > 0 and int(vram["experts_misses"]) > 0
     assert vram["experts_resident"] == info["experts_resident"]

@@ -5,8 +5,9 @@ them apart is their shape and their text side. The file written here carries bot
 model (head_dim 96 from `attention.key_length`, 4 x 96 = 384 > n_embd 256, as Nemo's 32 x 128 > 5120), GQA 4:1,
 an untied output head, the `tekken` pre-tokenizer and a Mistral v7/tekken chat template. Checked: the engine's
 logits and greedy tokens against llama.cpp (tolerance and near-tie rule of tests/engine/conftest.py), the
-tokenizer's ids against llama.cpp's on the same file, `strata models`' description, and the prompt the server
-renders with the file's own template (BOS from the vocabulary, client text plain).
+tokenizer's ids against llama.cpp's on the same file, `strata models`' description, the prompt the server
+renders with the file's own template (BOS from the vocabulary, client text plain), and `strata serve`'s
+composition root over the real engine answering a chat with it.
 """
 
 import pathlib
@@ -55,3 +56,35 @@ def test_tekken_ids_template_and_listing(vocab_meta, tmp_path):
     assert r.text == f"{bos}[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT][INST]Say [INST] twice[/INST]"
     ids = tok.encode(r.text, parse_special=True, plain=r.plain)
     assert ids[0] == tok.special_ids["bos"] and ids.count(ids[0]) == 1
+
+
+def test_strata_serve_answers_it_with_its_own_template(vocab_meta, tmp_path, engine_path):
+    # the composition root picks the file's own template (a Mistral family: no native renderer) and the real
+    # engine answers a chat over HTTP
+    import http.client
+    import json
+    import threading
+    from serve import bootstrap
+    from serve.http.server import Options, make_server
+    from strata_cli import parser
+    path = nemo_like(tmp_path, vocab_meta)
+    ns = parser().parse_args(["serve", "--model", str(path), "--engine", str(engine_path), "--log",
+                              str(tmp_path / "e.log"), "--ctx", "512", "--parallel", "1"])
+    svc, _ = bootstrap.build(ns)
+    assert (svc.template.renderer, svc.template.family) == ("jinja", "mistral")
+    svc.engine.start()
+    httpd = make_server(svc, Options(port=0, quiet=True))
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", httpd.server_address[1], timeout=60)
+        body = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say [INST]"}],
+                "max_tokens": 8, "temperature": 0}
+        c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        answer = json.loads(r.read())
+        assert r.status == 200, answer
+        assert answer["usage"]["completion_tokens"] >= 1
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        svc.engine.close()

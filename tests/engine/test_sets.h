@@ -13,7 +13,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels.h"
+#include "cpu/kernels.h"
 
 inline constexpr int TEST_SETS_SKIP_EXIT = 77;  // CTest's SKIP_RETURN_CODE for these tests (CMakeLists.txt)
 

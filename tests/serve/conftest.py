@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from serve.core.errors import ServiceUnavailable
 from serve.core.events import Done, Event, KIND_PING, ToolSpec
 from serve.engine_client.engine import StrataEngine
 from serve.engine_client.replicas import ReplicaEngine
@@ -331,9 +332,11 @@ class StubService:
     """The service surface a translator uses, scripted: `run` parses `text` (fed in `pieces`) as the model's
     output, with deterministic call ids."""
 
-    def __init__(self, text, thinking=False, pieces=None, fail_after=None, prompt_tokens=12, finish="stop"):
+    def __init__(self, text, thinking=False, pieces=None, fail_after=None, prompt_tokens=12, finish="stop",
+                 failure=None):
         self.pieces = pieces if pieces is not None else [text]
         self.thinking, self.fail_after, self.n, self.finish = thinking, fail_after, prompt_tokens, finish
+        self.failure = failure   # what `run` raises at piece `fail_after` (default: a dead engine's 503)
         self.config, self.model_name = {"aliases": ["claude-x"]}, "smollm2"
 
     def prepare(self, req):
@@ -348,7 +351,7 @@ class StubService:
         yield Event(KIND_PING)
         for i, piece in enumerate(self.pieces):
             if self.fail_after is not None and i == self.fail_after:
-                raise RuntimeError("engine died")
+                raise self.failure or ServiceUnavailable("engine died")   # as Service.run turns a dead engine
             yield from parser.feed(piece)
         yield from parser.finish()
         yield Done(self.finish, self.n, len(self.pieces), cached_tokens=3)
@@ -432,26 +435,33 @@ def lifecycle_servers(tmp_path):
     started = []
 
     def start(names=("alpha", "beta"), lazy=True, idle_s=0.0, turn=None, config_path=None, lease_wait=False,
-              max_loaded=1, ram_budget_bytes=None, info=None, templates=None, **opts):
+              max_loaded=1, ram_budget_bytes=None, info=None, templates=None, store=None, **opts):
         """`turn`: one turn for every model, or {name: turn}; `info`: {name: extra ModelEntry.info};
-        `templates`: {name: chat template} (default ChatML)."""
-        entries = []
-        for n in names:
-            own = turn.get(n) if isinstance(turn, dict) and "text" not in turn else turn
-            script = {"record": str(tmp_path / f"{n}.rec"), "turns": [own or {"text": f"I am {n}."}]}
+        `templates`: {name: chat template} (default ChatML); `store`: a folder for Ollama's created models
+        (serve/lifecycle/created.py; a created model's own file runs on a fake engine named after it)."""
+        def entry(n, own=None, aliases=()):
+            script = {"record": str(tmp_path / f"{n}.rec"), "record_gen": str(tmp_path / f"{n}.gen"),
+                      "turns": [own or {"text": f"I am {n}."}]}
             argv = fake_argv(tmp_path, script)
 
             def make(argv=argv, n=n):
                 engine = StrataEngine(argv, ["--max-context", "2048"], log_path=str(tmp_path / f"{n}.log"))
                 return Service(engine, ByteTokenizer(), n, (templates or {}).get(n))
-            entries.append(ModelEntry(n, make, aliases=[f"{n}-alias"],
-                                      info={"n_ctx": 2048, "config_path": config_path, **(info or {}).get(n, {})}))
+            return ModelEntry(n, make, aliases=list(aliases),
+                              info={"n_ctx": 2048, "config_path": config_path, **(info or {}).get(n, {})})
+        entries = [entry(n, turn.get(n) if isinstance(turn, dict) and "text" not in turn else turn, [f"{n}-alias"])
+                   for n in names]
         lc = Lifecycle(entries, lazy_load=lazy, idle_unload_s=idle_s, lease_wait=lease_wait, max_loaded=max_loaded,
                        ram_budget_bytes=ram_budget_bytes)
         lc.lease_token = "the-token"
+        if store is not None:
+            from serve.lifecycle.created import ModelStore
+            lc.entry_factory = lambda name, path: entry(name)
+            ModelStore(str(store)).attach(lc)
         run = start_http(lc, started, **opts)
         lc.boot()
         run.rec = lambda n: str(tmp_path / f"{n}.rec")
+        run.gen = lambda n: str(tmp_path / f"{n}.gen")   # every GEN line whole
         return run
 
     yield start

@@ -117,6 +117,25 @@ def test_the_loop_guard_lets_text_that_quotes_itself_once_run():
     assert _guard_stops_at([1, 2] * 400, limit=0) is None  # repeat_stop_tokens 0 turns the guard off
 
 
+def test_the_loop_guard_stop_is_its_own_reason_on_every_dialect(server):
+    # a reply the loop guard ends is not "length" (no budget cut it): the dialect's reason says stop and
+    # strata_finish says loop_guard; a reply cut by its budget keeps "length" and has no such field
+    loop = {"ids": [104, 105] * 600}
+    s = server({"turns": [loop] * 4 + [{"ids": _letters(60)}]})
+    body = chat(max_tokens=1000)
+    got = s.post("/v1/chat/completions", body)[1]["choices"][0]
+    assert got["finish_reason"] == "stop" and got["strata_finish"] == "loop_guard"
+    assert s.post("/v1/completions", {"prompt": "x", "max_tokens": 1000})[1]["choices"][0]["strata_finish"] \
+        == "loop_guard"
+    msg = s.post("/v1/messages", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000})[1]
+    assert msg["stop_reason"] == "end_turn" and msg["strata_finish"] == "loop_guard"
+    ol = s.post("/api/chat", {"model": "fake-model", "stream": False, "messages": [{"role": "user", "content": "hi"}],
+                              "options": {"num_predict": 1000}})[1]
+    assert ol["done_reason"] == "stop" and ol["strata_finish"] == "loop_guard"
+    cut = s.post("/v1/chat/completions", chat(max_tokens=10))[1]["choices"][0]
+    assert cut["finish_reason"] == "length" and "strata_finish" not in cut
+
+
 def _scan_stops_at(ids, limit=256):
     """The guard's rule read directly off the ids: where `limit` equal ids in a row, or for some period p in
     2..LOOP_PERIOD_MAX loop_need(p) newest positions in a row each equal to the one p earlier, first occur."""
@@ -148,11 +167,12 @@ def test_the_loop_guard_stops_where_the_rule_says(cycle, times, noise_seed, alph
     assert _guard_stops_at(ids, limit) == _scan_stops_at(ids, limit)
 
 
-def test_a_long_cycle_ends_the_reply_as_length(server):
+def test_a_long_cycle_ends_the_reply_by_the_loop_guard(server):
     cycle = _letters(200, seed=11)
     s = server({"turns": [{"ids": _letters(30) + cycle * 20}]})
     status, got, _ = s.post("/v1/chat/completions", chat())
-    assert status == 200 and got["choices"][0]["finish_reason"] == "length"
+    assert status == 200 and got["choices"][0]["finish_reason"] == "stop"
+    assert got["choices"][0]["strata_finish"] == "loop_guard"
     assert got["usage"]["completion_tokens"] <= 30 + 3 * 200 + 1
 
 

@@ -152,3 +152,24 @@ def test_lazy_serves_health_before_any_engine_starts(tmp_path):
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def test_ps_url_reads_a_server_on_another_host(tmp_path):
+    env = {"XDG_RUNTIME_DIR": str(tmp_path)}
+    proc = _spawn(tmp_path, env, "--host-name", "h5")
+    lines = []
+    try:
+        port = int(_read_until(proc, "strata: listening on ", lines).rsplit(":", 1)[1])
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            dead = s.getsockname()[1]   # nothing listens there once closed
+        r = _cli("ps", "--json", "--url", f"127.0.0.1:{port}", "--url", f"http://127.0.0.1:{dead}")
+        assert r.returncode == 1   # one of them did not answer
+        alive, gone = json.loads(r.stdout)["servers"]
+        assert (alive["host_name"], alive["loaded"], alive["lanes"], alive["in_flight"]) == ("h5", "fake-model", 1, 0)
+        assert gone["loaded"] == "not answering" and gone["host_name"] is None
+        r = _cli("ps", "--url", f"127.0.0.1:{port}")
+        assert r.returncode == 0 and "HOST" in r.stdout and "h5" in r.stdout and "fake-model" in r.stdout
+    finally:
+        proc.kill()
+        proc.wait(10)

@@ -130,3 +130,32 @@ def test_reasons_name_who_asked_flag_run_config_calibrated_clamped(small):
     assert _reason(p, "replicas").startswith("replicas 2: as asked (--replicas)")
     p = make_plan(small, _machine(free_ram_bytes=600 * MIB), runconfig.plan_want({}, {"parallel": 8}))
     assert _reason(p, "context").startswith("context ") and "cut from 8192" in _reason(p, "context")
+
+
+def test_a_moe_that_does_not_fit_keeps_what_fits_of_its_experts_in_ram(tmp_path):
+    # a random qwen3moe (tests/gguf_writer.py: 2 layers of 16 experts) over a small vocabulary
+    from tests import gguf_writer
+    vocab = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2", "tokenizer.ggml.merges": [],
+             "tokenizer.ggml.tokens": [f"t{i}" for i in range(512)], "tokenizer.ggml.token_type": [1] * 512}
+    path = gguf_writer.random_model(tmp_path / "moe.gguf", "qwen3moe", vocab, wtype="Q8_0", seed=3,
+                                    shapes={"n_expert": 64})
+    moe = describe(str(path))
+    assert moe.n_expert == 64 and 0.8 * moe.size_bytes < moe.expert_bytes < moe.size_bytes
+    kv = kv_bytes_per_token(moe, "f16") * 512
+    whole = moe.size_bytes + 64 * MIB + kv            # weights + engine overhead + KV at context 512
+    dense = whole - moe.expert_bytes
+    room = int((dense + moe.expert_bytes / 2) / 0.9) + 1   # free RAM: about half the experts fit beside the rest
+    p = make_plan(moe, _machine(free_ram_bytes=room), {"parallel": 1, "max_context": 512})
+    assert p.experts_ram is not None and 0 < p.experts_ram < moe.expert_bytes
+    assert abs(p.experts_ram - moe.expert_bytes / 2) < 2 * MIB
+    assert "--experts-ram-mib" in p.engine_args() and p.view()["experts_ram_mib"] == p.experts_ram // MIB
+    assert any(r.startswith("experts: ") and "mapped file" in r for r in p.reasons)
+    assert p.memory["total"] <= p.memory["budget"]
+    roomy = make_plan(moe, _machine(), {"parallel": 1})
+    assert roomy.experts_ram is None   # it fits whole: every expert
+    # speed counts the active weights (4 of 64 experts per layer), memory all of them
+    active = moe.size_bytes - moe.expert_bytes + moe.expert_bytes * 4 // 64
+    assert any(r.startswith(f"speed: a decoded token reads about {active // MIB} MiB") for r in roomy.reasons)
+    assert roomy.memory["weights"] == moe.size_bytes
+    with pytest.raises(PlanRefused, match="does not fit"):   # not even the rest fits
+        make_plan(moe, _machine(free_ram_bytes=int(dense / 2)), {"parallel": 1, "max_context": 512})

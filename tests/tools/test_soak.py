@@ -1,7 +1,11 @@
 """tools/soak.py: its verdicts (a crossed reply, a stream without its end, a bad body not refused are each
-counted) and a short soak on the slot fake engine with kills: 0 lost, 0 crossed, 0 hung."""
+counted) and short soaks on the slot fake engine with kills, on one server and on three behind HAProxy: 0 lost,
+0 crossed, 0 hung."""
 import argparse
 import json
+import shutil
+
+import pytest
 
 from tools import soak
 
@@ -45,3 +49,12 @@ def test_a_short_soak_with_kills_loses_nothing(capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "lost 0  crossed 0  hung 0" in out and "kills 0" not in out
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="no haproxy binary (Debian package haproxy)")
+def test_a_short_soak_through_haproxy_loses_nothing(capsys):
+    rc = soak.main(["--fake", "--hosts", "3", "--requests", "300", "--clients", "16", "--kill-every", "0.5",
+                    "--hang-s", "60"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "hosts 3 (HAProxy)" in out and "lost 0  crossed 0  hung 0" in out and "kills 0" not in out

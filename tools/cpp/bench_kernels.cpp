@@ -1,5 +1,5 @@
 // tools/cpp/bench_kernels.cpp — `strata-bench-kernels`: CPU time of one matmul per weight type, the engine's
-// row kernels (engine/kernels_kq.h and the Q4_0/Q4_1/Q8_0 ones) against the path each type took before
+// row kernels (engine/cpu/kernels_kq.h and the Q4_0/Q4_1/Q8_0 ones) against the path each type took before
 // them: the generic float path (each row dequantised by quants.cpp, then dot_f32 with every token) for Q5_1,
 // Q2_K, Q3_K, IQ4_XS, and the compiler-vectorised kernels_kquant.h rows for Q4_K, Q5_K, Q6_K.
 //
@@ -18,10 +18,10 @@
 #include <random>
 #include <vector>
 
-#include "kernels.h"
-#include "kernels_kq.h"
-#include "quants.h"
-#include "threadpool.h"
+#include "cpu/kernels.h"
+#include "cpu/kernels_kq.h"
+#include "cpu/quants.h"
+#include "cpu/threadpool.h"
 
 namespace {
 

@@ -1,4 +1,6 @@
 """serve/api/fields.py: the shared request fields are read once, each bad value a 400 naming its field."""
+import json
+
 import pytest
 
 from serve.api import fields
@@ -59,3 +61,25 @@ def test_strict_unsupported_and_model():
     assert fields.model_field({}) is None and fields.model_field({"model": "m"}) == "m"
     assert _param(fields.model_field, {"model": 3}) == "model"
     assert _param(fields.model_field, {}, True) == "model"
+
+
+def test_vllm_guided_fields():
+    choice = fields.openai_grammar({"guided_choice": ["yes", "no", "yes"]})
+    assert choice == 'root ::= "yes" | "no"\n'
+    assert fields.openai_grammar({"structured_outputs": {"choice": ["a\"b"]}}) == 'root ::= "a\\"b"\n'
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    assert fields.openai_grammar({"guided_json": schema}) == fields.openai_grammar({"json_schema": schema})
+    assert fields.openai_grammar({"guided_json": json.dumps(schema)}) == fields.openai_grammar({"json_schema": schema})
+    assert fields.openai_grammar({"structured_outputs": {"json": schema}}) == fields.openai_grammar({"json_schema": schema})
+    assert fields.openai_grammar({"structured_outputs": {"json_object": True}}) == ANY_OBJECT_GRAMMAR
+    assert fields.openai_grammar({"guided_grammar": 'root ::= "x"', "guided_decoding_backend": "xgrammar"}) \
+        == 'root ::= "x"'
+    assert fields.openai_grammar({"guided_regex": r"\d{2}"}) == "root ::= ( [0-9] ){2}\n"
+    assert fields.openai_grammar({"structured_outputs": {"regex": "a|b"}}) == 'root ::= "a" | "b"\n'
+    for body, param in (({"guided_regex": "(a"}, "guided_regex"),
+                        ({"structured_outputs": {"regex": r"(a)\1"}}, "structured_outputs.regex"),
+                        ({"structured_outputs": {"lark": "a"}}, "structured_outputs.lark"),
+                        ({"guided_choice": []}, "guided_choice"), ({"guided_json": "{no"}, "guided_json"),
+                        ({"guided_choice": ["a"], "guided_json": schema}, "response_format"),
+                        ({"guided_whitespace_pattern": " "}, "guided_whitespace_pattern")):
+        assert _param(fields.openai_grammar, body) == param, body

@@ -242,6 +242,29 @@ def test_ignore_eos_bans_the_end_tokens_and_shows_them(server, tmp_path):
     assert s.post("/completion", {"prompt": "x", "ignore_eos": "yes"})[0] == 400
 
 
+def test_ignore_eos_on_the_openai_routes_and_unimplemented_samplers_refused_by_name(server, tmp_path):
+    # vLLM and llama-server take ignore_eos on the OpenAI routes too: the same ban as /completion's
+    gens = tmp_path / "gens.txt"
+    s = server({"turns": [{"text": "ok"}] * 8, "record_gen": str(gens)})
+    ends = ",".join(f"{t}:-100" for t in sorted(s.svc.stop_ids))
+    for path, body in (("/v1/chat/completions", chat(ignore_eos=True)),
+                       ("/v1/completions", {"prompt": "x", "ignore_eos": True})):
+        assert s.post(path, body)[0] == 200
+        assert "logit_bias=" + ends in gens.read_text().splitlines()[-1].split(), path
+    assert s.post("/v1/chat/completions", chat(ignore_eos=1))[0] == 400
+    # samplers and vLLM parameters the engine does not have: a 400 naming them unless they ask for nothing
+    for path, body in (("/v1/chat/completions", chat()), ("/v1/completions", {"prompt": "x"}),
+                       ("/completion", {"prompt": "x"})):
+        for name, value in (("dynatemp_range", 0.5), ("dynatemp_exponent", 2), ("tfs_z", 0.9)):
+            status, err, _ = s.post(path, {**body, name: value})
+            assert status == 400 and name in json.dumps(err), (path, name)
+        assert s.post(path, {**body, "dynatemp_range": 0, "dynatemp_exponent": 1, "tfs_z": 1.0})[0] == 200
+    for name, value in (("min_tokens", 5), ("use_beam_search", True), ("allowed_token_ids", [1]),
+                        ("stop_token_ids", [2]), ("bad_words", ["x"]), ("prompt_logprobs", 1)):
+        status, err, _ = s.post("/v1/chat/completions", chat(**{name: value}))
+        assert status == 400 and err["error"]["param"] == name, name
+
+
 def test_timings_per_token_on_completion_progress_and_chunks(server):
     # llama-server: with timings_per_token the prompt_progress chunks carry the read's timings (the first all
     # zero, never going back) and each content chunk running figures
@@ -258,10 +281,10 @@ def test_timings_per_token_on_completion_progress_and_chunks(server):
 
 def test_the_decode_rate_is_over_the_steps_after_the_first_token():
     # decode_ms runs from the first token: n tokens are n - 1 decode steps (llama-server's rate); one token: 0
-    from serve.generation.passes import reply_timings
-    one = reply_timings({"prompt_ms": 5.0, "decode_ms": 0.0}, 10, 1)
+    from serve.core.engine_api import EngineFigures
+    one = EngineFigures(prompt_ms=5.0, decode_ms=0.0).timings(10, 1)
     assert one["predicted_per_second"] == 0.0 and one["predicted_per_token_ms"] == 0.0
-    t = reply_timings({"prompt_ms": 5.0, "decode_ms": 150.0}, 10, 16)
+    t = EngineFigures(prompt_ms=5.0, decode_ms=150.0).timings(10, 16)
     assert t["predicted_per_second"] == 1e3 * 15 / 150.0 and t["predicted_per_token_ms"] == 10.0
 
 

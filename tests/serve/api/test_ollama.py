@@ -43,11 +43,11 @@ def test_views(server, tmp_path):
     assert ps[0]["name"] == "fake-model:latest" and ps[0]["context_length"] == 2048
 
 
-@pytest.mark.parametrize("method,path", [("POST", "/api/pull"), ("DELETE", "/api/delete"), ("POST", "/api/push")])
+@pytest.mark.parametrize("method,path", [("POST", "/api/pull"), ("POST", "/api/push")])
 def test_no_hub_is_a_clear_501(server, method, path):
     s = server()
     status, err, _ = s.request(method, path, {"model": "x"})
-    assert status == 501 and isinstance(err["error"], str) and "not" in err["error"]
+    assert status == 501 and isinstance(err["error"], str) and "no downloads" in err["error"]
 
 
 def test_stream_is_the_default_and_ndjson(server):
@@ -87,7 +87,7 @@ def test_options_map_onto_the_engine_and_durations_are_nanoseconds(server, tmp_p
     ({"options": []}, 400, "options"),
     ({"keep_alive": "soon"}, 400, "keep_alive"),
     ({"format": "yaml"}, 400, "format"),
-    ({"format": {"type": "string", "pattern": "^a"}}, 400, "format"),  # outside the schema subset
+    ({"format": {"type": "string", "pattern": "(?=a)"}}, 400, "format"),  # outside the schema subset
     ({"think": "very"}, 400, "think"),
     ({"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, 400, "images"),
 ])

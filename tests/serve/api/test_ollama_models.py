@@ -2,11 +2,15 @@
 configured model by name, alias or NAME:latest (`model` or the older `name`) without loading it; /api/tags lists
 every model and alias; a request naming NAME:latest runs on that model; /v1/models lists each model once with
 its `aliases`, as llama-server does."""
+import hashlib
 import json
+import stat
+import time
+from datetime import datetime
 
 import pytest
 
-from tests.serve.conftest import lifecycle_servers
+from tests.serve.conftest import lifecycle_servers, wait_until
 
 
 @pytest.fixture
@@ -61,3 +65,138 @@ def test_one_model_answers_any_name_on_request_routes_but_show_stays_strict(life
     assert run.post("/api/show", {"model": "alpha:latest"})[0] == 200
     assert run.post("/api/show", {"model": "llama3"})[0] == 404
     assert run.post("/v1/load", {"model": "llama3"})[0] == 404
+
+
+# ---------------------------------------------------------------- model management (serve/api/ollama_models.py)
+def _prompt(rec_file) -> str:
+    """The text of the last GEN the fake engine was sent (byte tokenizer: ids under 256 are bytes)."""
+    gens = [ln for ln in open(rec_file, encoding="utf-8").read().splitlines() if ln.split()[:1] == ["GEN"] or
+            " GEN " in f" {ln}"]
+    ids = [int(x) for x in gens[-1].split()[-1].split(",")]
+    return bytes(i for i in ids if i < 256).decode("utf-8", "replace")
+
+
+def _ndjson_post(run, path, body):
+    """(status, the NDJSON lines) of a streamed answer."""
+    c = run.conn()
+    c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    lines = [json.loads(line) for line in r.read().decode().splitlines() if line.strip()]
+    c.close()
+    return r.status, lines
+
+
+def test_create_from_a_model_with_settings_applies_them_on_ollama_routes(lifecycle_server, tmp_path):
+    run = lifecycle_server(store=tmp_path / "store")
+    status, lines = _ndjson_post(run, "/api/create", {
+        "model": "pirate", "from": "alpha", "system": "Talk like a pirate.",
+        "parameters": {"temperature": 0.25, "stop": ["<end>"]},
+        "messages": [{"role": "user", "content": "Ahoy?"}, {"role": "assistant", "content": "Arr."}]})
+    assert status == 200 and lines[-1] == {"status": "success"}
+    status, body, _ = run.post("/api/chat", {"model": "pirate:latest", "stream": False,
+                                             "messages": [{"role": "user", "content": "hello"}]})
+    assert status == 200 and body["message"]["content"] == "I am alpha.", body
+    prompt = _prompt(run.gen("alpha"))
+    assert prompt.index("Talk like a pirate.") < prompt.index("Ahoy?") < prompt.index("Arr.") < prompt.index("hello")
+    gens = open(run.gen("alpha")).read().splitlines()
+    assert "temp=0.25" in gens[-1] or "temperature=0.25" in gens[-1], gens[-1]
+    # the request's own system turn and options win
+    run.post("/api/chat", {"model": "pirate", "stream": False, "options": {"temperature": 0.5},
+                           "messages": [{"role": "system", "content": "Be terse."},
+                                        {"role": "user", "content": "hi"}]})
+    prompt = _prompt(run.gen("alpha"))
+    assert "Be terse." in prompt and "pirate" not in prompt and "Ahoy?" in prompt
+    status, show, _ = run.post("/api/show", {"model": "pirate"})
+    assert status == 200 and show["system"] == "Talk like a pirate." and show["details"]["parent_model"] == "alpha"
+    assert "temperature" in show["parameters"] and '"<end>"' in show["parameters"]
+    assert show["modelfile"].startswith("FROM alpha\n") and 'SYSTEM "Talk like a pirate."' in show["modelfile"]
+    names = [m["name"] for m in run.request("GET", "/api/tags")[1]["models"]]
+    assert "pirate:latest" in names
+
+
+def test_a_modelfile_is_read_and_what_strata_does_not_do_is_refused_by_name(lifecycle_server, tmp_path):
+    run = lifecycle_server(store=tmp_path / "store")
+    text = ('# a comment\nFROM beta\nPARAMETER temperature 0.7\nPARAMETER stop "<x>"\nPARAMETER stop "<y>"\n'
+            'SYSTEM """Line one.\nLine two."""\nMESSAGE user Hi there\nMESSAGE assistant "Hello!"\n')
+    status, body, _ = run.post("/api/create", {"model": "mf", "modelfile": text, "stream": False})
+    assert status == 200 and body == {"status": "success"}
+    show = run.post("/api/show", {"model": "mf"})[1]
+    assert show["system"] == "Line one.\nLine two." and show["messages"][1] == {"role": "assistant",
+                                                                                "content": "Hello!"}
+    assert show["parameters"].count("stop") == 2
+    for extra, named in (({"modelfile": "FROM beta\nTEMPLATE {{ .Prompt }}"}, "TEMPLATE"),
+                         ({"modelfile": "FROM beta\nADAPTER ./lora.gguf"}, "ADAPTER"),
+                         ({"from": "beta", "quantize": "q4_K_M"}, "quantize"),
+                         ({"from": "beta", "template": "{{ .Prompt }}"}, "template"),
+                         ({"from": "beta", "adapters": {"a": "sha256:" + "0" * 64}}, "adapters"),
+                         ({"modelfile": "FROM beta\nPARAMETER mirostat_gamma 2"}, "mirostat_gamma"),
+                         ({"modelfile": "PARAMETER temperature 1"}, "FROM"),
+                         ({"from": "gamma"}, "not found")):
+        status, err, _ = run.post("/api/create", {"model": "bad", "stream": False, **extra})
+        assert status in (400, 404) and named in err["error"], (extra, err)
+    assert run.post("/api/create", {"model": "alpha", "from": "beta", "stream": False})[0] == 409
+
+
+def test_blobs_copy_delete_and_a_restart_keep_the_created_models(lifecycle_server, tmp_path):
+    store = tmp_path / "store"
+    run = lifecycle_server(store=store)
+    data = b"GGUF" + bytes(range(256)) * 64
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    assert run.request("HEAD", f"/api/blobs/{digest}")[0] == 404
+    status, err, _ = run.post(f"/api/blobs/sha256:{'0' * 64}", data)
+    assert status == 400 and "sha256" in err["error"]
+    assert run.post(f"/api/blobs/{digest}", data)[0] == 201
+    assert run.request("HEAD", f"/api/blobs/{digest}")[0] == 200
+    assert run.request("HEAD", "/api/blobs/sha256:xyz")[0] == 400
+    blob = store / "blobs" / f"sha256-{digest[7:]}"
+    assert blob.read_bytes() == data and stat.S_IMODE(blob.stat().st_mode) == 0o600
+    assert stat.S_IMODE(store.stat().st_mode) == 0o700
+    status, _, _ = run.post("/api/create", {"model": "mine", "files": {"m.gguf": digest}, "stream": False,
+                                            "parameters": {"num_ctx": 1024}})
+    assert status == 200
+    status, body, _ = run.post("/api/chat", {"model": "mine", "stream": False,
+                                             "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 200 and body["message"]["content"] == "I am mine."   # its own engine
+    assert run.post("/api/copy", {"source": "mine", "destination": "mine2"})[0] == 200
+    assert run.post("/api/copy", {"source": "nope", "destination": "x"})[0] == 404
+    records = list((store / "models").iterdir())
+    assert len(records) == 2 and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in records)
+    status, err, _ = run.request("DELETE", "/api/delete", {"model": "alpha"})
+    assert status == 400 and "only models made with /api/create" in err["error"]
+    assert run.request("DELETE", "/api/delete", {"model": "nope"})[0] == 404
+    assert run.request("DELETE", "/api/delete", {"model": "mine"})[0] == 200
+    status, body, _ = run.post("/api/chat", {"model": "mine2", "stream": False,
+                                             "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 200 and body["message"]["content"] == "I am mine."   # the copy keeps the file's engine
+    assert run.post("/api/show", {"model": "mine"})[0] == 404
+    # a new server over the same folder serves what was created
+    again = lifecycle_server(store=store)
+    names = [m["name"] for m in again.request("GET", "/api/tags")[1]["models"]]
+    assert "mine2:latest" in names and "mine:latest" not in names
+    assert again.post("/api/show", {"model": "mine2"})[1]["parameters"].startswith("num_ctx")
+
+
+def test_keep_alive_unloads_keeps_or_times_a_model(lifecycle_server, tmp_path):
+    run = lifecycle_server(lazy=False, store=tmp_path / "store")
+    assert [m["name"] for m in run.request("GET", "/api/ps")[1]["models"]] == ["alpha:latest"]
+    assert run.request("GET", "/api/ps")[1]["models"][0]["expires_at"].startswith("2318")   # never idle-unloaded
+    chat = {"model": "alpha", "stream": False, "messages": [{"role": "user", "content": "hi"}]}
+    assert run.post("/api/chat", {**chat, "keep_alive": "10m"})[0] == 200
+    expires = run.request("GET", "/api/ps")[1]["models"][0]["expires_at"]
+    left = datetime.fromisoformat(expires.replace("Z", "+00:00")).timestamp() - time.time()
+    assert 590 < left <= 600, expires
+    status, body, _ = run.post("/api/generate", {"model": "alpha", "prompt": "", "keep_alive": 0})
+    assert status == 200 and body["done_reason"] == "unload"
+    assert run.request("GET", "/api/ps")[1]["models"] == [] and run.svc.loaded_entries() == []
+    assert run.post("/api/chat", {**chat, "keep_alive": -1})[0] == 200     # loads it again, to stay
+    assert run.request("GET", "/api/ps")[1]["models"][0]["expires_at"].startswith("2318")
+    assert run.post("/api/chat", {**chat, "keep_alive": 0})[0] == 200      # answered, then unloaded
+    assert wait_until(lambda: run.svc.loaded_entries() == [])
+    assert run.post("/api/chat", {**chat, "keep_alive": "soon"})[0] == 400
+
+
+def test_pull_and_push_say_there_are_no_downloads(lifecycle_server):
+    run = lifecycle_server()
+    for path in ("/api/pull", "/api/push"):
+        status, err, _ = run.post(path, {"model": "llama3"})
+        assert status == 501 and "no downloads" in err["error"] and "/api/create" in err["error"]

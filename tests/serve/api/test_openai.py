@@ -68,7 +68,8 @@ def test_stop_string_held_back_and_cut(server):
 def test_repeat_guard(server):
     s = server({"turns": [{"text": "a", "repeat": 400}]}, config={"repeat_stop_tokens": 50})
     _, body, _ = s.post("/v1/chat/completions", chat())
-    assert body["choices"][0]["finish_reason"] == "length"
+    # the loop guard's stop is its own reason (issue 29): stop, and strata_finish says which guard, never length
+    assert body["choices"][0]["finish_reason"] == "stop" and body["choices"][0]["strata_finish"] == "loop_guard"
     assert len(body["choices"][0]["message"]["content"]) == 49
 
 
@@ -205,7 +206,7 @@ def test_web_pages(server):
 def test_loop_guard_ends_a_short_cycle(server):
     s = server({"turns": [{"text": "la femme, ", "repeat": 1000}]})
     _, body, _ = s.post("/v1/chat/completions", chat())
-    assert body["choices"][0]["finish_reason"] == "length"
+    assert body["choices"][0]["finish_reason"] == "stop" and body["choices"][0]["strata_finish"] == "loop_guard"
     assert body["usage"]["completion_tokens"] < 200  # not the rest of the context
 
 

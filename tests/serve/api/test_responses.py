@@ -1,11 +1,13 @@
 """OpenAI Responses over the fake engine: request parsing, refusals, the in-progress beat, failures.
 The exact event sequences are golden files (tests/serve/api/test_dialect_golden.py)."""
 import json
+import stat
 import time
 
 import pytest
 
 from serve.api import responses
+from serve.api.response_store import ResponseStore
 from serve.core.events import BadRequest, Event, KIND_CONTENT
 
 
@@ -40,7 +42,7 @@ def test_function_call_round_trip_input_becomes_one_assistant_turn_and_its_resul
 @pytest.mark.parametrize("body,status,param,code", [
     ({"input": "x", "previous_response_id": "resp_1"}, 400, "previous_response_id", "previous_response_not_found"),
     ({"input": "x", "background": True}, 400, "background", None),
-    ({"input": "x", "text": {"format": {"type": "json_schema", "schema": {"pattern": "a"}}}}, 400,
+    ({"input": "x", "text": {"format": {"type": "json_schema", "schema": {"pattern": "(?=a)"}}}}, 400,
      "text.format.schema", None),
     ({"input": "x", "text": {"format": {"type": "yaml"}}}, 400, "text.format", None),
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, 400, "input", None),
@@ -55,13 +57,79 @@ def test_refusals_in_openai_error_shape(server, body, status, param, code):
     assert err["error"]["type"] == "invalid_request_error" and err["error"]["message"]
 
 
-def test_get_a_response_is_404_nothing_is_stored(server):
+def test_an_unknown_response_id_is_404_and_cancel_is_400(server):
     s = server()
     status, err, _ = s.request("GET", "/v1/responses/resp_abc")
-    assert status == 404 and "stateless" in err["error"]["message"] and err["error"]["code"] == "response_not_found"
+    assert status == 404 and "not found" in err["error"]["message"] and err["error"]["code"] == "response_not_found"
     assert s.request("DELETE", "/v1/responses/resp_abc")[0] == 404
-    assert s.request("POST", "/v1/responses/resp_abc/cancel", {})[0] == 404
     assert s.request("GET", "/v1/responses/resp_abc/input_items")[0] == 404
+    status, err, _ = s.request("POST", "/v1/responses/resp_abc/cancel", {})
+    assert status == 400 and "background" in err["error"]["message"]
+
+
+def _prompt_text(gen_file) -> str:
+    ids = [int(x) for x in open(gen_file, encoding="utf-8").read().splitlines()[-1].split()[-1].split(",")]
+    return bytes(i for i in ids if i < 256).decode("utf-8", "replace")
+
+
+def test_stored_responses_continue_by_previous_response_id(server, tmp_path):
+    """store is on by default: the response is kept (GET), its chain continues a conversation (the prompt holds
+    the earlier turns, their instructions not carried), input_items lists the request's own items, DELETE
+    forgets it; `store: false` keeps nothing."""
+    gen = tmp_path / "gen.txt"
+    s = server({"record_gen": str(gen), "turns": [{"text": "Paris."}, {"text": "Lyon."}, {"text": "Nice."}]})
+    status, first, _ = s.post("/v1/responses", {"input": "Capital of France?", "instructions": "Be brief."})
+    assert status == 200 and first["store"] is True and first["previous_response_id"] is None
+    assert s.request("GET", f"/v1/responses/{first['id']}")[1] == first
+    status, second, _ = s.post("/v1/responses", {"input": "And the second city?",
+                                                 "previous_response_id": first["id"], "stream": True})
+    assert status == 200
+    done = [json.loads(b[b.index("data: ") + 6:]) for b in second.split("\n\n") if "response.completed" in b][-1]
+    second_id = done["response"]["id"]
+    assert done["response"]["previous_response_id"] == first["id"]
+    prompt = _prompt_text(gen)
+    assert prompt.index("Capital of France?") < prompt.index("Paris.") < prompt.index("And the second city?")
+    assert "Be brief." not in prompt
+    status, third, _ = s.post("/v1/responses", {"input": [{"role": "user", "content": "A third?"}],
+                                                "previous_response_id": second_id, "store": False})
+    assert status == 200 and third["store"] is False
+    prompt = _prompt_text(gen)
+    assert prompt.index("Paris.") < prompt.index("Lyon.") < prompt.index("A third?")
+    assert s.request("GET", f"/v1/responses/{third['id']}")[0] == 404       # store: false
+    items = s.request("GET", f"/v1/responses/{second_id}/input_items")[1]
+    assert [it["content"] for it in items["data"]] == [[{"type": "input_text", "text": "And the second city?"}]]
+    assert items["has_more"] is False and items["first_id"] == items["data"][0]["id"]
+    assert s.request("DELETE", f"/v1/responses/{first['id']}")[1] == {"id": first["id"],
+                                                                       "object": "response.deleted",
+                                                                       "deleted": True}
+    status, err, _ = s.post("/v1/responses", {"input": "x", "previous_response_id": second_id})
+    assert status == 400 and err["error"]["code"] == "previous_response_not_found"   # its chain lost a link
+    assert s.post("/v1/responses", {"input": "x", "store": "yes"})[0] == 400
+
+
+def test_the_store_is_bounded_by_count_size_and_age_and_kept_in_its_folder(tmp_path):
+    now = [1000.0]
+    folder = tmp_path / "responses"
+    store = ResponseStore(str(folder), max_count=3, max_bytes=1 << 20, max_age_s=100, clock=lambda: now[0])
+    out = [{"type": "message", "content": [{"type": "output_text", "text": "ok"}]}]
+    for i in range(5):
+        store.put({"id": f"resp_{i:024x}", "output": out}, [{"type": "message", "role": "user", "content": f"q{i}"}],
+                  f"resp_{i - 1:024x}" if i else None)
+        now[0] += 10
+    assert [store.get(f"resp_{i:024x}") is not None for i in range(5)] == [False, False, True, True, True]
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    files = sorted(folder.iterdir())
+    assert len(files) == 3 and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in files)
+    again = ResponseStore(str(folder), max_count=3, max_age_s=100, clock=lambda: now[0])   # a restart reads them
+    assert again.conversation(f"resp_{4:024x}") is None                        # its chain starts at a lost one
+    assert again.input_items(f"resp_{3:024x}") == [{"type": "message", "role": "user", "content": "q3"}]
+    now[0] += 85                                                               # resp 2 is now past 100 s
+    assert again.get(f"resp_{2:024x}") is None and again.get(f"resp_{4:024x}") is not None
+    small = ResponseStore(None, max_count=100, max_bytes=600, clock=lambda: now[0])
+    for i in range(5):
+        small.put({"id": f"resp_{i:024x}", "output": out}, [], None)
+    assert small.view()["bytes"] <= 600 and small.get(f"resp_{4:024x}") is not None
+    assert small.get(f"resp_{0:024x}") is None
 
 
 def test_in_progress_beat_while_the_prompt_is_read(server, monkeypatch):

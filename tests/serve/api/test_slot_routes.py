@@ -124,3 +124,23 @@ def test_ids_run_across_replicas(slot_server, tmp_path):
         assert status == 200 and erased == {"id_slot": slot, "n_erased": 0}, erased
     status, err, _ = run.post("/slots/4?action=erase", {})
     assert status == 400 and err["error"]["message"].endswith("slots 0..3"), err
+
+
+@real
+def test_a_save_onto_a_full_disk_is_507_and_keeps_the_saved_file(tmp_path, small_disk):
+    with real_server(ENGINE_EXE, MODEL, tmp_path, 1024, ["--batch", "2"], slot_save_path=small_disk.path) as run:
+        _turn(run, [{"role": "user", "content": "Hi"}])
+        slot = max(_held(run).items(), key=lambda kv: kv[1] or 0)[0]
+        status, saved, _ = run.post(f"/slots/{slot}?action=save", {"filename": "a.bin"})
+        assert status == 200, saved
+        path = os.path.join(small_disk.path, "a.bin")
+        before = open(path, "rb").read()
+        small_disk.fill()
+        status, out, _ = run.post(f"/slots/{slot}?action=save", {"filename": "a.bin"})
+        assert status == 507 and "No space left on device" in out["error"]["message"], out
+        assert small_disk.path not in out["error"]["message"]   # the server's folders stay in its log
+        assert open(path, "rb").read() == before
+        assert sorted(os.listdir(small_disk.path)) == [".filler", "a.bin"]   # no half-written temporary file
+        small_disk.free()
+        os.unlink(path)   # the disk holds one saved slot, not two (the old file and the temporary beside it)
+        assert run.post(f"/slots/{slot}?action=save", {"filename": "a.bin"})[0] == 200

@@ -57,6 +57,55 @@ def test_exclusive_bounds_on_integers_and_number_sign():
     assert accepts({"type": "number", "minimum": 0}, "0.5e3") and not accepts({"type": "number", "minimum": 0}, "-1")
 
 
+NUMBER_BOUNDS = [
+    {"minimum": 0, "maximum": 10}, {"minimum": 0, "maximum": 1}, {"minimum": 0.0, "maximum": 0.5},
+    {"minimum": -1.5, "exclusiveMaximum": 0.25}, {"exclusiveMinimum": 0}, {"maximum": -2.75},
+    {"minimum": 1.05, "maximum": 1.2}, {"exclusiveMinimum": -3, "exclusiveMaximum": 3},
+    {"minimum": 5, "exclusiveMinimum": 5.5}, {"minimum": 99.9}]
+
+
+def _written(k: int, scale: int) -> list[str]:
+    """k / scale written as JSON numbers with 0..3 fraction digits (and trailing zeros)."""
+    out = [str(k // scale)] if k % scale == 0 else []
+    sign, m = ("-" if k < 0 else ""), abs(k)
+    for digits in (1, 2, 3):
+        step = scale // 10 ** digits
+        if step and m % step == 0:
+            out.append(f"{sign}{m // scale}.{str(m % scale // step).zfill(digits)}")
+    return out
+
+
+@pytest.mark.parametrize("bounds", NUMBER_BOUNDS)
+def test_number_ranges_are_exact_to_the_written_digits(bounds):
+    # every number from -12 to 112 in steps of 0.001, written with 0..3 fraction digits, is accepted exactly
+    # when it is inside the bounds (the grammar writes a bounded number without an exponent)
+    from fractions import Fraction
+    rx = gbnf_regex(schema_grammar({"type": "number", **bounds}))
+    lo = bounds.get("minimum", bounds.get("exclusiveMinimum"))
+    hi = bounds.get("maximum", bounds.get("exclusiveMaximum"))
+
+    def inside(x):
+        ok = True
+        for key, v in bounds.items():
+            v = Fraction(repr(v)) if isinstance(v, float) else Fraction(v)
+            ok &= {"minimum": x >= v, "maximum": x <= v, "exclusiveMinimum": x > v, "exclusiveMaximum": x < v}[key]
+        return ok
+    for k in range(-12000, 112000, 7 if lo is None or hi is None else 1):
+        x = Fraction(k, 1000)
+        for text in _written(k, 1000):
+            assert (rx.fullmatch(text) is not None) == inside(x), (text, bounds)
+    assert not rx.fullmatch("1e2") and not rx.fullmatch("-0") and not rx.fullmatch("01.5")
+
+
+def test_multiple_of():
+    rx = gbnf_regex(schema_grammar({"type": "integer", "multipleOf": 5, "minimum": -12, "maximum": 30}))
+    assert [v for v in range(-40, 40) if rx.fullmatch(str(v))] == list(range(-10, 31, 5))
+    rx = gbnf_regex(schema_grammar({"type": "integer", "multipleOf": 100}))
+    assert [v for v in range(-1000, 1001) if rx.fullmatch(str(v))] == list(range(-1000, 1001, 100))
+    assert accepts({"type": "number", "multipleOf": 2, "minimum": 0, "maximum": 4}, "4")
+    assert not accepts({"type": "number", "multipleOf": 2, "minimum": 0, "maximum": 4}, "2.0")
+
+
 def test_objects_keep_order_required_and_no_extras():
     schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"},
                                                "c": {"type": "null"}}, "required": ["b"]}
@@ -92,16 +141,28 @@ def test_type_lists_anyof_const_and_local_refs():
     assert accepts(ref, '[{"n":1},{"n":2}]') and not accepts(ref, '[{"m":1}]')
 
 
+def test_string_patterns_match_whole_in_json_text():
+    code = {"type": "string", "pattern": r"^[A-Z]{2}-\d+$"}
+    assert [accepts(code, t) for t in ('"AB-12"', '"AB-"', '"ab-1"', '"AB-1x"')] == [True, False, False, False]
+    quoted = {"type": "string", "pattern": 'say "hi"'}   # a quote the pattern allows is written escaped
+    assert accepts(quoted, '"say \\"hi\\""') and not accepts(quoted, '"say "hi""')
+    anything = {"type": "string", "pattern": "a.c"}    # `.` never writes a raw quote or backslash
+    assert accepts(anything, '"abc"') and not accepts(anything, '"a"c"')
+
+
 def test_whitespace_is_bounded():
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     assert accepts(schema, "{" + " " * 20 + "}") and not accepts(schema, "{" + " " * 21 + "}")
 
 
 @pytest.mark.parametrize("schema, word", [
-    ({"type": "string", "pattern": "a"}, "'pattern'"),
+    ({"type": "string", "pattern": r"(a)\1"}, "pattern"),
+    ({"type": "string", "pattern": "a", "maxLength": 3}, "pattern beside"),
     ({"allOf": [{"type": "string"}]}, "'allOf'"),
     ({"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}, "'uniqueItems'"),
-    ({"type": "number", "maximum": 3.5}, "minimum/maximum on a number"),
+    ({"type": "number", "multipleOf": 0.5}, "whole multipleOf"),
+    ({"type": "integer", "multipleOf": 7}, "multipleOf 7"),
+    ({"type": "number", "minimum": 2, "exclusiveMaximum": 2}, "no number fits"),
     ({"type": "string", "format": "email"}, "'email'"),
     ({"$ref": "https://example.com/s.json"}, "local refs"),
     ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "required"),

@@ -34,7 +34,7 @@ def cluster(server, tmp_path):
            "STRATA_BIND": f"127.0.0.1:{port}", "STRATA_H1": f"127.0.0.1:{hosts[0].port}",
            "STRATA_H2": f"127.0.0.1:{hosts[1].port}", "STRATA_H3": f"127.0.0.1:{hosts[2].port}"}
     proc = subprocess.Popen([HAPROXY, "-db", "-f", os.path.join(ROOT, "deploy", "haproxy.cfg")], env=env,
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "haproxy.log", "w"))
+                            stdout=open(tmp_path / "haproxy.log", "w"), stderr=subprocess.STDOUT)
     try:
         for _ in range(100):
             try:
@@ -117,3 +117,28 @@ def test_a_host_that_fails_health_leaves_the_ring(cluster):
         time.sleep(0.5)
     assert {_ask(conn, {"messages": [{"role": "user", "content": f"topic {i}"}]}) for i in range(8)} <= \
         set(NAMES) - {home}
+
+
+def test_the_openai_sdk_pool_and_haproxy_reuse_connections(cluster, tmp_path):
+    """The SDK keeps one pooled connection to HAProxy (one client port in HAProxy's request log), and HAProxy
+    keeps its connections to the host (the host reads far more requests than it accepts connections)."""
+    openai = pytest.importorskip("openai")
+    port, hosts = cluster
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=30)
+    first = {"role": "user", "content": "a pooled conversation"}
+    try:
+        answers = {client.chat.completions.create(model="m", messages=[first, {"role": "user", "content": f"{i}"}])
+                   .choices[0].message.content for i in range(20)}
+    finally:
+        client.close()
+    assert len(answers) == 1   # one conversation, one host
+    host = hosts[NAMES.index(answers.pop())]
+    counts = host.httpd.counts.snapshot()
+    assert counts["reused"] >= 15 and counts["connections"] <= counts["requests"] // 3
+    deadline = time.monotonic() + 5
+    while True:   # HAProxy writes the request lines as they end
+        lines = [line for line in open(tmp_path / "haproxy.log") if '"POST /v1/chat/completions' in line]
+        if len(lines) >= 20 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert len(lines) == 20 and len({line.split()[0] for line in lines}) == 1   # one client address:port

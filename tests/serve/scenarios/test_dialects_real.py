@@ -99,4 +99,30 @@ def test_ollama_tags_show_and_tools(olm, real):
     assert "<tool_response>\nsunny, 21 C\n</tool_response>" in text
     with pytest.raises(Exception) as err:
         olm.pull("llama3")
-    assert "no model hub" in str(err.value)
+    assert "makes no downloads" in str(err.value)
+
+
+def test_responses_previous_response_id_over_five_turns_reuses_the_cache(oai):
+    """Stored responses (store defaults to true): each turn names only the previous response; the prompt the
+    server renders starts with the one the engine read last turn, so the engine reuses it (cached tokens)."""
+    openai = pytest.importorskip("openai")
+    questions = ["My name is Ada. Say hello to me.", "What is my name?", "Name a color.", "Name a fruit.",
+                 "What was my name again?"]
+    prev, turns = None, []
+    for q in questions:
+        r = oai.responses.create(model="smollm2", input=q, previous_response_id=prev, temperature=0,
+                                 max_output_tokens=16)
+        assert r.previous_response_id == prev and r.store is True and r.output_text
+        turns.append(r)
+        prev = r.id
+    for before, after in zip(turns, turns[1:]):
+        assert after.usage.input_tokens > before.usage.input_tokens + before.usage.output_tokens - 2
+        assert after.usage.input_tokens_details.cached_tokens >= before.usage.input_tokens, (before.usage,
+                                                                                             after.usage)
+    assert oai.responses.retrieve(turns[0].id).output_text == turns[0].output_text
+    assert [it.content[0].text for it in oai.responses.input_items.list(turns[1].id).data] == [questions[1]]
+    oai.responses.delete(turns[0].id)
+    with pytest.raises(openai.NotFoundError):
+        oai.responses.retrieve(turns[0].id)
+    with pytest.raises(openai.BadRequestError):   # the chain lost its first link
+        oai.responses.create(model="smollm2", input="Again?", previous_response_id=turns[-1].id)

@@ -1,0 +1,114 @@
+// engine/cpu/kernels_act8_avx2.h — the 8-bit-activation row-group kernels on 8-lane vectors (layout and contract in
+// kernels_act8.h), in two forms: plain AVX2 (kernels_act8_avx2.cpp, vpmaddubsw + vpmaddwd) and AVX-VNNI
+// (kernels_act8_avxvnni.cpp, the VEX vpdpbusd of Intel 12th gen+ and Zen 5). Included only by those two
+// files, each compiled for its ISA (CMakeLists.txt); everything here is in an unnamed namespace, so each
+// includer has its own copy.
+//
+// Per 8-row half of a group (bytes 32 half .. 32 half + 31 of each 64-byte vector of weight_pack8's layout),
+// block and token, the exact integer sum of the 8 rows starts at -8 (Q4) or -128 (Q8_0) times the block's
+// activation sum, and then the float steps of kernels_avx2.cpp's 16-bit kernel (group_avx2::block_accumulate)
+// run: the same integer sums, so the same bits as the 16-bit row-group kernels (and AVX-512's).
+//
+// Plain AVX2 (Q4_0 / Q4_1): vpmaddubsw multiplies the 4-bit values (u8, 0..15) with the token's int8
+// activations (-127..127, quantize_act8 clamps to +-127) and adds adjacent pairs into int16: |pair| <= 2 * 15 *
+// 127 = 3810, so it never saturates; the block's 8 such vectors are added as int16 (each lane then holds 16
+// products, |sum| <= 16 * 15 * 127 = 30480 < 32767: still exact), and one vpmaddwd with ones widens the pairs
+// to the row's int32 sum. 17 instructions per (half, block, token) for 256 multiply-adds, against the 16-bit
+// kernel's 32. Q8_0 has no plain-AVX2 8-bit kernel: its stored values + 128 (0..255) against int8 activations
+// reach 2 * 255 * 127 per pair, past int16, and the sign trick (|w| x sign(a, w)) costs as many instructions
+// as the 16-bit kernel; such weights keep weight_pack's layout and the 16-bit kernel (same results).
+//
+// AVX-VNNI: vpdpbusd (u8 x s8, 4 products into each int32 lane, no intermediate saturation) accumulates
+// straight into the int32 sum: 8 instructions per (half, block, token), Q8_0 included (stored + 128).
+//
+// The VNNI form is compiled twice: with -mavxvnni (the VEX vpdpbusd: kernels_act8_avxvnni.cpp, the engine's)
+// and with -mavx512vnni -mavx512vl (the EVEX vpdpbusd on ymm, same semantics: kernels_act8_avxvnni_avx512.cpp),
+// so that the kernels' code is tested on AVX-512 VNNI hosts, which lack the VEX form's CPUID bit, and where
+// QEMU's TCG (7.2) cannot run VEX vpdpbusd either.
+#pragma once
+
+#include <immintrin.h>
+
+#include "kernels_act8.h"
+#include "kernels_group_avx2.h"
+
+namespace {
+
+using quad8 = int32_t __attribute__((may_alias, aligned(4)));
+
+#if defined(__AVXVNNI__)
+inline __m256i dpbusd256(__m256i s, __m256i u8, __m256i s8) { return _mm256_dpbusd_avx_epi32(s, u8, s8); }
+#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
+inline __m256i dpbusd256(__m256i s, __m256i u8, __m256i s8) { return _mm256_dpbusd_epi32(s, u8, s8); }
+#endif
+
+// KIND 0: Q4_0, 1: Q4_1, 2: Q8_0 (VNNI only). Rows 8 half .. 8 half + 7 of the group at g, T tokens from t0.
+template <int KIND, int T, bool VNNI>
+void group8_half(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int half, float* y, size_t y_stride) {
+    static_assert(VNNI || KIND != 2, "Q8_0 has no plain-AVX2 8-bit kernel");
+    constexpr size_t SB = KIND == 2 ? 32 : 64, QB = KIND == 2 ? 512 : 256, GB = SB + QB;
+    constexpr int32_t BIAS = KIND == 2 ? -128 : -8;
+    const int8_t* aq = a.qs8 + t0 * a.k;
+    const float* ad = a.d + t0 * nb;
+    const float* as = a.dsum + t0 * nb;
+    const int32_t* ai = a.isum + t0 * nb;
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* gb = g + size_t(b) * GB;
+        const uint8_t* q = gb + SB + 32 * half;
+        const quad8* ap[T];  // the block's activations of each token, as 8 quads of int8
+        for (int t = 0; t < T; ++t) ap[t] = reinterpret_cast<const quad8*>(aq + t * a.k + b * QK32);
+        __m256i s[T];
+#if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
+        if constexpr (VNNI) {
+            for (int t = 0; t < T; ++t) s[t] = _mm256_set1_epi32(BIAS * ai[t * nb + b]);
+            auto dot = [&](int j, __m256i v) {
+                for (int t = 0; t < T; ++t) s[t] = dpbusd256(s[t], v, _mm256_set1_epi32(ap[t][j]));
+            };
+            if constexpr (KIND == 2) {
+                for (int j = 0; j < 8; ++j) dot(j, _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 64 * j)));
+            } else {
+                for (int c = 0; c < 4; ++c) {
+                    const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 64 * c));
+                    dot(2 * c, _mm256_and_si256(w, low4));
+                    dot(2 * c + 1, _mm256_and_si256(_mm256_srli_epi16(w, 4), low4));
+                }
+            }
+        }
+#endif
+        if constexpr (!VNNI) {
+            __m256i p[T];  // int16 pair sums (bounds in the header comment)
+            for (int t = 0; t < T; ++t) p[t] = _mm256_setzero_si256();
+            auto dot = [&](int j, __m256i v) {
+                for (int t = 0; t < T; ++t) p[t] = _mm256_add_epi16(p[t], _mm256_maddubs_epi16(v, _mm256_set1_epi32(ap[t][j])));
+            };
+            for (int c = 0; c < 4; ++c) {
+                const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 64 * c));
+                dot(2 * c, _mm256_and_si256(w, low4));
+                dot(2 * c + 1, _mm256_and_si256(_mm256_srli_epi16(w, 4), low4));
+            }
+            const __m256i ones = _mm256_set1_epi16(1);
+            for (int t = 0; t < T; ++t) {
+                s[t] = _mm256_add_epi32(_mm256_madd_epi16(p[t], ones), _mm256_set1_epi32(BIAS * ai[t * nb + b]));
+            }
+        }
+        __m256 dw, off;
+        group_avx2::block_scales<KIND>(gb, half, dw, off);
+        for (int t = 0; t < T; ++t) acc[t] = group_avx2::block_accumulate<KIND>(acc[t], s[t], dw, off, ad[t * nb + b], as[t * nb + b]);
+    }
+    for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + size_t(t) * y_stride + 8 * half, acc[t]);
+}
+
+template <int KIND, bool VNNI>
+void group8_dispatch(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
+    group_avx2::tile_walk(n_tok, [&](auto tile, int done) {
+        constexpr int T = decltype(tile)::value;
+        float* yt = y + size_t(done) * y_stride;
+        group8_half<KIND, T, VNNI>(g, nb, a, t0 + done, 0, yt, y_stride);
+        group8_half<KIND, T, VNNI>(g, nb, a, t0 + done, 1, yt, y_stride);
+    });
+}
+
+}  // namespace
