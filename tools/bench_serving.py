@@ -45,6 +45,7 @@ from serve.engine_client.engine import StrataEngine  # noqa: E402
 from serve.engine_client.batch import eos_ids  # noqa: E402
 from serve.bootstrap import ENGINE_EXE, default_model_path  # noqa: E402
 from tools.bench_server_overhead import server_over_raw  # noqa: E402
+from tools.health import wait_healthy  # noqa: E402
 
 PEER_SERVER = "/root/.cache/strata-peer/srvbuild/bin/llama-server"
 CLIENTS = (1, 2, 4, 8)
@@ -148,16 +149,8 @@ class Peer:
         cmd = [path, "-m", model, "-np", "8", "-c", str(8 * 8192), "--port", str(self.port), "-t", str(threads),
                "--host", "127.0.0.1"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        end = time.monotonic() + PEER_READY_S
-        while time.monotonic() < end:
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                c.request("GET", "/health")
-                if c.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.5)
+        if wait_healthy(self.port, PEER_READY_S, self.proc):
+            return
         self.close()
         raise RuntimeError("llama-server did not become ready")
 

@@ -121,7 +121,10 @@ class EngineClient(Protocol):
     prefill_tok_s: float | None
 
     closed: bool
+    log_path: str | None     # the (first) engine's log file
 
+    def engines(self) -> list: ...   # the single engines behind it: itself, or each replica's (in order)
+    def live(self) -> list[dict] | None: ...   # per replica: alive, running, routed, lanes, cores; None for one
     def alive(self) -> bool: ...
     def batched(self) -> bool: ...
     def death_note(self) -> str: ...

@@ -100,6 +100,14 @@ class StrataEngine:
         p = self._cur
         return p is not None and not p.ended and p.popen.poll() is None
 
+    def engines(self) -> list:
+        """The single engines behind this client (serve.core.engine_api.EngineClient): this one."""
+        return [self]
+
+    def live(self) -> None:
+        """Per-replica figures: a single engine has none."""
+        return None
+
     def batched(self) -> bool:
         """Whether the current process has decode slots (every engine Strata starts has: `--batch N`, one
         slot by default; a process without any is refused each request)."""

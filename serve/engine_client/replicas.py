@@ -190,6 +190,14 @@ class ReplicaEngine:
         return max((r.engine.progress for r in self.replicas), default=(0, 0))
 
     @property
+    def log_path(self) -> str | None:
+        return self.replicas[0].engine.log_path
+
+    def engines(self) -> list:
+        """The single engines behind this client, in replica order."""
+        return [r.engine for r in self.replicas]
+
+    @property
     def prefill_tok_s(self):
         rates = [r.engine.prefill_tok_s for r in self.replicas if r.engine.prefill_tok_s]
         return sum(rates) / len(rates) if rates else None

@@ -47,14 +47,10 @@ class NoSlots(BadRequest):
         super().__init__(message, status=status)
 
 
-def _engines(engine) -> list:
-    return [r.engine for r in getattr(engine, "replicas", None) or []] or [engine]
-
-
 def locate(engine, slot_id: int):
     """The engine process and its own slot number for a global slot id -> (StrataEngine, slot, replica or
     None). NoSlots when the engines have no decode slots or the id is past the last one."""
-    base, engines = 0, _engines(engine)
+    base, engines = 0, engine.engines()
     for i, e in enumerate(engines):
         proc = e.current() if e.alive() else None
         if proc is None:

@@ -81,8 +81,9 @@ class ServiceFigures:
                 "prompt_read": e.progress[0] if st.get("busy") else None}
         if getattr(e, "batch", None) is not None:  # decode slots (serve/engine_client/batch.py): per-slot view, counters
             live["slots"], live["batch"] = e.batch.slot_view(), e.batch.stats()
-        if hasattr(e, "live"):  # ReplicaEngine
-            live["replicas"] = e.live()
+        replicas = e.live()   # per replica (ReplicaEngine); None for a single engine
+        if replicas is not None:
+            live["replicas"] = replicas
         records = hist[::-1] if all_requests else hist[::-1][:12]
         return {"engine": {"model": self.model_name, "max_context": e.max_context or e.known_ctx,
                            **{k: v for k, v in e.info.items() if not isinstance(v, dict)}},

@@ -41,7 +41,7 @@ def status(svc, body, ctx):
     (its log's last lines, paths) and the engine log's path."""
     e = svc.engine
     detail = {"engine_note": None if e.alive() else svc.death_note(),
-              "engine_log": getattr(e, "log_path", None)} if ctx.trusted else {}
+              "engine_log": e.log_path} if ctx.trusted else {}
     return JsonReply(200, {**detail, "service": "strata", "model": svc.model_name, "loaded": e.alive(),
                            "engine": e.info.get("engine"), "started": svc.started,
                            "uptime_s": round(time.time() - svc.started, 1),

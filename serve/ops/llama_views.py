@@ -14,17 +14,14 @@ from serve.core import sampling as sampling_mod
 ENGINE_VERSION_DEFAULT = "0.1.0"
 
 
-def _engines(engine) -> list:
+def engines(engine) -> list:
     """The engine processes behind the service: a ReplicaEngine's replicas, else the one engine."""
-    return [r.engine for r in getattr(engine, "replicas", None) or []] or [engine]
-
-
-engines = _engines  # the same list for the other views (serve/ops/metrics_views.py)
+    return engine.engines()
 
 
 def model_file(engine) -> str | None:
     """The GGUF path the (first) engine was started with, or None."""
-    args = list(getattr(_engines(engine)[0], "args", []) or [])
+    args = list(engines(engine)[0].args or [])
     for i, a in enumerate(args[:-1]):
         if a == "--model":
             return args[i + 1]
@@ -33,7 +30,7 @@ def model_file(engine) -> str | None:
 
 def total_slots(engine) -> int:
     """Requests that can run at once: each live engine's decode slots (1 without slots)."""
-    return sum(max(1, int(e.info.get("batch_slots") or 0)) for e in _engines(engine) if e.alive())
+    return sum(max(1, int(e.info.get("batch_slots") or 0)) for e in engines(engine) if e.alive())
 
 
 def props(svc, query: dict, unloaded: bool = False) -> tuple[int, dict]:
@@ -45,7 +42,7 @@ def props(svc, query: dict, unloaded: bool = False) -> tuple[int, dict]:
         return 404, {"error": {"code": 404, "type": "not_found_error",
                                "message": f"model {want!r} is not served here; it serves {svc.model_name!r}"}}
     e = svc.engine
-    if not e.alive() and not getattr(e, "starting", False) and not unloaded:
+    if not e.alive() and not e.starting and not unloaded:
         return 503, {"error": {"code": 503, "type": "unavailable_error", "message": "the engine is not running"}}
     defaults = svc.settings_view()["defaults"]
     merged = sampling_mod.merge_sampling(sampling_mod.card_sampling(svc.arch, False), svc.config.get("sampling"),
@@ -76,7 +73,7 @@ def slots(svc) -> list[dict]:
     """GET /slots: one entry per decode slot of every live engine (one with --parallel 1); [] when none runs."""
     out: list[dict] = []
     busy = bool(svc.status.get("busy"))
-    for e in _engines(svc.engine):
+    for e in engines(svc.engine):
         if not e.alive():
             continue
         n_ctx = e.max_context or e.known_ctx

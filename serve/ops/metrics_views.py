@@ -75,7 +75,7 @@ class _ServingProbe:
         counts = live_counts(svc)
         snap = counts.pop("snapshot")
         e = svc.engine
-        reached, total = getattr(e, "progress", (0, 0)) or (0, 0)
+        reached, total = e.progress or (0, 0)
         now = {"t": time.monotonic(), "tokens": snap["tokens"], "ttft_sum": snap["ttft"].sum,
                "ttft_n": snap["ttft"].count, "reached": reached, "total": total}
         prev, self.prev = self.prev, now

@@ -70,6 +70,9 @@ def test_strata_engine_and_the_replica_set_have_the_whole_engine_client_surface(
     for engine in (solo, replicas):
         missing = sorted(n for n in wanted if not hasattr(engine, n))
         assert not missing, f"{type(engine).__name__} lacks {missing} of EngineClient"
+    assert solo.engines() == [solo] and replicas.engines() == [solo, other]   # what the views iterate
+    assert solo.live() is None and [r["replica"] for r in replicas.live()] == [0, 1]
+    assert replicas.log_path == solo.log_path == str(tmp_path / "a.log")
 
 
 @pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(EngineFigures) if f.name != "extra"])

