@@ -335,3 +335,5 @@ function fillToolMessage(div, m) {
     div.appendChild(el("pre", m.status === "error" ? "result error" : "result", m.content || ""));
   }
 }
+
+if (typeof module !== "undefined") module.exports = { NamedSSEParser, readAnswer };

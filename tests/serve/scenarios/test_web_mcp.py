@@ -152,3 +152,17 @@ def test_an_mcp_server_the_browser_cannot_reach_is_named_with_the_reason(server,
     ask(page, "hi")                                      # no tools offered: a plain answer
     answers_done(page, 1)
     assert page.inner_text(".msg.assistant .md.body") == "No tools here." and calls == []
+
+
+def test_always_allow_stops_asking_only_up_to_a_limit(server, mcp_server, page):
+    url, calls = mcp_server
+    s = server({"turns": [{"text": MCP_CALL}]})            # a model that calls the tool forever
+    page.goto(f"http://127.0.0.1:{s.port}/")
+    add_mcp_server(page, url)
+    ask(page, "Add forever")
+    page.click(".msg.tool.pending button[data-act=always]")
+    page.wait_for_function("document.querySelectorAll('.msg.tool.done').length === 8 && "
+                           "document.querySelectorAll('.msg.tool.pending').length === 1")
+    assert len(calls) == 8                               # 8 tool rounds for one question; the 9th waits for the user
+    assert page.locator(".msg.tool.pending .approve").count() == 1
+
