@@ -6,7 +6,7 @@ cannot fit. `make_plan` is pure: the machine comes in as a `Machine` (tests writ
 `machine_facts()` looks at this computer.
 
 Memory model (the engine's, engine/kv_cache.h and engine/slots.cpp): each engine holds the weights (about the
-GGUF's size once repacked) plus one KV cache of n_ctx positions for its solo sequence and one per lane;
+GGUF's size once repacked) plus one KV cache of n_ctx positions per lane (one decode slot each);
 K and V are each (n_layer, n_head_kv, n_ctx, head_dim) at 2 bytes (f16) or 34/32 bytes (q8_0) per value.
 A mixture of experts that does not fit whole keeps everything but its experts and the KV cache in RAM, and of
 the experts what the rest of the budget holds (`experts_ram`, the engine's --experts-ram-mib: the most used
@@ -287,7 +287,7 @@ def _fit(model, machine: Machine, want: dict, lanes: int, replicas: int, sources
         raise PlanRefused(f"--ctx {asked_ctx}: {model.id} takes {ASKED_CONTEXT_MIN}..{train} tokens "
                           f"(its training context is {train})")
     target = int(asked_ctx) if asked_ctx is not None else min(train, CPU_CONTEXT_CAP)
-    sequences = lanes   # one slot per lane (the engine allocates the solo sequence only for a solo command)
+    sequences = lanes   # one slot per lane: every request runs in a slot
     budget, budget_why = memory_budget(machine)
     fixed = replicas * (model.size_bytes + ENGINE_OVERHEAD_BYTES)
     kinds = [asked_kv] if asked_kv else ["f16"] + (["q8_0"] if model.head_dim % 32 == 0 else [])

@@ -10,6 +10,7 @@
 const STORE_KEY = "strata.chats.v1";
 const CURRENT_KEY = "strata.current";
 const PIN_SLACK_PX = 48;        // within this distance of the bottom the view follows the stream
+const MAX_AUTO_TOOL_ROUNDS = 8; // tool rounds one question may take before "always allow" asks again
 const SETTINGS_FIELDS = [       // the /settings defaults the panel edits: [key, kind]
   ["temperature", "float"], ["top_p", "float"], ["top_k", "int"], ["max_tokens", "int"], ["seed", "int"],
   ["reasoning_effort", "text"], ["reasoning_budget_tokens", "int"]];
@@ -208,10 +209,16 @@ function openToolCalls(chat) {
   return out;
 }
 
-// After an answer with tool calls: one tool message per call; the ones "always allowed" run at once.
+// After an answer with tool calls: one tool message per call; the ones "always allowed" run at once, unless
+// this is past the MAX_AUTO_TOOL_ROUNDS-th tool round since the question (a model in a loop): then it asks.
 function startToolCalls(chat, calls) {
   const msgs = calls.map(c => ({ role: "tool", callId: c.id, name: c.name, arguments: c.arguments, status: "pending" }));
+  let rounds = 0;
+  for (let i = chat.messages.length - 1; i >= 0 && chat.messages[i].role !== "user"; i--) {
+    if (chat.messages[i].role === "assistant" && (chat.messages[i].toolCalls || []).length) rounds++;
+  }
   chat.messages.push(...msgs);
+  if (rounds > MAX_AUTO_TOOL_ROUNDS) return;
   for (const t of msgs) if (mcpAllowed(t.name)) decideTool(t, "approve");
 }
 
@@ -339,7 +346,8 @@ async function ask() {
   if (frame) cancelAnimationFrame(frame);
   Object.assign(m, { content: reply.content, reasoning: reply.reasoning, toolCalls: reply.toolCalls });
   delete m.pending;
-  if (m.failed && chat.messages[i - 1]) chat.messages[i - 1].failed = true;  // the question leaves too
+  const before = chat.messages[i - 1];   // a failed question leaves too; a tool result stays (its call is kept)
+  if (m.failed && before && before.role === "user") before.failed = true;
   m.figures = replyFigures(reply.usage, reply.timings, reply.firstAt === null ? null : reply.firstAt - t0);
   state.controller = null;
   setBusy(false);

@@ -1,7 +1,9 @@
 // Strata web app: tools from MCP servers. The user adds servers by URL in Settings; this browser speaks MCP's
 // streamable HTTP transport to each one directly (JSON-RPC 2.0 by POST; an answer comes as JSON or as an SSE
 // stream; the session travels in the Mcp-Session-Id header): initialize, notifications/initialized,
-// tools/list, tools/call. chat.js offers the tools to the model as OpenAI tools and asks the user before each
+// tools/list, tools/call. A server that refuses that POST (404/405: an older server) is spoken to over the
+// HTTP+SSE transport instead (GET opens an event stream whose `endpoint` event names where to POST; the
+// answers come back on the stream). chat.js offers the tools to the model as OpenAI tools and asks the user before each
 // call (Approve / Deny / Always allow, per server and tool).
 // Strata does not proxy: the MCP server must answer this page's origin (CORS, with Mcp-Session-Id exposed), as
 // the MCP SDKs' own browser examples configure it. Server URLs and "always allow" choices live in this browser.
@@ -23,11 +25,19 @@ class McpClient {
     this.nextId = 1;
     this.tools = [];
     this.error = null;
+    this.sse = null;              // the HTTP+SSE transport, when the server speaks only that
   }
 
   async connect() {
-    const init = await this.rpc("initialize", {
-      protocolVersion: MCP_PROTOCOL_VERSION, capabilities: {}, clientInfo: { name: "strata-web", version: "1" } });
+    const params = { protocolVersion: MCP_PROTOCOL_VERSION, capabilities: {}, clientInfo: { name: "strata-web", version: "1" } };
+    let init;
+    try {
+      init = await this.rpc("initialize", params);
+    } catch (e) {
+      if (![404, 405].includes(e.status)) throw e;
+      this.sse = new McpSseTransport(this.url);
+      init = await this.rpc("initialize", params);
+    }
     this.version = init.protocolVersion || MCP_PROTOCOL_VERSION;
     await this.send({ jsonrpc: "2.0", method: "notifications/initialized" });
     const tools = [];
@@ -43,8 +53,11 @@ class McpClient {
 
   call(name, args) { return this.rpc("tools/call", { name, arguments: args }); }
 
+  close() { if (this.sse) this.sse.close(); }
+
   // POST one message; returns the Response (the caller reads it). Keeps the session id the server sends.
   async send(message, signal) {
+    if (this.sse) return this.sse.post(message, signal);
     const headers = { "Content-Type": "application/json", Accept: "application/json, text/event-stream" };
     if (this.session) headers["Mcp-Session-Id"] = this.session;
     if (message.method !== "initialize") headers["MCP-Protocol-Version"] = this.version;
@@ -60,7 +73,7 @@ class McpClient {
     if (!r.ok) {
       let text = "";
       try { text = (await r.text()).slice(0, 300); } catch (e) { /* the status says enough */ }
-      throw new Error(`${this.url} answered ${r.status}${text ? `: ${text}` : ""}`);
+      throw Object.assign(new Error(`${this.url} answered ${r.status}${text ? `: ${text}` : ""}`), { status: r.status });
     }
     return r;
   }
@@ -70,8 +83,9 @@ class McpClient {
     const ctl = new AbortController();
     const timer = setTimeout(() => ctl.abort(), MCP_TIMEOUT_MS);
     try {
+      const answer = this.sse ? this.sse.answer(id, ctl.signal) : null;   // listening before the POST
       const r = await this.send({ jsonrpc: "2.0", id, method, params }, ctl.signal);
-      const msg = await readAnswer(r, id);
+      const msg = answer ? await answer : await readAnswer(r, id);
       if (msg.error) throw new Error(`${method}: ${msg.error.message || JSON.stringify(msg.error)}`);
       return msg.result || {};
     } catch (e) {
@@ -105,6 +119,91 @@ async function readAnswer(r, id) {
   }
 }
 
+// MCP's HTTP+SSE transport: one long GET stream carries the `endpoint` event, then every answer.
+class McpSseTransport {
+  constructor(url) {
+    this.url = url;
+    this.waiting = new Map();     // JSON-RPC id -> resolve, for the requests whose answer has not come
+    this.controller = new AbortController();
+    this.failure = null;
+    this.endpoint = new Promise((resolve, reject) => { this.gotEndpoint = resolve; this.noEndpoint = reject; });
+    this.endpoint.catch(() => {});
+    this.listen().catch(e => this.fail(e.name === "AbortError" ? "closed" : e.message || String(e)));
+  }
+
+  async listen() {
+    let r;
+    try { r = await fetch(this.url, { headers: { Accept: "text/event-stream" }, signal: this.controller.signal }); }
+    catch (e) {
+      if (e.name === "AbortError") throw e;
+      throw new Error(`cannot reach ${this.url} (is it running, and does it allow this page's origin by CORS?)`);
+    }
+    if (!r.ok) throw new Error(`${this.url} answered ${r.status}`);
+    const reader = r.body.getReader(), dec = new TextDecoder(), sse = new NamedSSEParser();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) throw new Error("the MCP server closed its event stream");
+      for (const { event, data } of sse.feed(dec.decode(value, { stream: true }))) {
+        if (event === "endpoint") { this.gotEndpoint(new URL(data, this.url).href); continue; }
+        let m;
+        try { m = JSON.parse(data); } catch (e) { continue; }
+        const resolve = m && this.waiting.get(m.id);
+        if (resolve && (m.result !== undefined || m.error !== undefined)) { this.waiting.delete(m.id); resolve(m); }
+      }
+    }
+  }
+
+  fail(reason) {
+    this.failure = reason;
+    this.noEndpoint(new Error(reason));
+    for (const resolve of this.waiting.values()) resolve({ error: { message: reason } });
+    this.waiting.clear();
+  }
+
+  answer(id, signal) {
+    return new Promise((resolve, reject) => {
+      if (this.failure) { resolve({ error: { message: this.failure } }); return; }
+      this.waiting.set(id, resolve);
+      signal.addEventListener("abort", () => { this.waiting.delete(id); reject(signal.reason || new DOMException("", "AbortError")); });
+    });
+  }
+
+  async post(message, signal) {
+    const endpoint = await this.endpoint;
+    const r = await fetch(endpoint, { method: "POST", headers: { "Content-Type": "application/json" },
+                                      body: JSON.stringify(message), signal });
+    if (!r.ok) throw new Error(`${endpoint} answered ${r.status}`);
+    return r;
+  }
+
+  close() { this.controller.abort(); }
+}
+
+// SSE framing with the event name kept (stream.js's SSEParser keeps only the data).
+class NamedSSEParser {
+  constructor() { this.buf = ""; this.event = "message"; this.data = []; }
+
+  feed(text) {
+    this.buf += text;
+    const out = [];
+    let nl;
+    while ((nl = this.buf.indexOf("\n")) >= 0) {
+      const line = this.buf.slice(0, nl).replace(/\r$/, "");
+      this.buf = this.buf.slice(nl + 1);
+      if (line === "") {
+        if (this.data.length) out.push({ event: this.event, data: this.data.join("\n") });
+        this.event = "message";
+        this.data = [];
+      } else if (line.startsWith("event:")) {
+        this.event = line.slice(6).trim();
+      } else if (line.startsWith("data:")) {
+        this.data.push(line.slice(line[5] === " " ? 6 : 5));
+      }
+    }
+    return out;
+  }
+}
+
 // ------------------------------------------------------------------------------------------ the servers
 const mcp = { clients: [], ready: null };
 
@@ -115,6 +214,7 @@ function mcpUrls() {
 
 // (Re)connects every configured server; resolves when each has connected or failed (its error kept).
 function mcpConnectAll() {
+  for (const c of mcp.clients) c.close();
   mcp.clients = mcpUrls().map(url => new McpClient(url));
   mcp.ready = Promise.all(mcp.clients.map(c => c.connect().catch(e => { c.error = e.message || String(e); })));
   return mcp.ready;
@@ -227,7 +327,9 @@ function fillToolMessage(div, m) {
   div.appendChild(el("pre", "args", args));
   if (m.status === "pending") {
     const row = el("div", "approve");
-    row.append(actionButton("Approve", "approve", "Run this call once"),
+    const approve = actionButton("Approve", "approve", "Run this call once");
+    approve.className = "small";          // the one filled button: the answer the user is asked for
+    row.append(approve,
                actionButton("Deny", "deny", "Do not run it; the model is told so"),
                actionButton(`Always allow ${m.name}`, "always", "Run this tool from now on without asking"));
     div.appendChild(row);
@@ -235,3 +337,5 @@ function fillToolMessage(div, m) {
     div.appendChild(el("pre", m.status === "error" ? "result error" : "result", m.content || ""));
   }
 }
+
+if (typeof module !== "undefined") module.exports = { NamedSSEParser, readAnswer };

@@ -462,7 +462,7 @@ def lifecycle_servers(tmp_path):
         run = start_http(lc, started, **opts)
         lc.boot()
         run.rec = lambda n: str(tmp_path / f"{n}.rec")
-        run.gen = lambda n: str(tmp_path / f"{n}.gen")   # every GEN line whole
+        run.gen = lambda n: str(tmp_path / f"{n}.gen")   # every BGEN line whole
         return run
 
     yield start

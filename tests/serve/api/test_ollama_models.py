@@ -118,6 +118,37 @@ def test_create_from_a_model_with_settings_applies_them_on_ollama_routes(lifecyc
     assert "pirate:latest" in names
 
 
+def test_a_created_models_settings_apply_on_the_openai_chat_route_as_ollamas_do(lifecycle_server, tmp_path):
+    """/v1/chat/completions naming a created model runs through the same settings as Ollama's chat (Ollama's
+    OpenAI route is its chat handler): the system turn, the turns, and the parameters the request leaves out
+    (num_predict as max_tokens); not temperature or top_p, which Ollama's OpenAI route sets to 1.0 itself. The
+    request's own fields and system turn win, and a model not created gets nothing."""
+    run = lifecycle_server(store=tmp_path / "store")
+    status, body, _ = run.post("/api/create", {
+        "model": "pirate", "from": "alpha", "system": "Talk like a pirate.", "stream": False,
+        "parameters": {"temperature": 0.25, "top_k": 7, "seed": 11, "num_predict": 5},
+        "messages": [{"role": "user", "content": "Ahoy?"}, {"role": "assistant", "content": "Arr."}]})
+    assert status == 200 and body == {"status": "success"}
+    status, body, _ = run.post("/v1/chat/completions", {"model": "pirate",
+                                                        "messages": [{"role": "user", "content": "hello"}]})
+    assert status == 200 and body["choices"][0]["message"]["content"] == "I am "   # 5 tokens (num_predict)
+    prompt = _prompt(run.gen("alpha"))
+    assert prompt.index("Talk like a pirate.") < prompt.index("Ahoy?") < prompt.index("Arr.") < prompt.index("hello")
+    gen = open(run.gen("alpha")).read().splitlines()[-1].split()
+    assert gen[1] == "5" and "top_k=7" in gen and "seed=11" in gen and not any("0.25" in w for w in gen), gen
+    run.post("/v1/chat/completions", {"model": "pirate", "max_tokens": 3, "top_k": 2, "temperature": 0.5,
+                                      "messages": [{"role": "system", "content": "Be terse."},
+                                                   {"role": "user", "content": "hi"}]})
+    prompt = _prompt(run.gen("alpha"))
+    assert "Be terse." in prompt and "pirate" not in prompt and "Ahoy?" in prompt
+    gen = open(run.gen("alpha")).read().splitlines()[-1].split()
+    assert gen[1] == "3" and "top_k=2" in gen, gen
+    run.post("/v1/chat/completions", {"model": "alpha", "messages": [{"role": "user", "content": "plain"}]})
+    prompt = _prompt(run.gen("alpha"))
+    assert "Ahoy?" not in prompt and "pirate" not in prompt and "plain" in prompt
+    assert "top_k=7" not in open(run.gen("alpha")).read().splitlines()[-1].split()
+
+
 def test_a_modelfile_is_read_and_what_strata_does_not_do_is_refused_by_name(lifecycle_server, tmp_path):
     run = lifecycle_server(store=tmp_path / "store")
     text = ('# a comment\nFROM beta\nPARAMETER temperature 0.7\nPARAMETER stop "<x>"\nPARAMETER stop "<y>"\n'

@@ -6,7 +6,6 @@ A failing test leaves a screenshot of its page under .pytest_cache/d/strata-web-
 """
 import json
 import os
-import shutil
 import threading
 import time
 
@@ -15,57 +14,14 @@ import pytest
 from serve.http import routes as routes_mod
 from tests.conftest import ENGINE_EXE, model_path
 from tests.serve.conftest import chat, real_server
+from tests.serve.scenarios.conftest import WAIT_MS, answers_done, ask
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (requirements-test.txt) drives the "
-                               "browser; ./strata test installs it")
-CHROMIUM = os.environ.get("STRATA_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-WAIT_MS = 15000       # the longest any step waits for the page (the fake engine answers in well under this)
+pytest.importorskip("playwright.sync_api", reason="playwright (requirements-test.txt) drives the browser; "
+                    "./strata test installs it")
 HOSTILE = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>[x](javascript:window.__pwned=3)'
 MARKDOWN_ANSWER = ("Here is **bold** text.\n\n- one\n- two\n\n```python\nprint('hi')\n```\n\n| a | b |\n|---|---|\n"
                    "| 1 | 2 |\n\n" + HOSTILE + "\n")
 
-
-@pytest.fixture(scope="module")
-def browser():
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.skip(f"no Chromium at {CHROMIUM} (./strata test installs Debian's chromium as root)")
-    with sync_api.sync_playwright() as p:
-        try:
-            b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        except Exception as e:  # a browser that cannot start here (sandbox, libraries): skipped with the reason
-            pytest.skip(f"Chromium did not start: {str(e).splitlines()[0]}")
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser, request):
-    """A fresh browser context (empty localStorage) per test; a screenshot when the test failed."""
-    ctx = browser.new_context(viewport={"width": 1000, "height": 700})
-    pg = ctx.new_page()
-    pg.set_default_timeout(WAIT_MS)
-    errors = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    failed_before = request.session.testsfailed
-    yield pg
-    if request.session.testsfailed > failed_before:
-        shots = request.config.cache.mkdir("strata-web-shots")
-        pg.screenshot(path=str(shots / f"{request.node.name}.png"), full_page=True)
-        print(f"screenshot: {shots / request.node.name}.png; page errors: {errors}")
-    ctx.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
-
-
-def ask(pg, text):
-    pg.fill("#text", text)
-    pg.press("#text", "Enter")
-
-
-def answers_done(pg, n):
-    """Wait until n answers are finished (a finished answer has its action buttons; a streaming one not)."""
-    pg.wait_for_function(f"document.querySelectorAll('.msg.assistant .actions').length >= {n}")
 
 
 def test_question_streams_and_renders_markdown_safely(server, page):
@@ -351,120 +307,3 @@ def test_real_model_answers_in_the_page(page, tmp_path):
         page.wait_for_selector("#routes tr")
         card = page.inner_text("#model-card")
         assert "Q4_1" in card and "llama" in card and "MiB" in card
-
-
-# ------------------------------------------------------------------------------------------ MCP tools
-# An MCP server made with the official SDK (test-only), in this process on its own port: the page connects to it
-# straight from the browser (CORS as the SDK's browser examples set it), the fake engine is scripted to call its tool.
-MCP_CALL = ("<tool_call>\n<function=add>\n<parameter=a>\n2\n</parameter>\n<parameter=b>\n3\n</parameter>\n"
-            "</function>\n</tool_call>")
-
-
-@pytest.fixture
-def mcp_server():
-    """-> (url, calls): a streamable-HTTP MCP server with tools `add` and `explode`; calls lists what ran."""
-    mcpserver = pytest.importorskip("mcp.server.mcpserver", reason="the official MCP SDK (requirements-test.txt)")
-    import socket
-    import uvicorn
-    from mcp.server.mcpserver.exceptions import ToolError
-    from starlette.middleware.cors import CORSMiddleware
-    calls = []
-    srv = mcpserver.MCPServer("strata-test")
-
-    @srv.tool()
-    def add(a: int, b: int) -> str:
-        """Add two integers"""
-        calls.append(("add", a, b))
-        return f"The sum is {a + b}"
-
-    @srv.tool()
-    def explode() -> str:
-        """A tool that always fails"""
-        calls.append(("explode",))
-        raise ToolError("the fuse is lit")      # the SDK's way to fail with a message the client sees
-
-    app = CORSMiddleware(srv.streamable_http_app(), allow_origins=["*"], allow_methods=["GET", "POST", "DELETE"],
-                         allow_headers=["*"], expose_headers=["Mcp-Session-Id"])
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    t.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "the MCP server did not start"
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}/mcp", calls
-    server.should_exit = True
-    t.join(10)
-    sock.close()
-
-
-def add_mcp_server(pg, url):
-    pg.click("#open-settings")
-    pg.wait_for_selector("#settings[open]")
-    pg.fill("#mcp-url", url)
-    pg.click("#mcp-add")
-    pg.wait_for_function("document.getElementById('mcp-list').textContent.includes('tools: add')")
-    pg.click("#settings-cancel")
-
-
-def prompts(gens):
-    """Each GEN's prompt as text (the fake engine's ids are bytes below 256)."""
-    return [bytes(i for i in map(int, line.split()[-1].split(",")) if i < 256).decode("utf-8", "replace")
-            for line in gens.read_text().splitlines()]
-
-
-def test_an_mcp_tool_runs_after_approval_and_the_answer_uses_it(server, page, mcp_server, tmp_path):
-    url, calls = mcp_server
-    gens = tmp_path / "gens.txt"
-    s = server({"record_gen": str(gens), "turns": [{"text": MCP_CALL}, {"echo": r"The sum is \d+"}]})
-    page.goto(f"http://127.0.0.1:{s.port}/")
-    add_mcp_server(page, url)
-    ask(page, "What is 2 + 3?")
-    page.wait_for_selector(".msg.tool.pending .approve")
-    assert "MCP tool: add" in page.inner_text(".msg.tool .tool-name")
-    assert json.loads(page.inner_text(".msg.tool pre.args")) == {"a": 2, "b": 3}
-    assert calls == []                                   # nothing runs before the user says so
-    assert "Add two integers" in prompts(gens)[0]        # the MCP tool was offered to the model
-    page.click(".msg.tool button[data-act=approve]")
-    page.wait_for_function("document.querySelector('.msg.tool pre.result')?.textContent === 'The sum is 5'")
-    answers_done(page, 2)
-    assert calls == [("add", 2, 3)]                      # the MCP server ran it, once
-    assert "The sum is 5" in prompts(gens)[1]             # the result went back to the model
-    assert page.locator(".msg.assistant").nth(1).locator(".md.body").inner_text() == "The sum is 5"
-    page.reload()                                        # the conversation, tool turn included, is kept
-    page.wait_for_selector(".msg.tool.done")
-    assert page.locator(".msg.assistant").count() == 2
-
-
-def test_a_denied_call_does_not_run_and_the_model_is_told(server, page, mcp_server, tmp_path):
-    url, calls = mcp_server
-    gens = tmp_path / "gens.txt"
-    s = server({"record_gen": str(gens), "turns": [{"text": MCP_CALL}, {"echo": r"The user denied[^;]*"}]})
-    page.goto(f"http://127.0.0.1:{s.port}/")
-    add_mcp_server(page, url)
-    ask(page, "What is 2 + 3?")
-    page.click(".msg.tool.pending button[data-act=deny]")
-    answers_done(page, 2)
-    assert calls == []
-    assert "denied" in page.inner_text(".msg.tool .tool-name")
-    assert page.locator(".msg.assistant").nth(1).locator(".md.body").inner_text() == "The user denied this tool call"
-
-
-def test_a_failing_tool_is_shown_and_always_allow_skips_the_question(server, page, mcp_server, tmp_path):
-    url, calls = mcp_server
-    explode = "<tool_call>\n<function=explode>\n</function>\n</tool_call>"
-    s = server({"turns": [{"text": explode}, {"echo": r"the fuse is lit"}, {"text": explode}, {"text": "Gave up."}]})
-    page.goto(f"http://127.0.0.1:{s.port}/")
-    add_mcp_server(page, url)
-    ask(page, "Light it")
-    page.click(".msg.tool.pending button[data-act=always]")
-    answers_done(page, 2)
-    assert "the fuse is lit" in page.inner_text(".msg.tool.error pre.result")     # the error is shown
-    assert page.locator(".msg.assistant").nth(1).locator(".md.body").inner_text() == "the fuse is lit"
-    ask(page, "Again")
-    answers_done(page, 4)                                # allowed always: it ran with no question asked
-    assert calls == [("explode",), ("explode",)]
-    assert page.locator(".msg.tool.error").count() == 2 and page.locator(".msg.tool.pending").count() == 0
