@@ -76,6 +76,10 @@ public:
     // shortest completion: the smallest character of each class, each rule's shortest alternative).
     int32_t close_bytes();
     std::string close_text();
+    // The tokens close_text() takes when written as the budget writes it (the longest token that starts the
+    // rest, each step); GRAM_CLOSE_NEVER when some byte of it has no token. A budget below this cannot end
+    // the reply as a whole sentence even when it binds from the first token (the engine refuses such a request).
+    int32_t close_tokens();
     // The reply may take at most `tokens_left` more tokens (the token about to be sampled included; -1: no
     // limit). mask() then keeps the output closable within that budget: when the shortest completion's bytes
     // reach the budget, the one token allowed is the longest token that starts the completion (the end-of-turn

@@ -183,6 +183,27 @@ std::string grammar_matcher::close_text() {
     return out;
 }
 
+int32_t grammar_matcher::close_tokens() {
+    const std::string text = close_text();
+    int32_t n_tokens = 0;
+    for (size_t i = 0; i < text.size(); ++n_tokens) {  // greedy: the longest token that starts text[i..]
+        int32_t node = 0;
+        size_t taken = 0;
+        for (size_t j = i; j < text.size(); ++j) {
+            int32_t next = -1;
+            for (int32_t e = vocab_->child_begin[static_cast<size_t>(node)]; e < vocab_->child_begin[static_cast<size_t>(node) + 1]; ++e) {
+                if (vocab_->child_byte[static_cast<size_t>(e)] == static_cast<uint8_t>(text[j])) next = vocab_->child_node[static_cast<size_t>(e)];
+            }
+            if (next < 0) break;
+            node = next;
+            if (vocab_->tok_begin[static_cast<size_t>(node)] < vocab_->tok_begin[static_cast<size_t>(node) + 1]) taken = j + 1 - i;
+        }
+        if (taken == 0) return GRAM_CLOSE_NEVER;
+        i += taken;
+    }
+    return n_tokens;
+}
+
 const uint32_t* grammar_matcher::budget_mask() {
     const int32_t sid = state_id();
     const int32_t need = state_close(g_.get(), sid);

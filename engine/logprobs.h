@@ -31,7 +31,7 @@ struct token_logprobs {
 void logprobs_compute(const sampler_params& params, const float* logits, int32_t n_vocab, int32_t token,
                       int32_t k, std::vector<float>* work, token_logprobs* out);
 
-// The words a T/BT line carries after the token id when the request asked: " lp=<f> top=<id>:<f>,..."
+// The words a BT line carries after the token id when the request asked: " lp=<f> top=<id>:<f>,..."
 // (" lp=<f>" alone when k is 0); "" when params.n_logprobs < 0.
 std::string logprobs_suffix(const sampler_params& params, const float* logits, int32_t n_vocab, int32_t token,
                             std::vector<float>* work);
@@ -42,6 +42,6 @@ std::string logprobs_suffix(const sampler_params& params, const float* logits, i
 // (fewer when fewer were kept); a greedy pick is the token alone at 0 (probability 1).
 std::string logprobs_post_suffix(const sampler_params& params, const sampler_scratch& s, int32_t token);
 
-// What a T/BT line of the token carries: logprobs_post_suffix when params.lp_post, else logprobs_suffix.
+// What a BT line of the token carries: logprobs_post_suffix when params.lp_post, else logprobs_suffix.
 std::string logprobs_line(const sampler_params& params, const float* logits, int32_t n_vocab, int32_t token,
                           const sampler_scratch& s, std::vector<float>* work);

@@ -36,14 +36,14 @@ const char* const USAGE =
     "usage: strata-engine --serve --model FILE.gguf [options]\n"
     "  --max-context N              context (default: the model's training context, at most 8192)\n"
     "  --threads N                  worker threads (default: physical cores)\n"
-    "  --batch N | --slots N        1..8 batch decode slots (default: none, solo only)\n"
+    "  --batch N | --slots N        1..8 decode slots (default 1)\n"
     "  --batch-groups G|auto        slot groups (G divides the slots; the CPU runs one group at a time)\n"
     "  --conversation-cache-slots N parked conversations kept in RAM (default 4, 0 = off)\n"
     "  --conversation-cache-mib N   byte budget of the parked conversations (default 0 = no limit)\n"
     "  --prompt-cache-every N       checkpoint interval in tokens (default 16384)\n"
     "  --turn-token ID              the turn-opening token (default: the model's <|im_start|>)\n"
     "  --eos-ids A,B                tokens that end a reply (default: the model's end-of-turn and end-of-text)\n"
-    "  --chunk N                    prompt tokens per evaluation of a solo GEN or a one-slot engine (default 512)\n"
+    "  --chunk N                    prompt tokens per evaluation of a one-slot engine (default 512)\n"
     "  --step-tokens N              tokens one step of several slots carries: decode entries, then prompt chunks\n"
     "                               (default 64)\n"
     "  --token-flush-ms N           hold a slot's token lines (after its first) up to N ms, to write several at\n"
@@ -95,7 +95,7 @@ struct flags {
     std::string model;
     int64_t max_context = 0;
     int64_t threads = 0;
-    int64_t slots = 0;
+    int64_t slots = 1;               // one slot unless --batch says more
     std::string groups = "auto";
     int64_t conv_slots = 4;
     int64_t conv_mib = 0;
@@ -141,7 +141,7 @@ int parse_flags(int argc, char** argv, flags* f) {
         } else if (a == "--threads") {
             if (!parse_int_flag(v, 1, 1024, &f->threads)) return bad();
         } else if (a == "--batch" || a == "--slots") {
-            if (!parse_int_flag(v, 0, SLOTS_MAX, &f->slots)) return bad();
+            if (!parse_int_flag(v, 1, SLOTS_MAX, &f->slots)) return bad();
         } else if (a == "--batch-groups") {
             if (v != "auto" && !parse_int_flag(v, 1, SLOTS_MAX, &n)) return bad();
             f->groups = v;
@@ -280,8 +280,8 @@ int main(int argc, char** argv) {
     model_params mp;
     mp.path = f.model;
     mp.n_threads = f.threads > 0 ? static_cast<int32_t>(f.threads) : physical_cores();
-    // a solo chunk plus every slot's decode entry and its drafts (when drafting is on), or one slot step; the
-    // batch limit also sizes the rings of sliding-window layers, so no room is kept for drafts that never come
+    // a one-slot read's chunk, or one step of several slots plus every slot's decode entry and its drafts (when
+    // drafting is on); the batch limit also sizes the rings of sliding-window layers, so no room is kept for drafts that never come
     const int32_t per_slot = 1 + (f.drafting != DRAFTING_OFF ? DRAFT_K_MAX : 0);
     mp.n_batch = static_cast<int32_t>(std::max(f.chunk, f.step_tokens)) + SLOTS_MAX * per_slot;
     mp.act_bits = f.act_bits;

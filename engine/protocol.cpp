@@ -312,26 +312,18 @@ bool protocol_parse(const std::string& raw, int32_t n_vocab, command* out) {
     const std::vector<std::string> w = split_words(line);
     if (w.empty()) return true;  // CMD_NONE
     const std::string& verb = w[0];
-    if (verb == "GEN") {
-        out->kind = CMD_GEN;
-        return parse_request(w, 1, n_vocab, out);
-    }
     if (verb == "BGEN") {
         out->kind = CMD_BGEN;
         if (!parse_slot(w, out)) return false;
         return parse_request(w, 2, n_vocab, out);
     }
-    if (verb == "EMB" || verb == "BEMB") {  // <ids> only: no keys, no max_new
-        out->kind = verb == "EMB" ? CMD_EMB : CMD_BEMB;
-        if (out->kind == CMD_BEMB && !parse_slot(w, out)) return false;
-        const size_t first = out->kind == CMD_BEMB ? 2 : 1;
+    if (verb == "BEMB") {  // <slot> <ids> only: no keys, no max_new
+        out->kind = CMD_BEMB;
+        if (!parse_slot(w, out)) return false;
+        const size_t first = 2;
         if (w.size() != first + 1) return fail(out, w.size() <= first ? "empty prompt" : verb + ": ids only");
         std::string why;
         if (!parse_ids(w[first], n_vocab, &out->ids, &why)) return fail(out, why);
-        return true;
-    }
-    if (verb == "STOP") {
-        out->kind = CMD_STOP;
         return true;
     }
     if (verb == "BSTOP") {
@@ -359,13 +351,11 @@ bool protocol_parse(const std::string& raw, int32_t n_vocab, command* out) {
         if (w.size() != 2) return fail(out, verb + ": <slot> only");
         return parse_slot(w, out);
     }
-    if (verb == "SAVE" || verb == "RESTORE" || verb == "BSAVE" || verb == "BRESTORE") {
-        out->kind = verb == "SAVE" ? CMD_SAVE : verb == "RESTORE" ? CMD_RESTORE : verb == "BSAVE" ? CMD_BSAVE : CMD_BRESTORE;
+    if (verb == "BSAVE" || verb == "BRESTORE") {
+        out->kind = verb == "BSAVE" ? CMD_BSAVE : CMD_BRESTORE;
         size_t at = line.find(verb) + verb.size();
-        if (out->kind == CMD_BSAVE || out->kind == CMD_BRESTORE) {  // the slot, then the path (the rest of the line)
-            if (!parse_slot(w, out)) return false;
-            at = line.find(w[1], at) + w[1].size();
-        }
+        if (!parse_slot(w, out)) return false;  // the slot, then the path (the rest of the line)
+        at = line.find(w[1], at) + w[1].size();
         size_t b = line.find_first_not_of(" \t", at);
         size_t e = line.find_last_not_of(" \t");
         if (b == std::string::npos || e == std::string::npos || e < b) return fail(out, verb + ": missing path");

@@ -19,33 +19,28 @@
 
 enum cmd_kind : int32_t {
     CMD_NONE = 0,    // blank line: nothing to do
-    CMD_GEN,         // GEN <max_new>[ k=v ...] <ids>
     CMD_BGEN,        // BGEN <slot> <max_new>[ k=v ...] <ids>
-    CMD_STOP,        // STOP
     CMD_BSTOP,       // BSTOP <slot>
     CMD_VRAM,        // VRAM [reserve_mib]
-    CMD_SAVE,        // SAVE <path>
-    CMD_RESTORE,     // RESTORE <path>
     CMD_QUIT,        // QUIT
-    CMD_EMB,         // EMB <ids>: solo embedding (engine/embed.h)
     CMD_BEMB,        // BEMB <slot> <ids>: embedding in an idle slot, read in the slot steps
     CMD_PING,        // PING <n>: answered PONG <n> by the loop when it takes the line (liveness)
-    CMD_BSAVE,       // BSAVE <slot> <path>: an idle slot's tokens + KV to a file (as SAVE)
-    CMD_BRESTORE,    // BRESTORE <slot> <path>: a file into an idle slot (as RESTORE)
+    CMD_BSAVE,       // BSAVE <slot> <path>: an idle slot's tokens + KV to a file
+    CMD_BRESTORE,    // BRESTORE <slot> <path>: a file into an idle slot
     CMD_BERASE,      // BERASE <slot>: an idle slot forgets its tokens
     CMD_BCLOSE,      // BCLOSE <slot>: a constrained request writes its grammar's shortest completion and ends
 };
 
 struct command {
     cmd_kind kind = CMD_NONE;
-    int32_t slot = -1;          // BGEN/BSTOP
-    int32_t max_new = 0;        // GEN/BGEN
-    sampler_params sampling;    // GEN/BGEN
-    bool ckpt = true;           // GEN/BGEN: ckpt=0 asks for no conversation checkpoint (a one-shot call)
-    bool draft = true;          // GEN/BGEN: draft=0 turns drafting off for this request (engine/drafting.h)
-    std::string grammar;        // GEN/BGEN: grammar=<GBNF, %XX-escaped>, decoded ("" = unconstrained)
-    std::vector<int32_t> ids;   // GEN/BGEN/EMB/BEMB: the prompt
-    std::string path;           // SAVE/RESTORE/BSAVE/BRESTORE
+    int32_t slot = -1;          // BGEN/BEMB/BSTOP/BSAVE/BRESTORE/BERASE/BCLOSE
+    int32_t max_new = 0;        // BGEN
+    sampler_params sampling;    // BGEN
+    bool ckpt = true;           // BGEN: ckpt=0 asks for no conversation checkpoint (a one-shot call)
+    bool draft = true;          // BGEN: draft=0 turns drafting off for this request (engine/drafting.h)
+    std::string grammar;        // BGEN: grammar=<GBNF, %XX-escaped>, decoded ("" = unconstrained)
+    std::vector<int32_t> ids;   // BGEN/BEMB: the prompt
+    std::string path;           // BSAVE/BRESTORE
     int64_t vram_mib = -1;      // VRAM argument, -1 when absent
     int64_t ping = 0;           // PING's number, echoed in PONG
     std::string error;          // set when protocol_parse returns false

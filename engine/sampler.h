@@ -4,7 +4,7 @@
 //  - Pure: the same (params, logits, history, seed, pos) always gives the same token, whatever thread count
 //    the model ran with, whichever slot the sequence lives in, and whatever other sequences do.
 //  - The random draw is counter based: one uniform number per (seed, pos), pos being the position the new
-//    token will take. A request that is moved (promoted to a slot, yielded, sent back solo) draws the same
+//    token will take. A request that is moved (between slots) draws the same
 //    numbers it would have drawn without moving.
 //  - Order of the stages: the grammar's allow mask (sampler_sample_masked), logit_bias, penalties over the last
 //    penalty_last_n tokens of the sequence, DRY, then greedy (temperature <= 0), or top_n_sigma -> top_k ->

@@ -4,11 +4,11 @@
 //  - Runs on the main thread after INFO/READY; the only writer of stdout. Takes lines from the stdin_reader
 //    in order and runs them; while batch slots read or decode it takes the queued commands (at most
 //    COMMANDS_PER_STEP) and then runs one slot step (slots.h: decode entries first, then prompt chunks,
-//    shortest remaining first, under --step-tokens). A BGEN is accepted at once (BACC) and read in the steps.
-//    A solo GEN runs whole; the decoding slots' steps ride in its batches.
+//    shortest remaining first, under --step-tokens; one slot reads in --chunk pieces). A BGEN is accepted at
+//    once (BACC) and read in the steps. Every request runs in a slot: one path (`--batch 1` is one slot).
 //  - Every refused line is answered `ERR <reason>` and the loop goes on; nothing in a line can end it except
 //    QUIT (or EOF on stdin). Returns the process exit code (0).
-//  - Owns the live solo session, the conversation cache and the slots; knows the model only through model.h.
+//  - Owns the conversation cache and the slots; knows the model only through model.h.
 #pragma once
 
 #include <cstdint>
@@ -24,9 +24,9 @@ constexpr int64_t STEP_TOKENS_DEFAULT = 64;
 
 struct engine_config {
     int32_t n_ctx = 0;               // --max-context, resolved
-    int32_t n_slots = 0;             // --batch / --slots (0 = solo only)
+    int32_t n_slots = 1;             // --batch / --slots (1..8)
     int32_t n_groups = 1;            // --batch-groups, resolved
-    int32_t chunk = 512;             // --chunk: solo prompt tokens per model_eval call
+    int32_t chunk = 512;             // --chunk: a one-slot engine's prompt tokens per model_eval call
     int32_t step_tokens = STEP_TOKENS_DEFAULT;       // --step-tokens: tokens one slot step evaluates (decode entries + chunks)
     int32_t turn_token = -1;         // --turn-token (-1: no turn checkpoints)
     std::vector<int32_t> eos_ids;    // --eos-ids

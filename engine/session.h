@@ -1,6 +1,6 @@
 // engine/session.h — what the engine remembers between requests: sequences (token ids + the KV cache that
 // holds them), prefix reuse across them, turn checkpoints, the conversation cache of parked sessions in RAM,
-// and SAVE/RESTORE of the solo session to a file.
+// and BSAVE/BRESTORE of a slot's state to a file.
 //
 // Contract:
 //  - A seq_state's kv holds exactly positions [0, tokens.size()); positions past that are garbage and are
@@ -8,7 +8,7 @@
 //  - Reuse: a prompt of n tokens may reuse at most n-1 positions (the last prompt token is always read, so
 //    that its logits exist), and a source only at a point its window-layer rings still hold the window of
 //    (kv_cache_can_resume; else it offers none and the prompt is read from position 0). The best source is whichever state shares the longest start with the prompt:
-//    the target itself, a parked conversation, the live solo session, or an idle batch slot.
+//    the target itself, a parked conversation, or another slot.
 //  - Turn checkpoint: ckpt_len marks the end of a sequence's settled history (up to and including the last
 //    --turn-token of its prompt). A new prompt that diverges before it is another conversation: the old one is
 //    parked (copied into the conversation cache) before it is overwritten. One that diverges after it is the

@@ -122,8 +122,7 @@ public:
     // refused the batch, in which case every slot in it was ended with BDONE ... nonfinite.
     bool step(const stdin_reader& reader, const std::vector<int32_t>& eos_ids, int32_t step_tokens,
               std::string* err);
-    // The parts of a decode step, for a caller that evaluates the decoding slots' entries inside a larger
-    // batch (a solo GEN's chunk and the decode step in one pass over the weights):
+    // The parts of a decode step (step() runs them around its one evaluation):
     // collect ends the slots whose BSTOP arrived and lists the decoding ones (the batch's rows, in slot order);
     void collect(const stdin_reader& reader, std::vector<int32_t>* rows);
     // append adds each row's entries (its pending token at its next position, then its drafts; sequence

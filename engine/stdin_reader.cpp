@@ -68,19 +68,14 @@ void stdin_reader::handle_line(std::string&& line, bool too_long) {
         command cmd;
         if (protocol_parse(line, 1, &cmd)) {
             const int64_t stamp = req_seq_.load();
-            if (cmd.kind == CMD_STOP) {
-                stop_seq_.store(stamp, std::memory_order_release);
-                return;
-            }
             if (cmd.kind == CMD_BSTOP && cmd.slot < n_slots_) {
                 bstop_seq_[cmd.slot].store(stamp, std::memory_order_release);
                 return;
             }
         }
     }
-    // GEN/BGEN/EMB/BEMB open a new request number (a cheap prefix test: the loop does the real parse).
-    const bool is_request = line.compare(0, 4, "GEN ") == 0 || line.compare(0, 5, "BGEN ") == 0 ||
-                            line.compare(0, 4, "EMB ") == 0 || line.compare(0, 5, "BEMB ") == 0;
+    // BGEN/BEMB open a new request number (a cheap prefix test: the loop does the real parse).
+    const bool is_request = line.compare(0, 5, "BGEN ") == 0 || line.compare(0, 5, "BEMB ") == 0;
     item.seq = is_request ? req_seq_.load() + 1 : req_seq_.load();
     if (is_request) req_seq_.store(item.seq, std::memory_order_release);
     item.text = std::move(line);

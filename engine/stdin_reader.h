@@ -1,13 +1,12 @@
 // engine/stdin_reader.h — reads the engine's stdin on its own thread.
 //
 // Contract:
-//  - STOP and BSTOP <slot> act at once, while a request runs: the reader records them in
-//    atomics that the serve loop polls at every chunk and every token. Every other line is queued, in order,
-//    for the loop to run between requests (with slots: between decode steps).
-//  - Staleness: each queued GEN/BGEN gets a sequence number (1, 2, ...). A STOP/BSTOP is stamped with
-//    the number of the last GEN/BGEN read before it, and applies to a request only when that stamp is at least
-//    the request's own number. So a STOP written after a request ended never stops the next one, and a STOP
-//    written right after a GEN (before the loop took that GEN) still stops it.
+//  - BSTOP <slot> acts at once, while a request runs: the reader records it in an atomic that the serve loop
+//    polls at every slot step. Every other line is queued, in order, for the loop to run between two steps.
+//  - Staleness: each queued BGEN/BEMB gets a sequence number (1, 2, ...). A BSTOP is stamped with the number
+//    of the last BGEN/BEMB read before it, and applies to a slot's request only when that stamp is at least
+//    the request's own number. So a BSTOP written after a request ended never stops the next one, and a BSTOP
+//    written right after a BGEN (before the loop took that BGEN) still stops it.
 //  - A line over STDIN_LINE_MAX_BYTES is dropped whole (up to its '\n') and queued as an error entry, which
 //    the loop answers with ERR; the engine keeps running. EOF queues a QUIT.
 //  - One reader per process; it never writes to stdout (the loop is stdout's only writer).
@@ -46,7 +45,6 @@ public:
     bool has_queued();
 
     // Whether the request numbered `seq` was asked to stop / its slot asked to stop.
-    bool stop_requested(int64_t seq) const { return stop_seq_.load(std::memory_order_acquire) >= seq; }
     bool slot_stop_requested(int32_t slot, int64_t seq) const;
 
 private:
@@ -63,6 +61,5 @@ private:
     std::deque<stdin_line> queue_;
 
     std::atomic<int64_t> req_seq_{0};  // number of the last GEN/BGEN read (written by the reader thread only)
-    std::atomic<int64_t> stop_seq_{0}; // stamp of the last STOP
     std::atomic<int64_t> bstop_seq_[STDIN_SLOTS_MAX];  // stamp of the last BSTOP per slot
 };

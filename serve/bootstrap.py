@@ -233,7 +233,7 @@ def _engine_args(model, fake: bool, ns, cfg: dict, pick) -> tuple[list[str], int
     ctx, threads, parallel = pick("ctx", "max_context"), pick("threads"), pick("parallel")
     if not fake:   # threads, context and KV type that fit this machine, lanes clamped (strata_control.plan)
         flags = {"max_context": getattr(ns, "ctx", None), **{k: getattr(ns, k, None) for k in
-                                                             ("threads", "parallel", "replicas")}}
+                                                             ("threads", "parallel", "replicas", "experts_ram_mib")}}
         plan = launch_plan(model, plan_want(cfg, flags))
         args += plan.engine_args()
         parallel, memory = plan.lanes, plan.memory

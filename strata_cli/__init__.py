@@ -90,6 +90,9 @@ def _serve_args(s) -> None:
                    help="render chats in this family (chatml, llama3, gemma) whatever the model's template is "
                    "(needed for chat routes on a model without a template), or jinja: the model's own template "
                    "even where Strata has a native renderer (other families always use their own)")
+    s.add_argument("--experts-ram-mib", type=int, metavar="MIB", help="a mixture of experts' packed experts may "
+                   "take this much RAM: the most used are kept there, the rest read from the model file "
+                   "(default: all of them, or what fits beside the rest)")
     s.add_argument("--act-bits", type=int, choices=[16, 8], metavar="16|8",
                    help="engine matmul activations in 16-bit blocks (default) or 8-bit: faster prompt reads, "
                    "logits less exact (README: Benchmarks)")
@@ -154,6 +157,8 @@ def parser() -> argparse.ArgumentParser:
                        ("--replicas", "replicas")):
         pl.add_argument(flag, type=int, help=f"ask for this many {what}")
     pl.add_argument("--kv", choices=["f16", "q8_0"], help="ask for this KV cache type")
+    pl.add_argument("--experts-ram-mib", type=int, metavar="MIB", help="a mixture of experts' packed experts may "
+                    "take this much RAM (the most used kept, the rest read from the file)")
     pl.add_argument("--keys", action="store_true", help="print the run-config key table and exit")
     dr = subs["drafting"]
     dr.add_argument("action", choices=["plan"], help="plan: the decision and its reasons")
@@ -264,7 +269,8 @@ def plan(ns) -> int:
         return found
     m, path, cfg, notices = found
     want = runconfig.plan_want(cfg, {"max_context": ns.ctx, "threads": ns.threads, "parallel": ns.parallel,
-                                     "replicas": ns.replicas, "kv": ns.kv})
+                                     "replicas": ns.replicas, "kv": ns.kv,
+                                     "experts_ram_mib": ns.experts_ram_mib})
     try:
         p = make_plan(m, machine_facts(), want)
     except PlanRefused as e:

@@ -6,7 +6,7 @@ cannot fit. `make_plan` is pure: the machine comes in as a `Machine` (tests writ
 `machine_facts()` looks at this computer.
 
 Memory model (the engine's, engine/kv_cache.h and engine/slots.cpp): each engine holds the weights (about the
-GGUF's size once repacked) plus one KV cache of n_ctx positions for its solo sequence and one per lane;
+GGUF's size once repacked) plus one KV cache of n_ctx positions per lane (one decode slot each);
 K and V are each (n_layer, n_head_kv, n_ctx, head_dim) at 2 bytes (f16) or 34/32 bytes (q8_0) per value.
 A mixture of experts that does not fit whole keeps everything but its experts and the KV cache in RAM, and of
 the experts what the rest of the budget holds (`experts_ram`, the engine's --experts-ram-mib: the most used
@@ -160,7 +160,7 @@ def _device(machine: Machine) -> tuple[str, str]:
 
 
 FLAG_OF = {"max_context": "--ctx", "threads": "--threads", "parallel": "--parallel", "replicas": "--replicas",
-           "kv": "--kv"}
+           "kv": "--kv", "experts_ram_mib": "--experts-ram-mib"}
 
 
 def _who(key: str, sources: dict) -> str:
@@ -254,13 +254,18 @@ def make_plan(model, machine: Machine, want: dict | None = None) -> Plan:
     kernels, kernels_why = _kernels(machine.cpu_features)
     device, device_why = _device(machine)
     reasons = [device_why, kernels_why, threads_why, lanes_why]
-    try:
-        n_ctx, kv, ctx_why, memory = _fit(model, machine, want, lanes, replicas, sources)
-        experts_ram = None
-    except PlanRefused:
-        if not getattr(model, "expert_bytes", 0):
-            raise
-        n_ctx, kv, ctx_why, memory, experts_ram = _fit_tiered(model, machine, want, lanes, replicas, sources)
+    asked_experts = want.get("experts_ram_mib")
+    if asked_experts is not None and getattr(model, "expert_bytes", 0):
+        n_ctx, kv, ctx_why, memory, experts_ram = _fit_tiered(model, machine, want, lanes, replicas, sources,
+                                                              int(asked_experts) * MIB)
+    else:
+        try:
+            n_ctx, kv, ctx_why, memory = _fit(model, machine, want, lanes, replicas, sources)
+            experts_ram = None
+        except PlanRefused:
+            if not getattr(model, "expert_bytes", 0):
+                raise
+            n_ctx, kv, ctx_why, memory, experts_ram = _fit_tiered(model, machine, want, lanes, replicas, sources)
     reasons += ctx_why
     if getattr(model, "expert_bytes", 0) and model.n_expert:
         reasons.append(f"speed: a decoded token reads about {active_weight_bytes(model) // MIB} MiB of weights (all "
@@ -282,7 +287,7 @@ def _fit(model, machine: Machine, want: dict, lanes: int, replicas: int, sources
         raise PlanRefused(f"--ctx {asked_ctx}: {model.id} takes {ASKED_CONTEXT_MIN}..{train} tokens "
                           f"(its training context is {train})")
     target = int(asked_ctx) if asked_ctx is not None else min(train, CPU_CONTEXT_CAP)
-    sequences = lanes   # one slot per lane (the engine allocates the solo sequence only for a solo command)
+    sequences = lanes   # one slot per lane: every request runs in a slot
     budget, budget_why = memory_budget(machine)
     fixed = replicas * (model.size_bytes + ENGINE_OVERHEAD_BYTES)
     kinds = [asked_kv] if asked_kv else ["f16"] + (["q8_0"] if model.head_dim % 32 == 0 else [])
@@ -322,14 +327,20 @@ def active_weight_bytes(model) -> int:
     return model.size_bytes - model.expert_bytes + model.expert_bytes * model.n_expert_used // model.n_expert
 
 
-def _fit_tiered(model, machine: Machine, want: dict, lanes: int, replicas: int, sources: dict):
-    """A MoE model that does not fit whole: everything but the experts in RAM with the KV cache (as _fit
-    sizes them), and of the experts what the rest of the budget holds, the most used ones, the others read
-    from the mapped file on demand (engine/expert_tiers.h). -> (n_ctx, kv, reasons, memory, experts_ram)."""
-    dense = model.size_bytes - model.expert_bytes
+def _fit_tiered(model, machine: Machine, want: dict, lanes: int, replicas: int, sources: dict,
+                asked: int | None = None):
+    """A MoE model that does not fit whole, or whose expert RAM was asked (`asked` bytes, --experts-ram-mib):
+    everything but the experts in RAM with the KV cache (as _fit sizes them, the asked experts counted in),
+    and of the experts what the rest of the budget holds (or what was asked), the most used ones, the others
+    read from the mapped file on demand (engine/expert_tiers.h). -> (n_ctx, kv, reasons, memory, experts_ram)."""
     light = copy.copy(model)
-    light.size_bytes = dense
+    light.size_bytes = model.size_bytes - model.expert_bytes + min(asked or 0, model.expert_bytes)
     n_ctx, kv, why, memory = _fit(light, machine, want, lanes, replicas, sources)  # PlanRefused: not even that
+    if asked is not None:
+        experts_ram = min(asked, model.expert_bytes) // MIB * MIB
+        return n_ctx, kv, why + [f"experts: {experts_ram // MIB} MiB of their {model.expert_bytes // MIB} MiB kept "
+                                 f"in RAM ({_asked('experts_ram_mib', sources)}), the most used, the rest read "
+                                 f"from the mapped file as steps need them"], memory, experts_ram
     experts_ram = max(0, (memory["budget"] - memory["total"]) // replicas // MIB * MIB)
     memory = dict(memory, weights=memory["weights"] + replicas * experts_ram,
                   total=memory["total"] + replicas * experts_ram)

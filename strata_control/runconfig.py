@@ -47,6 +47,9 @@ KEYS: dict[str, Key] = {
                  65536),
     "replicas": Key("int", "engines with prefix-aware routing (--replicas)", 1, 64),
     "kv": Key("f16|q8_0", "KV cache type (default f16; q8_0 when f16 does not fit)"),
+    "experts_ram_mib": Key("int", "a mixture of experts' packed experts may take this much RAM; the most used are "
+                           "kept, the rest read from the file (--experts-ram-mib; default: all, or what fits)",
+                           0, 1 << 30),
     "act_bits": Key("int", "matmul activations: 16 (default) or 8 (--act-bits; faster prompt reads, less exact "
                     "logits)", 8, 16),
     "lazy_load": Key("bool", "load the model on the first request that needs it (--lazy)", editable=True),
@@ -108,7 +111,7 @@ KEYS: dict[str, Key] = {
                     "model where lookup finds nothing; `strata drafting plan` says why)"),
     "draft_model": Key("str", "a smaller GGUF with the model's vocabulary that proposes drafts (--draft-model)"),
 }
-PLAN_KEYS = ("max_context", "threads", "parallel", "replicas", "kv")   # what a launch plan is asked
+PLAN_KEYS = ("max_context", "threads", "parallel", "replicas", "kv", "experts_ram_mib")   # what a plan is asked
 EDITABLE = tuple(k for k, v in KEYS.items() if v.editable)
 
 

@@ -1,7 +1,9 @@
-"""A protocol-faithful fake of `strata-engine --serve` (docs/PROTOCOL.md), scripted per test.
+"""A protocol-faithful fake of `strata-engine --serve` with one decode slot (docs/PROTOCOL.md), scripted per test.
 
-It is a separate process that speaks the same lines as the real engine, so StrataEngine, Service and the
-HTTP server are tested exactly as they run, in milliseconds. Token ids are ByteTokenizer ids: 0-255 are
+It is a separate process that speaks the same lines as the real engine with `--batch 1` (the server's
+`--parallel 1`): `BGEN 0` answered at once with `BACC 0 <reused>`, then `BPP 0`, `BT 0` and `BDONE 0` lines;
+`BEMB 0`, `BSTOP 0`, `BCLOSE 0`; so StrataEngine, Service and the HTTP server are tested exactly as they run,
+in milliseconds (tests/fake_engine_slots.py is the fake with several slots). Token ids are ByteTokenizer ids: 0-255 are
 bytes, then 256 `<|endoftext|>`, 257 `<|im_start|>`, 258 `<|im_end|>` (n_vocab 263).
 
 Usage: `python tests/fake_engine.py [--script FILE.json] --serve [engine flags]`. Engine flags it does not
@@ -10,27 +12,29 @@ use are accepted and ignored (`--max-context N` sets the context unless the scri
 Script (JSON object, every key optional):
   ctx            context size (default: --max-context, else 2048)
   ready_delay_s  sleep before READY;  exit_before_ready: exit code to die with before READY
-  no_stop        READY without `stop` (the engine then ignores STOP)
+  no_stop        READY without `stop` (the engine then ignores BSTOP)
   info           extra INFO k=v text;  raw_start: lines (latin-1 escapes allowed) written before READY
   stderr_start   lines written to stderr at start (the engine log: what a death note quotes)
   record         file to append every received command to ("<pid> <line>", cut at 200 characters; `PING`s only
                  with record_ping: true, so the heartbeat leaves the other tests' records alone)
-  record_gen     file to append every GEN line to, whole (a test reads each pass's prompt ids back)
+  record_gen     file to append every BGEN line to, whole (a test reads each pass's prompt ids back)
   state          directory that counts starts, so `starts` can script each (re)start differently
   starts         list of objects merged over the script for start 0, 1, ... (the last one repeats)
-  turns          list of turn objects for GEN 1, 2, ... of this process (the last one repeats)
+  turns          list of turn objects for BGEN 1, 2, ... of this process (the last one repeats)
 A turn: text (answer; its UTF-8 bytes are the token ids) or ids (list); echo (a regular expression: the answer
 is its first match in the prompt's bytes, nothing when none, so concurrent requests each get their own marker back);
 repeat (times the text is sent);
 eos (default true: end with 258); token_delay_s; first_delay_s (after the prompt is read); pp_chunk (default
 512) and pp_delay_s (per prompt chunk); die_after (exit 3 after that many tokens); silent_after (then write
-nothing and ignore STOP); raw (lines written verbatim, latin-1, before the tokens); err (answer ERR with it);
+nothing and ignore BSTOP); raw (lines written verbatim, latin-1, before the tokens); err (answer ERR with it);
 nonfinite (finish nonfinite, no tokens); freeze_after (after that many tokens the fake SIGSTOPs itself: a
 frozen engine, which a test ends with SIGKILL or SIGCONT); drafts ([accepted, offered] or [accepted, offered, steps]: DONE's
-drafts_acc/drafts_off and `drafts_n=steps`, default [0, 0]; null writes `- -`, drafting off).
-`PING <n>` is answered `PONG <n>` when the loop takes it: at once when idle, after the whole GEN otherwise.
-`logprobs=K` makes every T line carry `logprobs_suffix` (a fixed pattern a test can predict).
-`grammar=` on GEN/BGEN (docs/PROTOCOL.md) is decoded as the real engine does: a malformed escape or a text
+drafts_acc/drafts_off and `drafts_n=steps` on BDONE, default [0, 0]; null: drafting off, no drafts keys).
+`PING <n>` is answered `PONG <n>` when the loop takes it: at once when idle, between two tokens or chunks
+otherwise (a fake that sleeps in silent_after or is frozen never answers). `BCLOSE 0` ends the running reply at
+its next token with finish `length` (the real engine writes the grammar's shortest completion first).
+`logprobs=K` makes every BT line carry `logprobs_suffix` (a fixed pattern a test can predict).
+`grammar=` on BGEN (docs/PROTOCOL.md) is decoded as the real engine does: a malformed escape or a text
 with no `root ::=` is refused with the real engine's ERR; `record_grammar` (script key) names a file each
 request's decoded grammar is appended to (one JSON string per line). The scripted answer is not checked
 against it.
@@ -66,7 +70,7 @@ def emit(line):
 
 
 def request_grammar(words, script):
-    """The decoded grammar= of a GEN/BGEN line's words, or None; the real engine's ERR text as ValueError."""
+    """The decoded grammar= of a BGEN line's words, or None; the real engine's ERR text as ValueError."""
     for w in words[1:-1]:
         if not w.startswith("grammar="):
             continue
@@ -99,7 +103,7 @@ def fake_vector_line(ids, dim=FAKE_EMBD) -> str:
 
 
 def fake_embed_ids(line, n_slot_words, ctx):
-    """The ids of an EMB (n_slot_words 0) or BEMB (1) line, or an ERR reason (str) as the real engine's."""
+    """The ids of a BEMB line (n_slot_words 1), or an ERR reason (str) as the real engine's."""
     w = line.split()
     if len(w) != 2 + n_slot_words:
         return "empty prompt" if len(w) < 2 + n_slot_words else f"{w[0]}: ids only"
@@ -113,7 +117,7 @@ def fake_embed_ids(line, n_slot_words, ctx):
 
 
 def request_logprobs(words):
-    """`logprobs=K` of a GEN/BGEN line's words (docs/PROTOCOL.md), or None when absent; a value outside
+    """`logprobs=K` of a BGEN line's words (docs/PROTOCOL.md), or None when absent; a value outside
     0..20 is the real engine's ERR text as ValueError."""
     for w in words[1:-1]:
         if w.startswith("logprobs="):
@@ -125,7 +129,7 @@ def request_logprobs(words):
 
 
 def logprobs_suffix(tok, k):
-    """What the fake's T/BT lines carry for `logprobs=K`: the sampled token at -0.5 and first of the top, then
+    """What the fakes' BT lines carry for `logprobs=K`: the sampled token at -0.5 and first of the top, then
     ids tok+1, tok+2, ... (mod 256) at -1.5, -2.5, ...; "" when the request did not ask."""
     if k is None:
         return ""
@@ -158,12 +162,18 @@ def load_script(argv):
 
 
 class Engine:
+    """One slot, run on the main thread; the reader thread acts on BSTOP itself and queues the rest, which the
+    main loop takes between requests, and between two tokens or chunks of one (PING, BCLOSE, a BGEN for the
+    busy slot)."""
+
     def __init__(self, script):
         self.s = script
         self.stop = threading.Event()
         self.commands = queue.Queue()
+        self.later = []          # commands taken during a request that wait for its end
         self.session = []
         self.n_gen = 0
+        self.close_now = False   # BCLOSE: the running reply ends at its next token
         self.record = script.get("record")
 
     def log(self, line):
@@ -175,7 +185,7 @@ class Engine:
         for raw in sys.stdin.buffer:
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             self.log(line)
-            if line == "STOP":
+            if line == "BSTOP 0":
                 self.stop.set()
             else:
                 self.commands.put(line)
@@ -194,40 +204,75 @@ class Engine:
             sys.stderr.write("fake engine: dying before READY as scripted\n")
             sys.exit(int(s["exit_before_ready"]))
         emit(f"INFO engine=fake-1 arch=fake n_vocab={N_VOCAB} n_ctx_train=8192 context={s['ctx']} "
-             f"batch_slots=0 batch_groups=1 slot_cache=0 conversation_cache_slots=0 im_start={IM_START} "
+             f"batch_slots=1 batch_groups=1 slot_cache=1 conversation_cache_slots=0 im_start={IM_START} "
              f"eos=256,258 threads=1 backend=cpu grammar=1 {s.get('info', '')}".rstrip())
         emit(f"READY {s['ctx']}" + ("" if s.get("no_stop") else " stop"))
         threading.Thread(target=self.reader, daemon=True).start()
         while True:
-            line = self.commands.get()
+            line = self.later.pop(0) if self.later else self.commands.get()
             word = line.split(" ", 1)[0]
             if word == "QUIT":
                 sys.exit(0)
-            elif word == "GEN":
+            elif word == "BGEN":
                 self.gen(line)
-            elif word == "EMB":
+            elif word == "BEMB":
                 self.embed(line)
             elif word == "VRAM":
                 emit("VRAM ram_used_mib=10 ram_total_mib=100")
             elif word == "PING" and line[5:].isdigit():
                 emit(f"PONG {line[5:]}")
-            elif word in ("SAVE", "RESTORE"):
-                emit(f"{'SAVED' if word == 'SAVE' else 'RESTORED'} {len(self.session)} 100 1.0")
+            elif word in ("BSAVE", "BRESTORE") and line.split()[1:2] == ["0"]:
+                emit(f"{'SAVED' if word == 'BSAVE' else 'RESTORED'} {len(self.session)} 100 1.0")
+            elif word == "BERASE" and line.split()[1:2] == ["0"]:
+                emit(f"ERASED 0 {len(self.session)}")
+                self.session = []
+            elif word == "BCLOSE":
+                emit("ERR BCLOSE: slot 0 is idle")
+            elif word == "BSTOP":
+                emit(f"ERR BSTOP: no slot {line[6:][:20]} (batch slots: 1)")
             else:
                 emit(f"ERR unknown command {word[:40]}")
 
+    def between(self):
+        """The loop between two steps of a request: PING answered, BCLOSE noted, a BGEN or BEMB for the busy
+        slot refused; anything else waits for the request's end."""
+        while True:
+            try:
+                line = self.commands.get_nowait()
+            except queue.Empty:
+                return
+            word = line.split(" ", 1)[0]
+            if word == "PING" and line[5:].isdigit():
+                emit(f"PONG {line[5:]}")
+            elif word == "BCLOSE":
+                self.close_now = True
+            elif word in ("BGEN", "BEMB") and line.split()[1:2] == ["0"]:
+                emit(f"ERR {word}: slot 0 is busy")
+            else:
+                self.later.append(line)
+
+    def slot_of(self, words):
+        """The slot word of a BGEN/BEMB line: 0, or None after writing the real engine's ERR."""
+        if len(words) < 2 or words[1] != "0":
+            emit(f"ERR {words[0]}: no slot {(words[1:2] or ['?'])[0][:20]} (batch slots: 1)")
+            return None
+        return 0
+
     def embed(self, line):
-        ids = fake_embed_ids(line, 0, self.s["ctx"])
+        if self.slot_of(line.split()) is None:
+            return
+        ids = fake_embed_ids(line, 1, self.s["ctx"])
         if isinstance(ids, str):
             emit(f"ERR {ids}")
             return
+        self.stop.clear()
+        emit("BACC 0 0")
         if self.s.get("embed_delay_s"):
             time.sleep(self.s["embed_delay_s"])
-        emit("RESUME 0")
-        emit(f"PP {len(ids)} {len(ids)} 1.0 1000.0")
-        emit(f"VEC {fake_vector_line(ids)}")
+        emit(f"BPP 0 {len(ids)} {len(ids)} 1.0 1000.0")
+        emit(f"BVEC 0 {fake_vector_line(ids)}")
         self.session = list(ids)
-        emit(f"DONE 0 {len(ids)} 1.0 0.0 stop - - 0 - - - - - {len(ids)} -")
+        emit(f"BDONE 0 0 stop 0.0 {len(ids)} 1.0 0 {len(ids)}")
 
     def turn(self):
         turns = self.s.get("turns") or [DEFAULT_TURN]
@@ -235,57 +280,73 @@ class Engine:
         self.n_gen += 1
         return t
 
-    def gen(self, line):
-        t0 = time.monotonic()
-        if self.s.get("record_gen"):
-            with open(self.s["record_gen"], "a", encoding="utf-8") as f:
-                f.write(line + "\n")
-        self.stop.clear()  # a STOP between requests is stale
+    def admit(self, line):
+        """A BGEN's checks, as the real engine's -> (max_new, ids, logprobs K, turn), or None after ERR."""
         words = line.split()
+        if self.slot_of(words) is None:
+            return None
         try:
-            max_new = int(words[1])
-            ids = [int(x) for x in words[-1].split(",")] if len(words) > 2 else []
-        except ValueError:
-            emit("ERR malformed GEN line")
-            return
-        try:
-            request_grammar(words, self.s)
+            max_new = int(words[2])
+            ids = [int(x) for x in words[-1].split(",")] if len(words) > 3 else []
+            request_grammar(words[1:], self.s)
+            n_logprobs = request_logprobs(words[1:])
         except ValueError as e:
-            emit(f"ERR {e}")
-            return
-        try:
-            n_logprobs = request_logprobs(words)
-        except ValueError as e:
-            emit(f"ERR {e}")
-            return
+            emit(f"ERR {e}" if str(e).startswith(("malformed", "grammar")) else "ERR malformed BGEN line")
+            return None
         t = self.turn()
         if not ids or any(i < 0 or i >= N_VOCAB for i in ids):
             emit("ERR empty prompt or id outside the vocabulary")
-            return
+            return None
         if len(ids) + max_new + CTX_SLACK > self.s["ctx"]:
             emit(f"ERR prompt {len(ids)} + max_new {max_new} exceeds the context {self.s['ctx']}")
-            return
+            return None
         if "err" in t:
             emit(f"ERR {t['err']}")
+            return None
+        return max_new, ids, n_logprobs, t
+
+    def gen(self, line):
+        if self.s.get("record_gen"):
+            with open(self.s["record_gen"], "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+        admitted = self.admit(line)
+        if admitted is None:
             return
+        max_new, ids, n_logprobs, t = admitted
+        t0 = time.monotonic()
+        self.stop.clear()  # a BSTOP between requests is stale
+        self.close_now = False
         reused = 0
         while reused < min(len(ids) - 1, len(self.session)) and self.session[reused] == ids[reused]:
             reused += 1
-        emit(f"RESUME {reused}")
+        emit(f"BACC 0 {reused}")
+        reached = self.read(ids, reused, t, t0)
+        prompt_ms = (time.monotonic() - t0) * 1000
+        out, finish = self.decode(ids, max_new, n_logprobs, t, reached == len(ids))
+        read = reached - reused
+        self.session = (ids[:reached] + out[:-1]) if out else ids[:reached]
+        decode_ms = (time.monotonic() - t0) * 1000 - prompt_ms if out else 0.0
+        drafts = t.get("drafts", [0, 0])
+        keys = "" if drafts is None else f" drafts_acc={drafts[0]} drafts_off={drafts[1]}" + (
+            f" drafts_n={drafts[2]}" if len(drafts) > 2 else "")
+        emit(f"BDONE 0 {len(out)} {finish} {decode_ms:.1f} {len(ids)} {prompt_ms:.1f} {reused} {read}{keys}")
+
+    def read(self, ids, reused, t, t0):
+        """The prompt read in pp_chunk pieces, one BPP each; -> the position reached (short of the prompt when
+        a BSTOP came)."""
         chunk = int(t.get("pp_chunk", 512))
         reached = reused
         while reached < len(ids):
-            if self.stop.is_set():
+            self.between()
+            if self.stop.is_set() and not self.s.get("no_stop"):
                 break
             self.stop.wait(float(t.get("pp_delay_s", 0)))
             reached = min(len(ids), reached + chunk)
             ms = (time.monotonic() - t0) * 1000
-            emit(f"PP {reached} {len(ids)} {ms:.1f} {max(1.0, (reached - reused) / max(ms, 1e-3) * 1000):.1f}")
-        prompt_ms = (time.monotonic() - t0) * 1000
-        for line_out in t.get("raw", []):
-            emit(line_out)
-        if t.get("first_delay_s"):
-            self.stop.wait(t["first_delay_s"])
+            emit(f"BPP 0 {reached} {len(ids)} {ms:.1f} {max(1.0, (reached - reused) / max(ms, 1e-3) * 1000):.1f}")
+        return reached
+
+    def answer(self, ids, t):
         answer = list(t["ids"]) if "ids" in t else list(t.get("text", "").encode("utf-8"))
         if "echo" in t:
             found = re.search(t["echo"].encode("utf-8"), bytes(i for i in ids if i < 256))
@@ -293,14 +354,25 @@ class Engine:
         answer = answer * int(t.get("repeat", 1))
         if t.get("eos", True):
             answer.append(258)
-        out, finish = [], "length"
+        return answer
+
+    def decode(self, ids, max_new, n_logprobs, t, read_whole):
+        """The scripted reply's BT lines -> (tokens sent, finish)."""
+        if not read_whole:
+            return [], "cancel"
+        for line_out in t.get("raw", []):
+            emit(line_out)
+        if t.get("first_delay_s"):
+            self.stop.wait(t["first_delay_s"])
+        answer, out, finish = self.answer(ids, t), [], "length"
         if t.get("nonfinite"):
             answer, finish = [], "nonfinite"
         for tok in answer:
+            self.between()
             if self.stop.is_set() and not self.s.get("no_stop"):
                 finish = "cancel"
                 break
-            if len(out) >= max_new:
+            if len(out) >= max_new or self.close_now:
                 break
             if "die_after" in t and len(out) >= t["die_after"]:
                 sys.stderr.write("fake engine: dying mid-stream as scripted\n")
@@ -313,21 +385,15 @@ class Engine:
                     time.sleep(3600)
             if t.get("token_delay_s"):
                 self.stop.wait(t["token_delay_s"])
-            emit(f"T {tok}{logprobs_suffix(tok, n_logprobs)}")
+            emit(f"BT 0 {tok}{logprobs_suffix(tok, n_logprobs)}")
             out.append(tok)
             if tok in EOS_IDS:
                 finish = "stop"
                 break
-        if self.stop.is_set() and finish == "length" and len(out) < max_new and out and out[-1] not in EOS_IDS:
+        if self.stop.is_set() and finish == "length" and len(out) < max_new and out and out[-1] not in EOS_IDS \
+                and not self.close_now:
             finish = "cancel"
-        read = reached - reused
-        self.session = ids + out[:-1]
-        decode_ms = (time.monotonic() - t0) * 1000 - prompt_ms
-        drafts = t.get("drafts", [0, 0])
-        steps = f" drafts_n={drafts[2]}" if drafts is not None and len(drafts) > 2 else ""
-        drafts = f"{drafts[0]} {drafts[1]}" if drafts is not None else "- -"
-        emit(f"DONE {len(out)} {len(ids)} {prompt_ms:.1f} {decode_ms:.1f} {finish} {drafts} {reused} "
-             f"- - - - - {read} -{steps}")
+        return out, finish
 
 
 if __name__ == "__main__":

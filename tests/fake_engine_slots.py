@@ -3,8 +3,8 @@
 Like tests/fake_engine.py (same ByteTokenizer ids: 256 `<|endoftext|>`, 257 `<|im_start|>`, 258 `<|im_end|>`),
 plus decode slots: BGEN (and BEMB: embeddings, vectors from tests/fake_engine.fake_vector_line) answered at once (BACC), the reads and decoding in slot steps (decode entries first,
 then prompt chunks shortest remaining first under the step budget), BPP/BT/BDONE, BSTOP in either phase,
-each idle slot keeping its stream (prefix reuse; a solo GEN takes an idle slot's state back), STOP/BSTOP
-stamped against request numbers as the real engine does.
+each idle slot keeping its stream (prefix reuse), BSTOP stamped against request numbers as the real engine
+does.
 
 Canary replies: the answer is derived from the prompt, so a reply that crossed into another request is seen.
 The *question* is the text after the last `<|im_start|>` up to its first newline (`<|im_start|>q7\\n`); when
@@ -16,9 +16,9 @@ forces ID as every token (as on the real engine), so the golden transcripts repl
 
 Script (JSON; every key optional; `starts` and `state` as in tests/fake_engine.py):
   slots (default 4), groups (1), ctx (--max-context, else 2048), no_slot_cache
-  repeat (answer repetitions, default 1), step_delay_s (per slot step), token_delay_s (per solo token),
+  repeat (answer repetitions, default 1), step_delay_s (per slot step),
   step_tokens (else --step-tokens, else pp_chunk, else 64), pp_delay_s (per prompt chunk), record (file),
-  rules: [{match: substring of the question, ...any of repeat/pp_delay_s/token_delay_s/step_delay_s}]
+  rules: [{match: substring of the question, ...any of repeat/pp_delay_s/step_delay_s}]
   stray: lines written right after READY (e.g. a `BT 3 65` for nobody)
   bstop_lag_steps: steps a decoding slot still makes after its BSTOP (the token of a step under way)
   die_after_steps: exit 3 after that many steps
@@ -26,13 +26,13 @@ Script (JSON; every key optional; `starts` and `state` as in tests/fake_engine.p
 `PING <n>` is answered `PONG <n>` when the loop takes it (at once when idle, between two steps), and is not
 recorded unless the script says record_ping: true.
   hang_after_bstop: after a BSTOP, write nothing more (but `tick_s` WARN lines) for this many seconds
-  hang_on_stop: the same after a STOP;  tick_s: a `WARN tick` line this often while hanging
+  tick_s: a `WARN tick` line this often while hanging
   hang_steps: while hanging, the other busy slots go on (BT lines only, none for the hanging slot)
   report_affinity: a second INFO line `INFO affinity=<cpus, comma-separated> threads_arg=<--threads or ->`
   raw_bgen: lines written instead of BACC for every BGEN (a malformed engine)
   BERASE <slot> is answered as the engine does (ERASED <slot> <n held>); BSAVE / BRESTORE are unknown here.
   drafts: [accepted, offered] or [accepted, offered, steps] of every request (drafting on): BDONE gets
-    `drafts_acc=A drafts_off=O` (and `drafts_n=steps`), DONE its two fields (absent: drafting off, no BDONE keys and `- -`)
+    `drafts_acc=A drafts_off=O` (and `drafts_n=steps`) (absent: drafting off, no drafts keys)
 """
 import os
 import queue
@@ -90,11 +90,9 @@ class Engine:
         self.n = int(s.get("slots", 4))
         self.eos = tuple(s.get("eos_ids", EOS_IDS))
         self.commands = queue.Queue()
-        self.reqno = 0          # request numbers seen by the reader (GEN/BGEN lines)
-        self.stop_at = -1       # STOP stamped with the request number current when it arrived
+        self.reqno = 0          # request numbers seen by the reader (BGEN/BEMB lines)
         self.bstop_at = [-1] * self.n
         self.lock = threading.Lock()  # guards the stamps above
-        self.live = []          # solo session stream
         self.slots = [{"phase": None, "held": [], "seq": 0} for _ in range(self.n)]
         self.steps = 0
         self.step_tokens = int(s.get("step_tokens", s.get("pp_chunk", 64)))
@@ -110,13 +108,10 @@ class Engine:
             self.log(line)
             w = line.split()
             with self.lock:
-                if line == "STOP":
-                    self.stop_at = self.reqno
-                    continue
                 if w and w[0] == "BSTOP" and len(w) == 2 and w[1].isdigit() and int(w[1]) < self.n:
                     self.bstop_at[int(w[1])] = self.reqno
                     continue
-                if w and w[0] in ("GEN", "BGEN", "EMB", "BEMB"):
+                if w and w[0] in ("BGEN", "BEMB"):
                     self.reqno += 1
                     self.commands.put((self.reqno, line))
                     continue
@@ -173,14 +168,10 @@ class Engine:
         if word == "QUIT":
             sys.stdout.flush()
             os._exit(0)  # not sys.exit: the reader thread may sit in stdin's buffered read
-        elif word == "GEN":
-            self.solo(seq, line)
         elif word == "BGEN":
             self.admit(seq, line)
         elif word == "BEMB":
             self.admit_embed(seq, line)
-        elif word == "EMB":
-            self.solo_embed(seq, line)
         elif word == "BSTOP":
             emit(f"ERR BSTOP: no slot {line[6:40]}")
         elif word == "BERASE":
@@ -233,7 +224,7 @@ class Engine:
         return slot, max_new, ids, q, answer, n_logprobs
 
     def reuse(self, ids, target):
-        sources = [self.live, target] + [sl["held"] for sl in self.slots]  # busy slots too, as the real engine
+        sources = [target] + [sl["held"] for sl in self.slots]  # busy slots too, as the real engine
         best = 0
         for src in sources:
             k = 0
@@ -276,17 +267,6 @@ class Engine:
         sl.update(phase="read", seq=seq, ids=ids, q=b"", answer=[], max_new=0, reused=0, read=0, generated=0,
                   t_acc=time.monotonic(), prompt_ms=0.0, embed=True)
         emit(f"BACC {slot} 0")
-
-    def solo_embed(self, seq, line):
-        ids = fake_embed_ids(line, 0, self.s["ctx"])
-        if isinstance(ids, str):
-            emit(f"ERR {ids}")
-            return
-        emit("RESUME 0")
-        emit(f"PP {len(ids)} {len(ids)} 1.0 1000.0")
-        emit(f"VEC {fake_vector_line(ids)}")
-        self.live[:] = ids
-        emit(f"DONE 0 {len(ids)} 1.0 0.0 stop - - 0 - - - - - {len(ids)} - chunk={self.s.get('pp_chunk', 64)}")
 
     def step(self, skip=None):
         busy = [b for b, sl in enumerate(self.slots) if sl["phase"] and b != skip]
@@ -377,57 +357,6 @@ class Engine:
              + (f" drafts_n={drafts[2]}" if drafts and len(drafts) > 2 else ""))
         sl["phase"] = None
         sl["embed"] = False
-
-    # ------------------------------------------------------------------ GEN
-    def stopped(self, seq):
-        with self.lock:
-            return self.stop_at >= seq
-
-    def solo(self, seq, line):
-        parsed = self.parse(line, False)
-        if isinstance(parsed, str):
-            emit(f"ERR {parsed}")
-            return
-        _, max_new, ids, q, answer, n_logprobs = parsed
-        t0 = time.monotonic()
-        reused = self.reuse(ids, self.live)
-        emit(f"RESUME {reused}")
-        chunk, reached = int(self.s.get("pp_chunk", 64)), reused
-        self.live[:] = ids[:reused]
-        fin = None
-        while reached < len(ids):
-            time.sleep(float(self.knob("pp_delay_s", q, 0.0)))
-            nxt = min(len(ids), reached + chunk)
-            self.live.extend(ids[reached:nxt])
-            reached = nxt
-            ms = (time.monotonic() - t0) * 1000
-            emit(f"PP {reached} {len(ids)} {ms:.1f} {max(1.0, (reached - reused) / max(ms, 1e-3) * 1000):.1f}")
-            if reached < len(ids) and self.stopped(seq):
-                fin = "cancel"
-                break
-            self.step()
-        prompt_ms = (time.monotonic() - t0) * 1000
-        out = []
-        while fin is None:
-            tok = answer.pop(0) if answer else 63
-            time.sleep(float(self.knob("token_delay_s", q, 0.0)))
-            emit(f"T {tok}{logprobs_suffix(tok, n_logprobs)}")
-            out.append(tok)
-            if tok in self.eos:
-                fin = "stop"
-            elif len(out) >= max_new or not answer:
-                fin = "length"
-            elif self.stopped(seq):
-                if self.s.get("hang_on_stop"):
-                    self.hang(self.s["hang_on_stop"])
-                fin = "cancel"
-            else:
-                self.step()
-        self.live[:] = ids + out[:-1]
-        decode_ms = (time.monotonic() - t0) * 1000 - prompt_ms
-        drafts = f"{self.s['drafts'][0]} {self.s['drafts'][1]}" if self.s.get("drafts") else "- -"
-        emit(f"DONE {len(out)} {len(ids)} {prompt_ms:.1f} {decode_ms:.1f} {fin} {drafts} {reused} - - - - - "
-             f"{reached - reused} - chunk={chunk}")
 
 
 def flag(argv, name):

@@ -11,7 +11,7 @@ is identical with drafting on and off, which the bench checks):
              answer begun with the file's first lines)
   summarise  a ~700-word document to summarise
   chat       a free question (nothing to copy: lookup must cost nothing)
-Decode tok/s from the DONE line (decode_ms covers the tokens after the first); acceptance = drafts_acc /
+Decode tok/s from the BDONE line (decode_ms covers the tokens after the first); acceptance = drafts_acc /
 drafts_off. Runs alternate between modes (the machine is shared) and the best of --runs is kept. Prints one
 small table with the ratios to drafting off.
 
@@ -93,11 +93,12 @@ def workloads() -> list[tuple[str, str, str]]:
 
 
 class DraftingEngine(Engine):
-    """tools/bench_engine.Engine with --drafting (and --draft-model); gen_done returns the DONE words."""
+    """tools/bench_engine.Engine with --drafting (and --draft-model), one slot; gen_done returns the BDONE words
+    as a solo DONE had them: [verb, generated, prompt, prompt_ms, decode_ms, finish, drafts_acc, drafts_off]."""
 
     def __init__(self, binary, model, threads, mode, draft_model):
         args = [binary, "--serve", "--model", model, "--threads", str(threads), "--max-context", str(N_CTX),
-                "--drafting", mode] + (["--draft-model", draft_model] if mode == "model" else [])
+                "--batch", "1", "--drafting", mode] + (["--draft-model", draft_model] if mode == "model" else [])
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      text=True, bufsize=1)
         import queue
@@ -107,15 +108,18 @@ class DraftingEngine(Engine):
         self.wait_for("READY")
 
     def gen_done(self, max_new, ids, keys):
-        self.proc.stdin.write(f"GEN {max_new} {keys} {','.join(map(str, ids))}\n")
+        self.proc.stdin.write(f"BGEN 0 {max_new} {keys} {','.join(map(str, ids))}\n")
         self.proc.stdin.flush()
         self.tokens = []
         while True:
             line = self.wait_for_any()
-            if line.startswith("T "):
-                self.tokens.append(int(line.split()[1]))
-            elif line.startswith("DONE "):
-                return line.split()
+            if line.startswith("BT 0 "):
+                self.tokens.append(int(line.split()[2]))
+            elif line.startswith("BDONE 0 "):
+                # BDONE 0 <generated> <finish> <decode_ms> <prompt> <prompt_ms> <reused> <read>[ k=v ...]
+                w = line.split()
+                kv = dict(x.split("=", 1) for x in w[9:] if "=" in x)
+                return ["BDONE", w[2], w[5], w[6], w[4], w[3], kv.get("drafts_acc", "-"), kv.get("drafts_off", "-")]
 
     def wait_for_any(self):
         line = self.lines.get(timeout=600)

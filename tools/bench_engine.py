@@ -3,8 +3,8 @@
 Role: a benchmark, run by hand (`python3 tools/bench_engine.py [--model M] [--threads T]`). It measures
 prefill tok/s at 128, 512 and 2048 prompt tokens, decode tok/s over 256 generated tokens, and decode tok/s
 over 64 tokens after a 6000-token prompt (where attention over the cache dominates), for
-`build/strata-engine` (driven through its line protocol: `GEN <max_new> [k=v] <ids>`, timings from the
-`DONE` line's prompt_ms / decode_ms) and, when `llama_cpp` is importable, for llama.cpp
+`build/strata-engine` (driven through its line protocol on one slot: `BGEN 0 <max_new> [k=v] <ids>`, timings
+from the `BDONE` line's prompt_ms / decode_ms) and, when `llama_cpp` is importable, for llama.cpp
 (`llama_cpp.Llama(model_path, n_ctx, n_threads, n_batch=512)`, eval and greedy sampling timed here). Both
 sides get the same prompts (random valid token ids; a fresh prompt per run so no prefix cache helps), take
 turns run by run (the machine is shared: drifting load hits both), and the best of --runs is kept. Prints
@@ -83,14 +83,13 @@ def prompts(seed, n):
 
 
 class Engine:
-    """Our engine over pipes; one reader thread feeds a queue so that every read has a timeout. `slot`: the
-    engine runs with one decode slot (`--batch 1`) and a request is `BGEN 0`, else it is a solo `GEN`."""
+    """Our engine over pipes; one reader thread feeds a queue so that every read has a timeout. A request is
+    `BGEN 0` on one decode slot (`--batch 1`, the server's `--parallel 1`)."""
 
-    def __init__(self, binary, model, threads, extra_args=(), env=None, stderr=subprocess.DEVNULL, slot=False):
-        self.slot = slot
+    def __init__(self, binary, model, threads, extra_args=(), env=None, stderr=subprocess.DEVNULL):
         self.proc = subprocess.Popen(
             [binary, "--serve", "--model", model, "--threads", str(threads), "--max-context", str(N_CTX),
-             *(["--batch", "1"] if slot else []), *extra_args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+             "--batch", "1", *extra_args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=stderr, text=True, bufsize=1, env=env)
         self.lines = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -112,26 +111,23 @@ class Engine:
                 raise RuntimeError(line)
 
     def _send_gen(self, max_new, ids, keys):
-        verb = "BGEN 0" if self.slot else "GEN"
         self.sent_at = time.monotonic()
-        self.proc.stdin.write("%s %d%s %s\n" % (verb, max_new, " " + keys if keys else "", ",".join(map(str, ids))))
+        self.proc.stdin.write("BGEN 0 %d%s %s\n" % (max_new, " " + keys if keys else "", ",".join(map(str, ids))))
         self.proc.stdin.flush()
 
     def gen(self, max_new, ids, keys=""):
-        """Returns (generated, prompt_tokens, prompt_ms, decode_ms) from the DONE (or BDONE) line."""
+        """Returns (generated, prompt_tokens, prompt_ms, decode_ms) from the BDONE line."""
         self._send_gen(max_new, ids, keys)
-        if self.slot:  # BDONE <slot> <generated> <finish> <decode_ms> <prompt> <prompt_ms> ...
-            f = self.wait_for("BDONE").split()
-            return int(f[2]), int(f[5]), float(f[6]), float(f[4])
-        f = self.wait_for("DONE").split()
-        return int(f[1]), int(f[2]), float(f[3]), float(f[4])
+        # BDONE <slot> <generated> <finish> <decode_ms> <prompt> <prompt_ms> ...
+        f = self.wait_for("BDONE").split()
+        return int(f[2]), int(f[5]), float(f[6]), float(f[4])
 
     def gen_stamps(self, max_new, ids, keys=""):
-        """The times (monotonic, as each is read) of a request's token lines, up to its DONE (BDONE);
-        `sent_at`: when the request was written."""
+        """The times (monotonic, as each is read) of a request's token lines, up to its BDONE; `sent_at`: when
+        the request was written."""
         stamps = []
         self._send_gen(max_new, ids, keys)
-        token, done = ("BT ", "BDONE") if self.slot else ("T ", "DONE")
+        token, done = "BT ", "BDONE"
         while True:
             line = self.lines.get(timeout=LINE_TIMEOUT_S)
             if line is None or line.startswith("ERR"):
@@ -169,8 +165,8 @@ def ban_eos_bias(model):
 class Ours:
     """One figure at a time from our engine: prefill(n, seed) and decode(seed) return tok/s."""
 
-    def __init__(self, binary, model, threads, extra_args=(), slot=False):
-        self.eng = Engine(binary, model, threads, extra_args, slot=slot)
+    def __init__(self, binary, model, threads, extra_args=()):
+        self.eng = Engine(binary, model, threads, extra_args)
         self.ban = ban_eos_bias(model)
         self.eng.gen(1, prompts(1, 32))  # warm the mapping and the scratch
 
@@ -351,50 +347,6 @@ def prefill_phases_report(args):
     return 0
 
 
-ONE_PATH_TTFT_TOKENS = 32   # --one-path: the short prompt whose first token is timed at the client
-ONE_PATH_READS = (512, 2048)
-
-
-def one_path_pair(sides, r):
-    """One run of --one-path on each side (solo, slot), in the order given: {figure: [value per side]}."""
-    out = {}
-    for i, side in enumerate(sides):
-        eng = side.eng
-        stamps = eng.gen_stamps(1, prompts(9000 + r, ONE_PATH_TTFT_TOKENS))
-        out.setdefault("ttft_ms pp%d" % ONE_PATH_TTFT_TOKENS, [0.0, 0.0])[i] = 1000 * (stamps[0] - eng.sent_at)
-        for n in ONE_PATH_READS:
-            out.setdefault("pp%d tok/s" % n, [0.0, 0.0])[i] = side.prefill(n, 1000 * n + r)
-        out.setdefault("tg%d tok/s" % DECODE_TOKENS, [0.0, 0.0])[i] = side.decode(7 + r)
-    return out
-
-
-def one_path_report(args):
-    """--one-path: the one-slot path (`--batch 1`, `BGEN 0`) against the solo `GEN` on the same binary, model
-    and threads: TTFT of a short prompt (at the client), prompt read tok/s, decode tok/s; --runs pairs, the
-    side that goes first alternating; medians, and the slot/solo ratio."""
-    import statistics
-    solo = Ours(args.engine, args.model, args.threads, engine_flags(args))
-    slot = Ours(args.engine, args.model, args.threads, engine_flags(args), slot=True)
-    runs = {}
-    try:
-        for r in range(args.runs):
-            order = [solo, slot] if r % 2 == 0 else [slot, solo]
-            got = one_path_pair(order, r)
-            for k, v in got.items():
-                runs.setdefault(k, []).append(v if r % 2 == 0 else v[::-1])
-    finally:
-        solo.close()
-        slot.close()
-    print("cpu: %s  STRATA_KERNELS=%s  threads=%d  median of %d pairs (order alternating)"
-          % (cpu_name(), os.environ.get("STRATA_KERNELS", "-"), args.threads, args.runs))
-    print("%-16s %12s %12s %8s" % ("figure", "solo GEN", "one slot", "slot/solo"))
-    for k, pairs in runs.items():
-        a = statistics.median(p[0] for p in pairs)
-        b = statistics.median(p[1] for p in pairs)
-        print("%-16s %12.1f %12.1f %7.3fx" % (k, a, b, b / a if a else 0.0))
-    return 0
-
-
 # ---- CPU time (--cpu; the --where table is tools/weight_traffic.py) ------------------------------------
 
 CPU_PREFILL_TOKENS = 512
@@ -473,8 +425,6 @@ def main(argv=None):
                     "a shared machine disturbs it least) or in wall time")
     ap.add_argument("--prefill-phases", action="store_true",
                     help="only prefill: where a %d-token prompt read's time goes (STRATA_STEP_TIMING)" % PREFILL_PHASES_TOKENS)
-    ap.add_argument("--one-path", action="store_true",
-                    help="only: the one-slot path (--batch 1, BGEN) against the solo GEN, alternating pairs")
     ap.add_argument("--where", action="store_true", help="also: the weight bytes one decoded token reads, by kind")
     ap.add_argument("--no-long", action="store_true", help="leave out the decode after a %d-token prompt"
                     % LONG_PROMPT_TOKENS)
@@ -490,8 +440,6 @@ def main(argv=None):
         print("no engine at %s: build it first (cmake -S . -B build -G Ninja && ninja -C build)" % args.engine,
               file=sys.stderr)
         return 2
-    if args.one_path:
-        return one_path_report(args)
     if args.phases:
         return phases_report(args)
     if args.prefill_phases:

@@ -4,7 +4,7 @@ Role: a benchmark, run by hand (`python3 tools/bench_grammar.py [--model M] [--t
 engine (`build/strata-engine`, driven through its line protocol as tools/bench_engine.py does); one chat
 prompt asking for a long JSON list; DECODE_TOKENS tokens generated unconstrained (end-of-turn banned so both
 runs are the same length) and under the grammar of SCHEMA (serve/generation/json_schema.py; its minItems keeps it from
-ending first). Decode tok/s from the DONE line (decode_ms covers the tokens after the first). The first
+ending first). Decode tok/s from the BDONE line (decode_ms covers the tokens after the first). The first
 constrained run meets every grammar state for the first time (each mask is one walk of the token trie);
 later runs with the same grammar text reuse the engine's cached masks. Runs alternate (the machine is
 shared) and the best of --runs is kept. Prints one small table.

@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from serve.bootstrap import default_model_path  # noqa: E402
 from strata_control.host import host_limits  # noqa: E402
+from tools.health import wait_healthy  # noqa: E402
 
 PEER_PATHS = ("/root/.cache/strata-peer-server/build/bin/llama-server",
               "/root/.cache/strata-peer/srvbuild/bin/llama-server")
@@ -169,16 +170,8 @@ class Server:
         self.name, self.port = name, port
         self.log = open(f"/tmp/bench_load-{name}-{port}.log", "w")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
-        end = time.monotonic() + READY_S
-        while time.monotonic() < end and self.proc.poll() is None:
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-                c.request("GET", "/health")
-                if c.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.5)
+        if wait_healthy(port, READY_S, self.proc):
+            return
         self.close()
         raise RuntimeError(f"{name} did not become ready (log: {self.log.name})")
 

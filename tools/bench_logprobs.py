@@ -4,7 +4,7 @@ Role: a benchmark, run by hand (`python3 tools/bench_logprobs.py [--model M] [--
 engine (`build/strata-engine`, driven through its line protocol as tools/bench_engine.py does); one chat
 prompt; DECODE_TOKENS tokens generated greedily with end-of-turn banned, without the key and with
 `logprobs=20` (each token's log-softmax over the vocabulary and its top 20), runs alternating. Shows decode
-tok/s (best of --runs, from the DONE line) and the engine's CPU seconds per token (user + system from
+tok/s (best of --runs, from the BDONE line) and the engine's CPU seconds per token (user + system from
 /proc, the median run: less sensitive to a shared machine than wall time). Prints one small table.
 
 Public surface: main(argv).

@@ -1,7 +1,7 @@
 """One client through `strata serve` (HTTP, the default slot engine) against the raw engine's single stream.
 
 Issue 17's bar: one client through the server decodes at >= 95 % of the raw engine's single-stream speed. The
-raw side is `strata-engine` driven over its pipes by bench_engine's line reader (a `GEN`, the solo path, no
+raw side is `strata-engine` driven over its pipes by bench_engine's line reader (a `BGEN 0` on one slot, no
 Python engine client); the server side is `strata serve` with its defaults except `--drafting off` (drafting
 changes the engine's work per token, not the server's), one streamed `/completion` at a time. Both sides read
 the same prompt ids, greedy, end-of-turn banned (the peer's ignore_eos), and are measured back to back in
@@ -156,7 +156,7 @@ def main(argv=None):
         print("bench_server_overhead: needs the engine binary and the model", file=sys.stderr)
         return 2
     r = server_over_raw(ns.engine, ns.model, ns.threads, ns.tokens, ns.pairs)
-    print(f"{'raw engine (GEN)':>18} {'strata serve':>13} {'ratio':>6} {'server CPU/token':>17}")
+    print(f"{'raw engine (BGEN)':>18} {'strata serve':>13} {'ratio':>6} {'server CPU/token':>17}")
     print(f"{r['raw_tok_s']:>18} {r['server_tok_s']:>13} {r['server_over_raw']:>6.2f} "
           f"{r['server_cpu_us_per_token']:>14} us   (tok/s, median of {ns.pairs} pairs; bar 0.95)")
     print(json.dumps(r))

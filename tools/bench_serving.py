@@ -11,11 +11,11 @@ Figures (a readable table, then one JSON line):
                     (/root/.cache/strata-peer/srvbuild/bin/llama-server, or --peer PATH); both servers are up
                     at once and each pass runs Strata then the peer at the same client count, so a machine
                     whose speed drifts (a shared host) moves both sides of a ratio together
-  busy_slot_over_solo  one client on a slot engine over one stream on a solo engine (`GEN`, no --batch), the
-                    raw single-stream decode: the median of --pairs back-to-back pairs of --pair-tokens (256) each
-                    (issue 17's bar: >= 0.95)
+  busy_slot_over_solo  one client on the 8-slot engine over one client on a one-slot engine (`--batch 1`,
+                    the server's --parallel 1; the solo GEN it once stood for is retired): the median of --pairs
+                    back-to-back pairs of --pair-tokens (256) each (issue 17's bar: >= 0.95)
   server_over_raw   one client through `strata serve` (HTTP, its default slot engine, --drafting off) over the
-                    raw engine's single stream (GEN over its pipes, no Python client): median of --pairs
+                    raw engine's single stream (BGEN 0 over its pipes, no Python client): median of --pairs
                     back-to-back pairs (issue 17's bar: >= 0.95; tools/bench_server_overhead.py alone)
   ttft_short_ms     p50/p95 time to first token of short questions sent one by one while two long prompts
                     (--long, ~4K tokens) are read: the engine's slot steps read the short ones first
@@ -45,6 +45,7 @@ from serve.engine_client.engine import StrataEngine  # noqa: E402
 from serve.engine_client.batch import eos_ids  # noqa: E402
 from serve.bootstrap import ENGINE_EXE, default_model_path  # noqa: E402
 from tools.bench_server_overhead import server_over_raw  # noqa: E402
+from tools.health import wait_healthy  # noqa: E402
 
 PEER_SERVER = "/root/.cache/strata-peer/srvbuild/bin/llama-server"
 CLIENTS = (1, 2, 4, 8)
@@ -123,9 +124,9 @@ def _free_port():
 
 
 def busy_over_solo(engine_path, model, threads, n_new, pairs, slot_gen):
-    """One stream on a solo engine (GEN) and one client on the slot engine, back to back, `pairs` times:
-    (median solo tok/s, median slot tok/s, median of the pairs' ratios)."""
-    e = StrataEngine([engine_path], ["--model", model, "--threads", str(threads)])
+    """One client on a one-slot engine and one on the slot engine, back to back, `pairs` times: (median one-slot
+    tok/s, median slot tok/s, median of the pairs' ratios)."""
+    e = StrataEngine([engine_path], ["--model", model, "--threads", str(threads), "--batch", "1"])
     e.start()
     try:
         no_eos = "logit_bias=" + ",".join(f"{i}:-100" for i in sorted(eos_ids(e.info)))
@@ -148,16 +149,8 @@ class Peer:
         cmd = [path, "-m", model, "-np", "8", "-c", str(8 * 8192), "--port", str(self.port), "-t", str(threads),
                "--host", "127.0.0.1"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        end = time.monotonic() + PEER_READY_S
-        while time.monotonic() < end:
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                c.request("GET", "/health")
-                if c.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.5)
+        if wait_healthy(self.port, PEER_READY_S, self.proc):
+            return
         self.close()
         raise RuntimeError("llama-server did not become ready")
 
@@ -209,8 +202,8 @@ def main(argv=None):
     ap.add_argument("--peer", default=PEER_SERVER)
     ap.add_argument("--no-peer", action="store_true")
     ap.add_argument("--rounds", type=int, default=2, help="passes over 1, 2, 4, 8 clients (best of)")
-    ap.add_argument("--pairs", type=int, default=6, help="solo / one-slot pairs (median)")
-    ap.add_argument("--pair-tokens", type=int, default=256, help="tokens per solo / one-slot run")
+    ap.add_argument("--pairs", type=int, default=6, help="one-slot / 8-slot engine pairs (median)")
+    ap.add_argument("--pair-tokens", type=int, default=256, help="tokens per run of each pair")
     ap.add_argument("--ttft-only", action="store_true", help="only Strata's TTFT workload (to compare budgets)")
     ns = ap.parse_args(argv)
     if not ns.model or not os.access(ns.engine, os.X_OK):
@@ -258,7 +251,7 @@ def _report(ns, solo, rates, ttft, step_tokens, peer_ttft):
         k = str(n)
         print(f"{n:>8} {st[k]:>14} {(pst or {}).get(k, '-'):>12} {over_peer.get(k, '-'):>6} {e2e[k]:>11} "
               f"{(pe2e or {}).get(k, '-'):>9}")
-    print(f"one busy slot vs the solo engine, median of {ns.pairs} pairs: {solo[1]} vs {solo[0]} tok/s, "
+    print(f"one busy slot of 8 vs a one-slot engine, median of {ns.pairs} pairs: {solo[1]} vs {solo[0]} tok/s, "
           f"ratio {solo[2]:.2f} (bar 0.95)")
     over = solo[3]
     print(f"one client through strata serve vs the raw engine, median of {ns.pairs} pairs: {over['server_tok_s']} "

@@ -137,13 +137,23 @@ run_tests() {  # cpu: every CTest entry under the emulator with that CPU model
 # greedy out_prefix model act_bits command...: N_TOKENS greedy tokens on the model's fixed prompt (with their
 # top-2 logprobs, which only read the logits); sets TOKENS and KERNELS
 greedy() {
-  local out="$1" model="$2" bits="$3" prompt="$PROMPT_IDS"
+  local out="$1" model="$2" bits="$3" prompt="$PROMPT_IDS" line to_engine from_engine engine_pid
   shift 3
   [[ "$model" == "$GEMMA" ]] && prompt="$GEMMA_PROMPT_IDS"
-  printf 'GEN %d logprobs=2 %s\nQUIT\n' "$N_TOKENS" "$prompt" \
-    | timeout "$GREEDY_TIMEOUT_S" "$@" --serve --model "$model" --threads 2 --max-context 256 --act-bits "$bits" \
-      > "$out.out" 2> "$out.err"
-  TOKENS="$(awk '$1 == "T" { print $2 }' "$out.out" | paste -sd, -)"
+  : > "$out.out"
+  # one request in the engine's one slot; QUIT (or EOF) taken between two slot steps would end it early, so it
+  # goes once the request's BDONE (or ERR) was read
+  coproc ENGINE { timeout "$GREEDY_TIMEOUT_S" "$@" --serve --model "$model" --threads 2 --max-context 256 \
+                    --act-bits "$bits" 2> "$out.err"; }
+  to_engine="${ENGINE[1]}" from_engine="${ENGINE[0]}" engine_pid="$ENGINE_PID"
+  printf 'BGEN 0 %d logprobs=2 %s\n' "$N_TOKENS" "$prompt" >&"$to_engine"
+  while IFS= read -r line <&"$from_engine"; do
+    printf '%s\n' "$line" >> "$out.out"
+    [[ "$line" == BDONE* || "$line" == ERR* ]] && break
+  done
+  printf 'QUIT\n' >&"$to_engine" 2> /dev/null
+  wait "$engine_pid" 2> /dev/null
+  TOKENS="$(awk '$1 == "BT" { print $3 }' "$out.out" | paste -sd, -)"
   KERNELS="$(grep -m1 -o 'kernels=[A-Za-z0-9_]*' "$out.out" | cut -d= -f2)"
 }
 
@@ -157,9 +167,9 @@ def tokens(path):
     out = []
     for line in open(path, errors="replace"):
         w = line.split()
-        if w and w[0] == "T":
+        if w and w[0] == "BT":
             top = {int(k): float(v) for k, v in (x.split(":") for x in next((x[4:] for x in w if x.startswith("top=")), "").split(",") if x)}
-            out.append((int(w[1]), top))
+            out.append((int(w[2]), top))
     return out
 native, emulated, gap, n = tokens(sys.argv[1]), tokens(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 if len(emulated) != n:

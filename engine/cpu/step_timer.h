@@ -1,5 +1,5 @@
 // engine/cpu/step_timer.h — where the time of a decode step goes: phase marks in the model, the kernels' driver,
-// the thread pool and the solo decode loop (PfTimer's rule, prefill/pf_timer.h, for decode).
+// the thread pool and the slots' decode steps (PfTimer's rule, prefill/pf_timer.h, for decode).
 //
 // Contract:
 //  - Opt-in: STRATA_STEP_TIMING=1 in the engine's environment (wall clock), or STRATA_STEP_TIMING=cpu (the
@@ -15,7 +15,8 @@
 //    project's VM, ~600 per SmolLM2 step), and R (measured at the first begin) times the intervals each phase
 //    added is taken out of its total; the total is the sum of the phases.
 //    (ms summed over the steps; jobs = pool runs, i.e. fork/join barriers, over the steps).
-//    A solo prompt read is timed the same way and printed as `prefill timing: steps=<tokens read> ...`.
+//    A timed request's prompt read (engine/slots.h) is printed the same way as `prefill timing: steps=<tokens
+//    read> ...`.
 #pragma once
 
 #include <cstdint>

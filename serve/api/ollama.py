@@ -10,8 +10,9 @@ Routes: GET `/api/version`, GET `/api/tags` (the served model and its aliases, a
 skips the template; `system` is the system turn), and `/api/pull`, `/api/push`: 501 saying this server makes no
 downloads. Model management (`/api/create`, `/api/blobs`, `/api/copy`, `/api/delete`, keep_alive, the
 Lifecycle's `/api/ps`) is serve/api/ollama_models.py's; `/api/embed` and `/api/embeddings` are
-serve/api/embeddings.py's. A created model's settings (`ctx.created`) apply under the request's own: its
-parameters under `options`, its system turn when the request has none, its messages first.
+serve/api/embeddings.py's. A created model's settings (`ctx.created`) apply under the request's own
+(serve/api/created_settings.py): its parameters under `options`, its system turn when the request has none, its
+messages first.
 
 Request fields: `messages` (`role`, `content`, `thinking`, `tool_calls`, `tool_name`; `images` refused: no
 vision encoder), `tools` (OpenAI's function shape), `stream` (default **true**: NDJSON, one object a line),
@@ -48,6 +49,7 @@ from serve.core.events import (
     BadRequest, ChatRequest, CompletionRequest, Done, Message, ToolCall, KIND_CONTENT, KIND_PING, KIND_REASONING,
     KIND_TOOL_CALL)
 from serve.generation.json_schema import ANY_OBJECT_GRAMMAR
+from serve.api.created_settings import under_ollama
 from serve.api.fields import chat_logprobs, model_field
 from serve.generation.logprobs import ollama_logprobs
 from serve.api.wire import error_text, text_of, parse_tools
@@ -403,30 +405,9 @@ def _lines(service, prep, ctx, shape, t0):
         yield cut(_line({"error": error_text(service, e)}))
 
 
-def _with_created(body: dict, ctx, chat: bool) -> dict:
-    """A created model's settings (serve/lifecycle/created.py) under the request's own: its parameters
-    under `options`, its system turn when the request has none, its messages before the request's."""
-    made = getattr(ctx, "created", None)
-    if not made:
-        return body
-    out = dict(body)
-    if isinstance(body.get("options", {}), dict):
-        out["options"] = {**(made.get("parameters") or {}), **(body.get("options") or {})}
-    if not chat:
-        if made.get("system") is not None and body.get("system") is None:
-            out["system"] = made["system"]
-        return out
-    own = body.get("messages") if isinstance(body.get("messages"), list) else None
-    if own:   # (an empty list only loads the model)
-        has_system = any(isinstance(m, dict) and m.get("role") == "system" for m in own)
-        first = [{"role": "system", "content": made["system"]}] if made.get("system") and not has_system else []
-        out["messages"] = first + list(made.get("messages") or []) + own
-    return out
-
-
 def chat(service, body: dict, ctx):
     t0 = time.monotonic()
-    body = _with_created(body, ctx, True)
+    body = under_ollama(body, getattr(ctx, "created", None), True)
     req = ChatRequest(messages=_messages(body.get("messages")), tools=parse_tools(body.get("tools")), api="ollama")
     # a final assistant message is continued, as Ollama does (serve/prompt/prefill.py): the reply is the new text
     req.continue_final = bool(req.messages) and req.messages[-1].role == "assistant"
@@ -443,7 +424,7 @@ def chat(service, body: dict, ctx):
 
 def generate(service, body: dict, ctx):
     t0 = time.monotonic()
-    body = _with_created(body, ctx, False)
+    body = under_ollama(body, getattr(ctx, "created", None), False)
     prompt = body.get("prompt", "")
     if not isinstance(prompt, str):
         raise BadRequest("prompt: a string", param="prompt")

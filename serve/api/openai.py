@@ -16,6 +16,9 @@ Calling convention (serve/api/anthropic.py mirrors it; the server routes by path
   (`ctx.shutting_down()`), the stream ends with such a final error event too.
 - `count_tokens`-style handlers may use `service.count_tokens(req)`.
 
+A model made with Ollama's `/api/create` (`ctx.created`) gets its system prompt, turns and parameters under
+a chat completions request's own, as Ollama's OpenAI route does (serve/api/created_settings.py).
+
 Public surface: `chat_completions`, `completions`, `models`, `model_entries`, `error_body`, `stream_error`, `parse_chat`.
 """
 from __future__ import annotations
@@ -27,6 +30,7 @@ import secrets
 import time
 from urllib.parse import unquote
 
+from serve.api.created_settings import under_openai_chat
 from serve.api.fields import (
     SAMPLER_FIELDS_REFUSED, VLLM_FIELDS_REFUSED, ban_eos, chat_logprobs, check_best_of, check_n, completions_logprobs,
     llama_n_probs, model_field, openai_grammar, refuse_unsupported, strict_requested)
@@ -210,6 +214,7 @@ class _ChatChoice:
 
 
 def chat_completions(service, body: dict, ctx) -> JsonReply | StreamReply:
+    body = under_openai_chat(body, getattr(ctx, "created", None))   # a model made with Ollama's /api/create
     req = parse_chat(body)
     check_best_of(body, req.n)  # vLLM's chat field: refused as on completions, never ignored
     ban_eos(body, req.sampling, lambda: service.stop_ids)

@@ -4,7 +4,8 @@ Role: what serve/api/responses.py keeps of a response whose request had `store` 
 the response object and the request's own input items, and the id it continued. `conversation(id)` gives the
 input items of a whole chain (every earlier turn's input, then its output as input items), so a request with
 `previous_response_id` continues it (the prompt it renders starts with the one the engine read last turn, so
-the engine reuses its cache). Bounded in count, bytes (each record's JSON size) and age; the oldest go first.
+the engine reuses its cache); `item(id)` gives one kept item, which an `item_reference` input item names.
+Bounded in count, bytes (each record's JSON size) and age; the oldest go first.
 Kept in memory, and also in `folder` (0700; one JSON file 0600 per response, written whole) when one is
 configured, read back at start: only then does it survive a restart. Nothing here knows HTTP.
 
@@ -12,8 +13,9 @@ Locks: `_lock` guards `_records` and the folder's files.
 
 Public surface: `ResponseStore(folder=None, max_count, max_bytes, max_age_s, clock)`, `.put(response,
 input_items, previous_id)`, `.get(id)`, `.delete(id)`, `.input_items(id)`, `.conversation(id)`, `.view()`,
-`output_as_input(items)`, `continued(body, ctx)` (a request's body with its `previous_response_id` chain
-before its own input), `MAX_COUNT`, `MAX_MIB`, `MAX_AGE_S`.
+`.item(id)`, `output_as_input(items)`, `input_item_id(rid, index, item)`, `continued(body, ctx)` (a request's
+body with its `previous_response_id` chain before its own input, its `item_reference` items looked up),
+`MAX_COUNT`, `MAX_MIB`, `MAX_AGE_S`.
 """
 from __future__ import annotations
 
@@ -52,6 +54,12 @@ def output_as_input(items: list) -> list[dict]:
     return out
 
 
+def input_item_id(rid: str, index: int, item: dict) -> str:
+    """The id of a kept request's input item: its own, else one made of the response's id and its place (the
+    id GET /v1/responses/{id}/input_items lists and an `item_reference` may name)."""
+    return item.get("id") or f"item_{rid[5:]}_{index}"
+
+
 def _own_items(raw) -> list:
     """The request's `input` as a list of items (a string is one user message)."""
     return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": raw}]}] \
@@ -59,15 +67,36 @@ def _own_items(raw) -> list:
         list(raw) if isinstance(raw, list) else []
 
 
+def _referenced(items: list, store) -> list:
+    """`item_reference` items -> the kept items they name (OpenAI's: an output item of a kept response, or an
+    input item of its request); one not kept is a 400 naming it."""
+    out = []
+    for i, it in enumerate(items):
+        if not isinstance(it, dict) or it.get("type") != "item_reference":
+            out.append(it)
+            continue
+        ref = it.get("id")
+        found = store.item(ref) if store is not None and isinstance(ref, str) else None
+        if found is None:
+            raise BadRequest(f"input[{i}]: item {str(ref)[:80]!r} not found: it is not an item of a stored "
+                             "response (store: false, deleted, or past the server's stored-response bounds); "
+                             "send the item itself", param="input")
+        out.append(found)
+    return out
+
+
 def continued(body: dict, ctx) -> tuple[dict, str | None, list]:
     """`previous_response_id` -> (the body with the kept chain's items before its `input`, that id, the
-    request's own input items)."""
+    request's own input items, `item_reference` items replaced by the items they name)."""
+    store = getattr(ctx, "responses", None)
     prev, own = body.get("previous_response_id"), _own_items(body.get("input"))
+    if any(isinstance(it, dict) and it.get("type") == "item_reference" for it in own):
+        own = _referenced(own, store)
+        body = {**body, "input": own}
     if prev is None:
         return body, None, own
     if not isinstance(prev, str):
         raise BadRequest("previous_response_id: a response id (resp_...)", param="previous_response_id")
-    store = getattr(ctx, "responses", None)
     items = store.conversation(prev) if store is not None else None
     if items is None:
         raise BadRequest(f"previous response {prev[:80]!r} not found: it was not stored (store: false), was "
@@ -168,6 +197,24 @@ class ResponseStore:
         with self._lock:
             record = self._get(rid)
             return None if record is None else list(record["input_items"])
+
+    def item(self, item_id: str) -> dict | None:
+        """The kept item `item_id` as an input item: an output item of a kept response (`msg_`, `fc_`, `rs_`
+        ids; one the model left unfinished is none) or an input item of its request; None when none is kept.
+        A scan: the store holds at most `max_count` responses."""
+        with self._lock:
+            for rid in list(self._records):
+                record = self._get(rid)
+                if record is None:
+                    continue
+                for it in record["response"].get("output") or []:
+                    if it.get("id") == item_id:
+                        carried = output_as_input([it])
+                        return {**carried[0], "id": item_id} if carried else None
+                for i, it in enumerate(record["input_items"]):
+                    if isinstance(it, dict) and input_item_id(rid, i, it) == item_id:
+                        return {"id": item_id, **it}
+        return None
 
     def conversation(self, rid) -> list | None:
         """The input items that continue the chain ending at `rid`: each turn's input, then its output;

@@ -17,7 +17,9 @@ in the server's `ResponseStore`, serve/api/response_store.py) and `previous_resp
 input and output items come before this request's `input`; `instructions` are not carried over, as OpenAI
 documents; an id not kept is 400 `previous_response_not_found`). Accepted and without effect: `metadata`,
 `user`, `include`'s other values, `truncation` (requests are never truncated), `prompt_cache_key`,
-`service_tier`. Refused: `background: true` (400), `item_reference` items (400).
+`service_tier`. `item_reference` items are replaced by the stored item they name (an output item of a kept
+response, or an input item of its request; response_store.continued); one not kept is 400. Refused:
+`background: true` (400).
 GET `/v1/responses/{id}` (the kept response), GET `/v1/responses/{id}/input_items` (its request's own input
 items, OpenAI's list shape), DELETE `/v1/responses/{id}` (`{id, object: "response.deleted", deleted: true}`);
 an id not kept is 404 `response_not_found`; `/cancel` is 400 (nothing runs in the background).
@@ -56,7 +58,7 @@ from serve.api.replies import EventRun, JsonReply, StreamReply, collect, cut
 from serve.core.sampling import check_max_tokens, check_request_sampling
 from serve.generation.json_schema import ANY_OBJECT_GRAMMAR
 from serve.api.fields import model_field, responses_logprobs
-from serve.api.response_store import continued
+from serve.api.response_store import continued, input_item_id
 from serve.generation.logprobs import openai_content
 from serve.prompt.tool_text import arguments_text
 
@@ -136,8 +138,8 @@ def _input_items(raw) -> list[Message]:
             if text:
                 reasoning.append(text)
         elif kind == "item_reference":
-            raise BadRequest(f"{where}: item references need stored responses; this server keeps none: send "
-                             "the item itself", param="input")
+            raise BadRequest(f"{where}: an item reference is looked up in the stored responses (continued() "
+                             "does it before parsing); send the item itself", param="input")
         else:
             raise BadRequest(f"{where}.type: message, function_call, function_call_output or reasoning, not "
                              f"{kind!r}", param="input")
@@ -471,7 +473,7 @@ def get_response(service, body, ctx) -> JsonReply:
         store.delete(rid)
         return JsonReply(200, {"id": rid, "object": "response.deleted", "deleted": True})
     if sub == "input_items":
-        items = [{"id": it.get("id") or f"item_{rid[5:]}_{i}", **it} for i, it in enumerate(store.input_items(rid))]
+        items = [{"id": input_item_id(rid, i, it), **it} for i, it in enumerate(store.input_items(rid))]
         data = items[::-1]   # newest first, OpenAI's default order
         return JsonReply(200, {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
                                "last_id": data[-1]["id"] if data else None, "has_more": False})

@@ -1,6 +1,6 @@
-"""The batch path of StrataEngine: requests in decode slots, scheduled by the engine (UPSTREAM 4.4).
+"""The one request path of StrataEngine: requests in decode slots, scheduled by the engine (UPSTREAM 4.4).
 
-Role: run many requests on one engine started with `--batch N`. The engine owns the schedule (one step = the
+Role: run requests on one engine started with `--batch N` (N = the server's `--parallel`, 1 included). The engine owns the schedule (one step = the
 decoding slots' tokens, then prompt chunks shortest remaining first; docs/PROTOCOL.md "Slot steps"); a
 request thread here only claims a free slot, submits `BGEN` and reads its own slot queue, which the process's
 pump fills (serve/engine_client/protocol.py). It knows nothing of HTTP or text, and nothing of StrataEngine's
@@ -184,8 +184,10 @@ class BatchPath:
         """Bind the request to the current process and claim a free slot in admission order. True when
         claimed, False when the caller left first; EngineDied when its process ended meanwhile."""
         proc = self.engine.current()
-        if proc is None or proc.ended or proc.slots is None:
+        if proc is None or proc.ended:
             raise EngineDied("the engine is unavailable; this request was not sent")
+        if proc.slots is None:
+            raise EngineDied("the engine has no decode slots (it must run with --batch N); this request was not sent")
         req.proc, slots = proc, proc.slots
         im_start = self.engine.info.get("im_start")
         me = _Waiter(len(req.ids), req.arrival)

@@ -2,27 +2,26 @@
 
 Role: start `strata-engine --serve <args>`, wait for READY, and turn token-id prompts into a stream of token
 ids. Each started process is an `EngineProcess` (serve/engine_client/protocol.py: its pipes, its pump, its queues);
-a request is bound to the process it was sent on and reads only that process's queues. A solo engine runs one
-`GEN` at a time under `ctl` (the one place solo requests are serialised); an engine with decode slots runs
-requests concurrently through serve/engine_client/batch.py. Each process gets a Heartbeat
-(serve/engine_client/liveness.py) that ends it when it is frozen (no PONG and no line for `stall_s`); a solo
-command is marked on its process (`EngineProcess.solo`) so its own clock judges it meanwhile. It knows nothing
-of HTTP, templates or text.
+a request is bound to the process it was sent on and reads only that process's queues. Every request runs in
+a decode slot through serve/engine_client/batch.py (one path: `--parallel 1` is one slot, as llama.cpp's
+`n_parallel = 1`). Each process gets a Heartbeat (serve/engine_client/liveness.py) that ends it when it is
+frozen (no PONG and no line for `stall_s`); a control command, which the engine's loop runs whole, is marked on
+its process (`EngineProcess.solo`) so its own clock judges it meanwhile. It knows nothing of HTTP, templates or
+text.
 
-Locks: `ctl` the control lines (one solo GEN, one BGEN write or one control command); `slot_cv` the slot
-tables and admission queues (batch.py); `_state` the fields it names; `_life` start / restart / close; each
-process's `wlock` its stdin (every writer, the heartbeat's non-blocking PING included).
+Locks: `ctl` the control lines (one BGEN write or one control command); `slot_cv` the slot tables and
+admission queues (batch.py); `_state` the fields it names; `_life` start / restart / close; each process's
+`wlock` its stdin (every writer, the heartbeat's non-blocking PING included).
 
 Public surface (implements serve.core.engine_api.EngineClient):
 - `StrataEngine(argv, args, log_path=None, env=None, cwd=None, silence_s=..., on_line=None)`; `start()` (spawn
   + READY handshake), `restart(tries)`, `ensure_running()` (restart a dead engine once, not while one starts),
   `close()` (QUIT -> terminate -> kill; `closed` until the next start), `kill_now()`, `alive()`, `death_note()`, `current()` (the process),
-  `info`, `max_context`, `known_ctx`, `can_stop`, `progress`, `prefill_tok_s`, `gen`, `queued`, `batch`.
+  `info`, `max_context`, `known_ctx`, `can_stop`, `progress`, `prefill_tok_s`, `gen`, `batch`.
 - `generate(ids, max_new, keys, cancelled, result)`: yields token ids, and `None` as a heartbeat; `result` (a
-  dict the caller owns) gets the figures. Closing it early stops the request (STOP / BSTOP) and drains it, so
+  dict the caller owns) gets the figures. Closing it early stops the request (BSTOP) and drains its slot, so
   the next request never reads this one's lines.
-- `vram(reserve_mib)`, `session_file("SAVE"|"RESTORE", path)`, `control(line, accept)`: control commands
-  under `ctl`.
+- `vram(reserve_mib)`, `control(line, accept)`: control commands under `ctl`.
 - Exceptions (serve/engine_client/protocol.py, re-exported): EngineDied, EngineSilent, EngineStarting, EngineBadLine,
   EngineNonFinite, EngineStuck, EngineRefused.
 """
@@ -39,9 +38,8 @@ import time
 from serve.engine_client.batch import BatchPath
 from serve.engine_client.liveness import Heartbeat
 from serve.engine_client.protocol import (
-    ENGINE_SILENCE_S, HEARTBEAT_S, MAX_LINE_BYTES, POLL_S, Allowance, EngineBadLine, EngineDied, EngineNonFinite,
-    EngineProcess, EngineRefused, EngineSilent, EngineStarting, EngineStuck, parse_done, parse_kv, parse_progress,
-    parse_token, start_pump)
+    ENGINE_SILENCE_S, MAX_LINE_BYTES, POLL_S, Allowance, EngineBadLine, EngineDied, EngineNonFinite,  # noqa: F401
+    EngineProcess, EngineRefused, EngineSilent, EngineStarting, EngineStuck, parse_kv, start_pump)
 from serve.engine_client.slot_table import SlotTable
 
 
@@ -54,7 +52,7 @@ def _env_float(name: str, default: float) -> float:
 
 ENGINE_READY_S = 900.0       # a large model on a slow disk can take minutes; env STRATA_ENGINE_READY_S, 0 = forever
 ENGINE_STALL_S = 90.0        # frozen: no PONG and no line this long (serve/engine_client/liveness.py), or during a
-#                              solo command silent AND using no CPU/IO this long; env STRATA_ENGINE_STALL_S, 0 = off
+#                              control command silent AND using no CPU/IO this long; env STRATA_ENGINE_STALL_S, 0 = off
 CLOSE_WAIT_S = 20.0          # each of QUIT, terminate, kill gets this long
 RESTART_RETRY_S = 15.0       # pause between start attempts
 LOG_TAIL_LINES = 20          # log lines quoted when a start fails
@@ -62,7 +60,7 @@ CONTROL_WAIT_S = 300.0       # a control command waits this long for the control
 
 
 class StrataEngine:
-    """The engine child: spawn, handshake, the solo path, control commands, life cycle."""
+    """The engine child: spawn, handshake, requests (through its BatchPath), control commands, life cycle."""
 
     def __init__(self, argv: list[str], args: list[str], log_path: str | None = None,
                  env: dict | None = None, cwd: str | None = None, silence_s: float = ENGINE_SILENCE_S,
@@ -76,9 +74,9 @@ class StrataEngine:
         self.on_line = on_line          # debug hook: called with every stdout line (pump thread)
         self.ready_s = _env_float("STRATA_ENGINE_READY_S", ENGINE_READY_S)
         self.stall_s = _env_float("STRATA_ENGINE_STALL_S", ENGINE_STALL_S)
-        self.ctl = threading.Lock()     # the control lines: one solo GEN, one BGEN exchange or one command
+        self.ctl = threading.Lock()     # the control lines: one BGEN exchange or one control command
         self.slot_cv = threading.Condition()  # every process's slot table and the admission queue (batch.py)
-        self._state = threading.Lock()  # guards _cur, gen, starting, info, max_context, known_ctx, queued
+        self._state = threading.Lock()  # guards _cur, gen, starting, info, max_context, known_ctx
         self._life = threading.Lock()   # one start / restart / close at a time
         self._cur: EngineProcess | None = None
         self.gen = 0
@@ -89,7 +87,6 @@ class StrataEngine:
         self.can_stop = False
         self.progress = (0, 0)          # (reached, total) of the last PP/BPP line (for /metrics)
         self.prefill_tok_s = None
-        self.queued = 0                 # solo requests waiting for ctl
         self.closed = False             # close() was called (no supervisor restarts it); a start clears it
         self._log_start = 0
         self._log = None
@@ -112,7 +109,8 @@ class StrataEngine:
         return None
 
     def batched(self) -> bool:
-        """Whether the current process has decode slots (then requests run concurrently)."""
+        """Whether the current process has decode slots (every engine Strata starts has: `--batch N`, one
+        slot by default; a process without any is refused each request)."""
         p = self._cur
         return p is not None and p.slots is not None
 
@@ -336,54 +334,18 @@ class StrataEngine:
         return ("the engine stopped while this request ran (it restarts for the next one)"
                 if proc is not self._cur else self.death_note())
 
-    # ---------------------------------------------------------------- the solo path
+    # ---------------------------------------------------------------- requests
     def generate(self, ids: list[int], max_new: int, keys: str = "", cancelled=None,
                  result: dict | None = None, embed: bool = False, on_wait=None, closing=None):
-        """Yields token ids, and None as heartbeats; `result` gets the figures. `embed`: an embedding
-        (EMB / BEMB: no tokens; `result["embedding"]` gets the vector's `<n_embd> <base64>`). `on_wait()` is
-        called on this thread right before each wait for the engine with nothing to read
-        (serve/http/pacing.py). `closing()` True: a constrained request should end with its grammar's shortest
-        completion (slots: BCLOSE, the tokens keep coming to the end; a solo GEN has no such command, so there
-        it stops as `cancelled` does)."""
+        """Yields token ids, and None as heartbeats; `result` gets the figures. `embed`: an embedding (BEMB:
+        no tokens; `result["embedding"]` gets the vector's `<n_embd> <base64>`). `on_wait()` is called on this
+        thread right before each wait for the engine with nothing to read (serve/http/pacing.py). `closing()`
+        True: a constrained request ends with its grammar's shortest completion (BCLOSE). Every request runs
+        in a decode slot (serve/engine_client/batch.py): `--parallel 1` is one slot."""
         result = {} if result is None else result
         if not self.alive():
             raise EngineDied("the engine is unavailable; this request was not sent")
-        if self.batched():
-            yield from self.batch.generate(ids, max_new, keys, cancelled, result, embed, on_wait, closing)
-            return
-        if closing is not None:
-            asked, cancelled = cancelled, (lambda: bool(closing()) or bool(asked and asked()))
-        if not (yield from self._take_ctl(cancelled, on_wait)):
-            result["finish"] = "cancel"
-            return
-        try:
-            proc = self._cur
-            if proc is None or proc.ended:
-                raise EngineDied("the engine is unavailable; this request was not sent")
-            yield from _SoloRequest(self, proc, ids, keys, cancelled, result, embed, on_wait).run(max_new)
-        finally:
-            self.ctl.release()
-
-    def _take_ctl(self, cancelled, on_wait=None):
-        """Wait for the control lines, yielding heartbeats; False when the caller left meanwhile. `on_wait()`
-        before each wait: what the caller holds (a heartbeat's keep-alive) goes out."""
-        with self._state:
-            self.queued += 1
-        try:
-            beat = time.monotonic()
-            while True:
-                if on_wait is not None:
-                    on_wait()
-                if self.ctl.acquire(timeout=POLL_S):
-                    return True
-                if cancelled is not None and cancelled():
-                    return False
-                if time.monotonic() - beat >= HEARTBEAT_S:
-                    beat = time.monotonic()
-                    yield None
-        finally:
-            with self._state:
-                self.queued -= 1
+        yield from self.batch.generate(ids, max_new, keys, cancelled, result, embed, on_wait, closing)
 
     # ---------------------------------------------------------------- control commands
     @contextlib.contextmanager
@@ -438,21 +400,6 @@ class StrataEngine:
             self.info["vram"] = figures
             return figures
 
-    def session_file(self, action: str, path: str) -> dict:
-        if action not in ("SAVE", "RESTORE") or any(c in path for c in "\r\n\0"):
-            raise ValueError("a session file action is SAVE or RESTORE with a plain path")
-        answer = "SAVED" if action == "SAVE" else "RESTORED"
-
-        def accept(line):
-            words = line.split()
-            if words[0] == "SERR":
-                raise EngineRefused(" ".join(words[1:]))
-            if words[0] == answer and len(words) == 4:
-                return {"tokens": int(words[1]), "bytes": int(words[2]), "ms": float(words[3])}
-            return None
-
-        return self.control(f"{action} {path}", accept)
-
     def control(self, line: str, accept, deadline_s: float | None = None):
         """One control command: hold the control lines, write `line`, read the control lines until
         `accept(line)` returns a value (ERR -> EngineRefused); silent past `deadline_s` (default: the engine's
@@ -460,133 +407,3 @@ class StrataEngine:
         with self._exclusive_control() as proc:
             proc.write(line)
             return self._read_control(proc, deadline_s or max(self.silence_s, 60.0), accept)
-
-
-class _SoloRequest:
-    """One GEN on a solo engine, read from the control lines while `ctl` is held."""
-
-    def __init__(self, engine: StrataEngine, proc: EngineProcess, ids, keys, cancelled, result, embed=False,
-                 on_wait=None):
-        self.e, self.proc, self.ids, self.result = engine, proc, list(ids), result
-        self.on_wait = on_wait or (lambda: None)   # before each wait with nothing to read (stream_pacing)
-        self.embed = embed
-        self.keys = (" " + keys.strip()) if keys and keys.strip() else ""
-        self.cancelled = cancelled or (lambda: False)
-        self.clock = Allowance(engine.silence_s, len(ids), engine.stall_s, proc.popen.pid)
-        self.done = False
-
-    def run(self, max_new: int):
-        with self.proc.solo():  # the heartbeat asks no PONG meanwhile: this request's clock watches
-            yield from self._run(max_new)
-
-    def _run(self, max_new: int):
-        ids = ','.join(map(str, self.ids))
-        self.proc.write(f"EMB {ids}" if self.embed else f"GEN {max_new}{self.keys} {ids}")
-        try:
-            beat = time.monotonic()
-            while True:
-                line = self._line()
-                now = time.monotonic()
-                if not line:
-                    if self.cancelled():
-                        self.result["finish"] = "cancel"
-                        return
-                    if now - beat >= HEARTBEAT_S:
-                        beat = now
-                        yield None
-                    continue
-                kind, _, rest = line.partition(" ")
-                if kind == "T":
-                    self.clock.token(now)
-                    yield parse_token(rest, self.proc.n_vocab, line)
-                elif kind == "PP":
-                    beat = now
-                    self._progress(rest, line, now)
-                    yield None
-                elif kind == "VEC":
-                    self.result["embedding"] = rest
-                elif kind == "RESUME":
-                    word = (rest.split() or ["-"])[0]
-                    self.result["reused"] = int(word) if word.isdigit() else None
-                    self.clock.chunk(now, self.result["reused"] or 0, 0.0)
-                elif kind == "DONE":
-                    self.done = True
-                    self.result.update(parse_done(line))
-                    if self.result.get("finish") == "nonfinite":
-                        raise EngineNonFinite("the engine produced non-finite logits")
-                    return
-                elif kind == "ERR":
-                    self.done = True
-                    raise EngineRefused(rest)
-                else:
-                    continue  # INFO / WARN / anything else: log-like
-                if self.cancelled():
-                    self.result["finish"] = "cancel"
-                    return
-        except EngineBadLine as e:
-            self.done = True
-            self.proc.kill(str(e))  # out of step: the process goes, the next request gets a new one
-            raise
-        finally:
-            if not self.done:
-                self._drain()
-
-    def _line(self) -> str:
-        """The next control line, or "" after POLL_S of quiet; raises on EOF and past the allowance."""
-        if self.proc.lines.empty():
-            self.on_wait()
-        try:
-            line = self.proc.lines.get(timeout=POLL_S)
-        except queue.Empty:
-            why = self.clock.expired(time.monotonic())
-            if why:
-                self.done = True
-                self.proc.kill(why)
-                raise EngineSilent(why) from None
-            return ""
-        if line is None:
-            self.done = True
-            raise EngineDied(self.e.gone(self.proc))
-        self.clock.heard(time.monotonic())
-        return line
-
-    def _progress(self, rest: str, line: str, now: float) -> None:
-        reached, total, rate = parse_progress(rest.split(), line)
-        self.clock.chunk(now, reached, rate)
-        self.e.progress = (reached, total)
-        if rate > 0:
-            self.e.prefill_tok_s = rate
-        self.result["prompt_reached"] = reached
-
-    def _drain(self) -> None:
-        """The consumer left early: STOP, then read to DONE/ERR so the next request starts clean; the
-        request keeps the DONE's figures (finish `cancel`)."""
-        proc = self.proc
-        if proc.ended or proc.popen.poll() is not None:
-            return
-        try:
-            if self.e.can_stop:
-                proc.write("STOP")
-        except EngineDied:
-            return
-        self.clock.heard(time.monotonic())
-        while True:
-            try:
-                line = proc.lines.get(timeout=POLL_S)
-            except queue.Empty:
-                why = self.clock.expired(time.monotonic())
-                if why:
-                    proc.kill("the engine did not answer STOP; " + why)
-                    return
-                continue
-            if line is None or line.startswith("ERR"):
-                return
-            self.clock.heard(time.monotonic())
-            if not self.e.can_stop:
-                self.clock.token(time.monotonic())
-            if line.startswith("DONE"):
-                with contextlib.suppress(EngineDied):
-                    figures = parse_done(line)
-                    figures["finish"] = "cancel"
-                    self.result.update(figures)
-                return

@@ -14,7 +14,7 @@ supervisor (or the next request) starts a new process.
 So a freeze is caught within `stall_s` of the engine's last line (plus one tick), whatever waits on it: a
 slot claim, an admission's BACC, a stream's next token, an embedding, a control command, or nobody.
 
-A solo command (GEN, EMB, SAVE, RESTORE, VRAM) runs whole before the engine takes a PING; while one runs
+A control command (BSAVE, BRESTORE, VRAM) runs whole before the engine takes a PING; while one runs
 (`EngineProcess.solo_since`) the heartbeat sends no PING and judges none written after it: the request's own
 clock (serve/engine_client/protocol.py `Allowance`: silence and no CPU/IO growth for `stall_s`) watches it,
 and a PONG owed from before the command still counts. A tick that comes far later than due means this

@@ -225,7 +225,7 @@ class EngineProcess:
     heartbeat: object | None = None  # its Heartbeat (serve/engine_client/liveness.py), once started
     pong: int = 0                # the number of the last `PONG <n>` (stored by the pump, read by the heartbeat)
     solo_since: float | None = None  # when the holder of `ctl` wrote a command the engine's loop runs whole
-    #   before it takes a PING (GEN, EMB, SAVE, RESTORE, VRAM); None when none runs. Set and cleared only by
+    #   before it takes a PING (BSAVE, BRESTORE, VRAM); None when none runs. Set and cleared only by
     #   that holder (`solo()`); a PING written after it is answered after it (docs/PROTOCOL.md)
 
     def __post_init__(self):
@@ -262,7 +262,7 @@ class EngineProcess:
 
     @contextlib.contextmanager
     def solo(self):
-        """Around a command the engine's loop runs whole (a solo GEN/EMB, a control command): the heartbeat
+        """Around a command the engine's loop runs whole (a control command: BSAVE, BRESTORE, VRAM): the heartbeat
         then waits for its end before it asks for a PONG (the request's own clock watches it meanwhile)."""
         self.solo_since = time.monotonic()
         try:

@@ -1,7 +1,7 @@
 """ReplicaEngine: several engines behind one StrataEngine-shaped object (UPSTREAM 4.7), opt-in.
 
 Role: route each request to the replica that already holds most of its prompt, counting the requests
-running there; heal replicas that died. Each replica is a StrataEngine (solo or with decode slots). It knows
+running there; heal replicas that died. Each replica is a StrataEngine (one decode slot or more). It knows
 nothing of HTTP; Service uses it exactly like a StrataEngine (`generate`, `alive`, `max_context`, ...).
 
 Routing: chained hashes of 64-token blocks (`BLOCK_TOKENS`) of the prompts and answers a replica served, kept
@@ -9,9 +9,9 @@ per replica in an LRU of `BLOCKS_MAX` entries, give the prefix length it holds; 
 + `LOAD_TOKENS` x requests running there; ties go to fewer running, then fewer routed. A restart (or a
 nonfinite answer) forgets that replica's blocks.
 
-Rules: a replica without slots runs one request at a time (its StrataEngine serialises solo requests
-under its `ctl` and drains a request that leaves before the next one is sent: the one place that does);
-the child generator is closed (its STOP + drain done) before the replica's figures are taken; every caller gets its own copy of the figures (`result`); a dead replica is restarted in the
+Rules: a replica with one slot runs one request at a time (its slot path waits for the free slot and drains a
+request that leaves, BSTOP to BDONE, before the next one is admitted); the child generator is closed (its
+BSTOP + drain done) before the replica's figures are taken; every caller gets its own copy of the figures (`result`); a dead replica is restarted in the
 background at most every `HEAL_EVERY_S` (`heal()`). Not offered: session files, VRAM resize.
 
 Cores: with N >= 2 replicas and at least N cores (the server's own affinity set), each replica gets its own

@@ -8,8 +8,8 @@ Role: between a translator (serve/api/openai.py, serve/api/llama_routes.py) and 
 - Read once: on an engine with decode slots, choice 0 runs first; the others are admitted once its first
   event (its first token) arrives, i.e. once its prompt is read, and reuse that prefix from choice 0's slot
   (the engine's prefix reuse takes it from a busy slot too, docs/PROTOCOL.md), so they read one token each.
-  They then decode side by side. On a solo engine (--parallel 1) the choices run one after another and each
-  reuses the session's prefix.
+  They then decode side by side. With one slot (--parallel 1) the choices run one after another and each
+  reuses the prompt the slot holds.
 - `n` is at most CHOICES_MAX; choices beyond the free lanes wait for one like any request.
 It knows no wire format: `run_choices` yields (index, Event | Done) pairs; `merge_done` sums the usage.
 

@@ -30,7 +30,7 @@ import math
 import re
 from fractions import Fraction
 
-from serve.generation.regex_grammar import RegexError, regex_grammar
+from serve.generation.regex_grammar import RegexError, gbnf_literal, regex_grammar
 
 WS_MAX = 20          # spaces/newlines between two tokens: room for pretty-printing a few levels deep
 INT_DIGITS_MAX = 16  # an integer's digits (beyond, a model is looping, not answering)
@@ -78,19 +78,6 @@ class SchemaError(ValueError):
     def __init__(self, message: str, path: str = ""):
         super().__init__(f"{message} (at {path or 'the schema root'})")
         self.path = path
-
-
-def gbnf_literal(text: str) -> str:
-    """A GBNF "literal" matching text exactly."""
-    out = []
-    for ch in text:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
 
 
 def _json_literal(value) -> str:

@@ -15,7 +15,8 @@ alternation `|`, and the quantifiers `* + ? {m} {m,} {m,n}` (lazy `?` after one 
 Refused by name (`RegexError`): back references, lookaround, word boundaries, inline flags, anchors
 elsewhere, possessive quantifiers, counts over REPEAT_MAX.
 
-Public surface: `regex_grammar(pattern, json_string=False) -> str`, `RegexError`. Knows no HTTP, no engine.
+Public surface: `regex_grammar(pattern, json_string=False) -> str`, `gbnf_literal(text)`, `RegexError`. Knows no
+HTTP, no engine.
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def _cls_char(c: str) -> str:
     return c
 
 
-def _literal(text: str) -> str:
+def gbnf_literal(text: str) -> str:
+    """A GBNF "literal" matching text exactly (json_schema.py and the translators use it too)."""
     out = []
     for ch in text:
         if ch in '"\\':
@@ -154,12 +156,12 @@ class _Parser:
     # ------------------------------------------------------------ characters
     def _char(self, c: str) -> str:
         if not self.json:
-            return _literal(c)
+            return gbnf_literal(c)
         if c in '"\\':
-            return _literal("\\" + c)
+            return gbnf_literal("\\" + c)
         if ord(c) < 0x20:
             raise RegexError(f"a control character ({ord(c):#04x}) cannot be written raw in a JSON string")
-        return _literal(c)
+        return gbnf_literal(c)
 
     def escape(self) -> str:
         c = self.take()
@@ -223,7 +225,7 @@ class _Parser:
         alts = []
         for ch, text in (('"', '\\"'), ("\\", "\\\\")):
             if any(a <= ch <= b for a, b in ranges):
-                alts.append(_literal(text))
+                alts.append(gbnf_literal(text))
         kept = _subtract(ranges, _JSON_BAN)
         if kept:
             alts.insert(0, self._class_text(kept, False))

@@ -70,7 +70,7 @@ def props(svc, query: dict, unloaded: bool = False) -> tuple[int, dict]:
 
 
 def slots(svc) -> list[dict]:
-    """GET /slots: one entry per decode slot of every live engine (one for a solo engine); [] when none runs."""
+    """GET /slots: one entry per decode slot of every live engine (one with --parallel 1); [] when none runs."""
     out: list[dict] = []
     busy = bool(svc.status.get("busy"))
     for e in engines(svc.engine):

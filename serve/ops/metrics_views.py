@@ -38,13 +38,12 @@ LLAMA_PATHS = ("/props", "/slots", "/tokenize", "/detokenize", "/metrics/prometh
 # ------------------------------------------------------------------------------------------------ live
 def live_counts(svc) -> dict:
     """Requests running / waiting and slot use now, whatever the number of lanes.
-    deferred: requests waiting for the engine (a solo engine's control lines, or a free decode slot);
+    deferred: requests waiting for a free decode slot;
     processing: the running requests that are not waiting; context_use: KV positions held over the positions
     the slots have (busy slots: prompt + generated; idle slots: the conversation they keep)."""
     snap = svc.live.snapshot()
     waiting, held, room = 0, 0, 0
     for e in llama_views.engines(svc.engine):
-        waiting += int(getattr(e, "queued", 0) or 0)   # solo requests waiting for the control lines
         batch = getattr(e, "batch", None)
         ctx = e.max_context or e.known_ctx or 0
         if batch is not None and e.alive() and e.batched():

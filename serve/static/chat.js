@@ -3,11 +3,14 @@
 // are the server's GET/POST /settings; the system prompt and the model are per conversation.
 // A turn that fails (an error before or during the answer) stays on screen with its error, marked failed,
 // and is left out of the history later questions send, so one context overflow never breaks the chat.
+// With MCP servers set (mcp.js), their tools go with each request; a call the model makes becomes a tool
+// message that waits for the user's Approve / Deny, runs, and the answer continues from its result.
 "use strict";
 
 const STORE_KEY = "strata.chats.v1";
 const CURRENT_KEY = "strata.current";
 const PIN_SLACK_PX = 48;        // within this distance of the bottom the view follows the stream
+const MAX_AUTO_TOOL_ROUNDS = 8; // tool rounds one question may take before "always allow" asks again
 const SETTINGS_FIELDS = [       // the /settings defaults the panel edits: [key, kind]
   ["temperature", "float"], ["top_p", "float"], ["top_k", "int"], ["max_tokens", "int"], ["seed", "int"],
   ["reasoning_effort", "text"], ["reasoning_budget_tokens", "int"]];
@@ -18,7 +21,12 @@ const state = { store: null, chat: null, controller: null, stick: true, models: 
 function loadStore() {
   try {
     const s = JSON.parse(localStorage.getItem(STORE_KEY) || "null");
-    if (s && s.chats && Array.isArray(s.order)) return s;
+    if (s && s.chats && Array.isArray(s.order)) {
+      for (const c of Object.values(s.chats)) {   // a tool call cut by a reload waits for the user again
+        for (const m of c.messages || []) if (m.role === "tool" && m.status === "running") m.status = "pending";
+      }
+      return s;
+    }
   } catch (e) { /* a damaged store starts over */ }
   return { chats: {}, order: [] };
 }
@@ -118,7 +126,7 @@ function actionButton(label, act, title) {
 }
 
 function messageView(m, i, live = false) {
-  const div = el("div", `msg ${m.role}${m.failed ? " failed" : ""}`);
+  const div = el("div", `msg ${m.role}${m.failed ? " failed" : ""}${m.role === "tool" ? ` ${m.status}` : ""}`);
   div.dataset.i = i;
   fillMessage(div, m, live);
   return div;
@@ -127,6 +135,7 @@ function messageView(m, i, live = false) {
 // (Re)draws one message into its element; `live` while its answer streams.
 function fillMessage(div, m, live) {
   div.textContent = "";
+  if (m.role === "tool") { fillToolMessage(div, m); return; }
   if (m.role === "user") {
     div.appendChild(el("div", "text", m.content));
   } else {
@@ -185,7 +194,48 @@ function onLogClick(e) {
     ask();
   } else if (b.dataset.act === "edit") {
     editMessage(div, i);
+  } else if (["approve", "deny", "always"].includes(b.dataset.act) && m.status === "pending") {
+    decideTool(m, b.dataset.act);
   }
+}
+
+// ------------------------------------------------------------------------------------------ tool calls
+// The tool messages that wait or run at the end of this chat (a turn's calls, in order).
+function openToolCalls(chat) {
+  const out = [];
+  for (let i = chat.messages.length - 1; i >= 0 && chat.messages[i].role === "tool"; i--) {
+    if (["pending", "running"].includes(chat.messages[i].status)) out.push(chat.messages[i]);
+  }
+  return out;
+}
+
+// After an answer with tool calls: one tool message per call; the ones "always allowed" run at once, unless
+// this is past the MAX_AUTO_TOOL_ROUNDS-th tool round since the question (a model in a loop): then it asks.
+function startToolCalls(chat, calls) {
+  const msgs = calls.map(c => ({ role: "tool", callId: c.id, name: c.name, arguments: c.arguments, status: "pending" }));
+  let rounds = 0;
+  for (let i = chat.messages.length - 1; i >= 0 && chat.messages[i].role !== "user"; i--) {
+    if (chat.messages[i].role === "assistant" && (chat.messages[i].toolCalls || []).length) rounds++;
+  }
+  chat.messages.push(...msgs);
+  if (rounds > MAX_AUTO_TOOL_ROUNDS) return;
+  for (const t of msgs) if (mcpAllowed(t.name)) decideTool(t, "approve");
+}
+
+async function decideTool(t, act) {
+  const chat = state.chat;
+  if (act === "always") mcpAllowAlways(t.name);
+  if (act === "deny") {
+    Object.assign(t, { status: "denied", content: "The user denied this tool call; it did not run." });
+  } else {
+    t.status = "running";
+    if (state.chat === chat) renderChat();
+    const res = await mcpRunTool(t.name, t.arguments);
+    Object.assign(t, { status: res.error ? "error" : "done", content: res.text });
+  }
+  touch(chat);
+  if (state.chat === chat) renderChat();
+  if (!openToolCalls(chat).length && !state.controller && state.chat === chat) ask();   // the model goes on
 }
 
 function editMessage(div, i) {
@@ -220,6 +270,7 @@ function requestMessages(chat) {
   for (const m of chat.messages) {
     if (m.failed || m.pending) continue;            // a failed turn leaves the history
     if (m.role === "user") out.push({ role: "user", content: m.content });
+    else if (m.role === "tool") out.push({ role: "tool", tool_call_id: m.callId, content: m.content || "" });
     else if (m.content || (m.toolCalls || []).length) {
       const msg = { role: "assistant", content: m.content || "" };
       if ((m.toolCalls || []).length) {
@@ -246,6 +297,8 @@ async function ask() {
   const chat = state.chat;
   const body = { messages: requestMessages(chat), stream: true, stream_options: { include_usage: true } };
   if (chat.model) body.model = chat.model;
+  const tools = mcpOpenAITools();
+  if (tools.length) body.tools = tools;
   const m = { role: "assistant", content: "", pending: true };
   chat.messages.push(m);
   const i = chat.messages.length - 1;
@@ -293,11 +346,13 @@ async function ask() {
   if (frame) cancelAnimationFrame(frame);
   Object.assign(m, { content: reply.content, reasoning: reply.reasoning, toolCalls: reply.toolCalls });
   delete m.pending;
-  if (m.failed && chat.messages[i - 1]) chat.messages[i - 1].failed = true;  // the question leaves too
+  const before = chat.messages[i - 1];   // a failed question leaves too; a tool result stays (its call is kept)
+  if (m.failed && before && before.role === "user") before.failed = true;
   m.figures = replyFigures(reply.usage, reply.timings, reply.firstAt === null ? null : reply.firstAt - t0);
   state.controller = null;
   setBusy(false);
   touch(chat);
+  if (!m.failed && !m.stopped && m.toolCalls.length && tools.length) startToolCalls(chat, m.toolCalls);
   if (state.chat === chat) {
     renderChat();
     if (!state.stick) log.scrollTop = log.scrollHeight;
@@ -337,6 +392,7 @@ async function openSettings() {
     pick.appendChild(o);
   }
   pick.value = state.chat.model || "";
+  renderMcpList();
   document.getElementById("model-row").hidden = state.models.length < 2;
   dlg.showModal();
 }
@@ -388,6 +444,8 @@ function chatPage() {
     e.preventDefault();
     const text = input.value.trim();
     if (!text || state.controller) return;
+    if (openToolCalls(state.chat).length) { showNotice("approve or deny the tool call first"); return; }
+    showNotice("");
     input.value = "";
     send(text);
   };
@@ -401,6 +459,8 @@ function chatPage() {
   document.getElementById("toggle-list").onclick = () => document.body.classList.toggle("list-open");
   document.getElementById("settings").querySelector("form").onsubmit = saveSettings;
   document.getElementById("settings-cancel").onclick = () => document.getElementById("settings").close();
+  document.getElementById("mcp-add").onclick = onMcpAdd;
+  mcpConnectAll();
   apiFetch("/v1/models").then(r => r.json()).then(m => { state.models = (m.data || []).map(x => x.id); })
     .catch(() => { state.models = []; });
   setBusy(false);

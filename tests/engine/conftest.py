@@ -8,8 +8,8 @@ skips cleanly when either is absent. Tests keep generations short: the whole dir
 two minutes on two cores.
 
 Public surface: the `engine_path`, `model_path`, `tok` and `engine` fixtures, `Engine` (start, send,
-line, expect, gen, bgen_collect, close), `Gen` (the parsed result of one request), `chat()` (a ChatML
-prompt's ids) and `DONE_FIELDS`.
+line, expect, gen (a request in slot 0), close), `Gen` (the parsed result of one request), `chat()` (a ChatML
+prompt's ids), `parse_bdone` and `BDONE_FIELDS`.
 """
 
 import importlib.util
@@ -32,8 +32,7 @@ MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 READY_TIMEOUT_S = 60.0     # load + INFO/READY of a 100 MB model
 LINE_TIMEOUT_S = 60.0      # the longest a single protocol line may take to arrive in these tests
 BUILD_TIMEOUT_S = 900.0
-DONE_FIELDS = ("generated", "prompt", "prompt_ms", "decode_ms", "finish", "drafts_acc", "drafts_off", "reused",
-               "hits", "lookups", "ram_blobs", "file_blobs", "file_mb", "prompt_read", "offloaded")
+BDONE_FIELDS = ("slot", "generated", "finish", "decode_ms", "prompt", "prompt_ms", "reused", "prompt_read")
 
 
 def _find_model():
@@ -99,7 +98,9 @@ def chat(tok, *turns):
 
 
 class Gen:
-    """The lines of one request, parsed: resume, pp lines, tokens, done dict, extra lines."""
+    """The lines of one request in slot 0, parsed: resume (BACC's reused), pp (BPP's reached, total, ms, tok/s),
+    tokens (BT), done (BDONE's fields; drafts_acc / drafts_off `-` when the request did not draft; its other
+    k=v words in `extra`), lines (every line read)."""
 
     def __init__(self):
         self.resume = None
@@ -113,12 +114,14 @@ class Gen:
         return self.done["finish"] if self.done else None
 
 
-def parse_done(line):
+def parse_bdone(line):
     words = line.split()
-    assert words[0] == "DONE", line
-    fields = dict(zip(DONE_FIELDS, words[1:16]))
-    assert len(words) >= 16, f"DONE needs 15 fields: {line!r}"
-    fields["extra"] = dict(w.split("=", 1) for w in words[16:] if "=" in w)
+    assert words[0] == "BDONE" and len(words) >= 9, f"BDONE needs 8 fields: {line!r}"
+    fields = dict(zip(BDONE_FIELDS, words[1:9]))
+    extra = dict(w.split("=", 1) for w in words[9:] if "=" in w)
+    fields["drafts_acc"] = extra.pop("drafts_acc", "-")
+    fields["drafts_off"] = extra.pop("drafts_off", "-")
+    fields["extra"] = extra
     return fields
 
 
@@ -189,32 +192,34 @@ class Engine:
         return line
 
     def read_request(self, on_token=None):
-        """Reads one solo request's lines up to DONE (or ERR, returned as the Gen's `err`)."""
+        """Reads one request's lines in slot 0 up to its BDONE (or ERR, returned as the Gen's `err`)."""
         g = Gen()
         g.err = None
         while True:
             line = self.line()
             assert line is not None, f"engine ended mid-request; stderr:\n{self.stderr_text()}"
             g.lines.append(line)
-            word = line.split(" ", 1)[0]
-            if word == "RESUME":
-                g.resume = int(line.split()[1])
-            elif word == "PP":
-                g.pp.append([float(x) for x in line.split()[1:]])
-            elif word == "T":
-                g.tokens.append(int(line.split()[1]))
+            w = line.split()
+            if w[0] in ("BACC", "BPP", "BT", "BDONE") and w[1] != "0":
+                continue
+            if w[0] == "BACC":
+                g.resume = int(w[2])
+            elif w[0] == "BPP":
+                g.pp.append([float(x) for x in w[2:6]])
+            elif w[0] == "BT":
+                g.tokens.append(int(w[2]))
                 if on_token:
                     on_token(g)
-            elif word == "DONE":
-                g.done = parse_done(line)
+            elif w[0] == "BDONE":
+                g.done = parse_bdone(line)
                 return g
-            elif word == "ERR":
+            elif w[0] == "ERR":
                 g.err = line
                 return g
 
     def gen(self, ids, max_new=8, keys="", on_token=None):
-        cmd = f"GEN {max_new}{' ' + keys if keys else ''} {','.join(map(str, ids))}"
-        self.send(cmd)
+        """One request in slot 0 (`BGEN 0`; the engine runs one slot unless --batch says more)."""
+        self.send(f"BGEN 0 {max_new}{' ' + keys if keys else ''} {','.join(map(str, ids))}")
         return self.read_request(on_token)
 
     def close(self, timeout=20):

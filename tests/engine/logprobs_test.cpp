@@ -68,10 +68,10 @@ void test_suffix_and_key() {
     const std::string s = logprobs_suffix(p, logits.data(), 4, 2, &work);
     CHECK(s == " lp=-inf top=1:-0.510826,0:-1.609438,3:-1.609438", "k=3: %s", s.c_str());
     command c;
-    CHECK(protocol_parse("GEN 4 logprobs=20 1,2", 100, &c) && c.sampling.n_logprobs == 20, "logprobs=20");
+    CHECK(protocol_parse("BGEN 0 4 logprobs=20 1,2", 100, &c) && c.sampling.n_logprobs == 20, "logprobs=20");
     CHECK(protocol_parse("BGEN 0 4 logprobs=0 1,2", 100, &c) && c.sampling.n_logprobs == 0, "logprobs=0");
-    CHECK(protocol_parse("GEN 4 1,2", 100, &c) && c.sampling.n_logprobs == -1, "absent: off");
-    for (const char* bad : {"GEN 4 logprobs=21 1", "GEN 4 logprobs=-1 1", "GEN 4 logprobs=x 1"}) {
+    CHECK(protocol_parse("BGEN 0 4 1,2", 100, &c) && c.sampling.n_logprobs == -1, "absent: off");
+    for (const char* bad : {"BGEN 0 4 logprobs=21 1", "BGEN 0 4 logprobs=-1 1", "BGEN 0 4 logprobs=x 1"}) {
         CHECK(!protocol_parse(bad, 100, &c) && c.error.find("logprobs") != std::string::npos, "%s", bad);
     }
 }
@@ -99,8 +99,8 @@ void test_post_sampling() {
     p.lp_post = false;  // the model's distribution (the default)
     CHECK(logprobs_line(p, logits.data(), 4, 1, s, &work) == logprobs_suffix(p, logits.data(), 4, 1, &work), "pre");
     command c;
-    CHECK(protocol_parse("GEN 4 logprobs=2 lp_post=1 1,2", 100, &c) && c.sampling.lp_post, "lp_post=1");
-    CHECK(!protocol_parse("GEN 4 lp_post=2 1,2", 100, &c), "lp_post=2 refused");
+    CHECK(protocol_parse("BGEN 0 4 logprobs=2 lp_post=1 1,2", 100, &c) && c.sampling.lp_post, "lp_post=1");
+    CHECK(!protocol_parse("BGEN 0 4 lp_post=2 1,2", 100, &c), "lp_post=2 refused");
 }
 
 }  // namespace

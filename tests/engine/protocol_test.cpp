@@ -29,32 +29,33 @@ bool parses(const std::string& line, command* c) { return protocol_parse(line, N
 
 void test_parse_ok() {
     command c;
-    CHECK(parses("GEN 16 temperature=0.7 top_p=0.95 top_k=40 min_p=0.05 seed=3 logit_bias=5:-inf,7:2.5 ckpt=0 "
+    CHECK(parses("BGEN 0 16 temperature=0.7 top_p=0.95 top_k=40 min_p=0.05 seed=3 logit_bias=5:-inf,7:2.5 ckpt=0 "
                  "penalty_repeat=1.1 penalty_last_n=32 unknown=1 1,2,999\r", &c));
-    CHECK(c.kind == CMD_GEN && c.max_new == 16);
+    CHECK(c.kind == CMD_BGEN && c.slot == 0 && c.max_new == 16);
     CHECK(c.ids == (std::vector<int32_t>{1, 2, 999}));
     CHECK(std::fabs(c.sampling.temperature - 0.7f) < 1e-6f && c.sampling.top_k == 40 && c.sampling.has_seed &&
           c.sampling.seed == 3 && !c.ckpt && c.sampling.penalty_last_n == 32);
     CHECK(c.sampling.logit_bias.size() == 2 && std::isinf(c.sampling.logit_bias[0].second));
     CHECK(parses("BGEN 3 2 5", &c) && c.kind == CMD_BGEN && c.slot == 3 && c.ids.size() == 1);
-    CHECK(parses("STOP", &c) && c.kind == CMD_STOP);
     CHECK(parses("BSTOP 1", &c) && c.kind == CMD_BSTOP && c.slot == 1);
-    CHECK(parses("SAVE /tmp/a b", &c) && c.kind == CMD_SAVE && c.path == "/tmp/a b");
+    CHECK(parses("BSAVE 1 /tmp/a b", &c) && c.kind == CMD_BSAVE && c.slot == 1 && c.path == "/tmp/a b");
     CHECK(parses("VRAM 700", &c) && c.vram_mib == 700);
     CHECK(parses("", &c) && c.kind == CMD_NONE);
     CHECK(parses("QUIT", &c) && c.kind == CMD_QUIT);
-    CHECK(parses("EMB 1,2,3", &c) && c.kind == CMD_EMB && c.ids.size() == 3 && c.max_new == 0);
     CHECK(parses("BEMB 2 7", &c) && c.kind == CMD_BEMB && c.slot == 2 && c.ids == (std::vector<int32_t>{7}));
 }
 
 void test_parse_refused() {
-    const char* bad[] = {"GEN", "GEN 4", "GEN 0 1", "GEN -1 1", "GEN 4 1,1000", "GEN 4 1,,2", "GEN 4 ,1", "GEN 4 1,",
-                         "GEN 4 a", "GEN 4 temperature=x 1", "GEN 4 temperature=nan 1", "GEN 4 top_p=2 1",
-                         "GEN 4 top_k=-1 1", "GEN 4 seed=-2 1", "GEN 4 logit_bias=1 1", "GEN 4 logit_bias=5000:1 1",
-                         "GEN 4 ckpt=2 1", "GEN 4 loose 1", "GEN 4 =3 1", "GEN 4 temperature=1", "BGEN x 4 1",
-                         "BSTOP", "BSTOP -1", "BYIELD 1", "SAVE", "RESTORE   ", "VRAM x", "WHAT", "gen 4 1",
-                         "GEN 4 12345678901 1", "GEN 99999999999999999999 1", "EMB", "EMB 4 1", "EMB 1,1000",
-                         "EMB seed=1 1", "BEMB 1", "BEMB x 1", "BEMB 0 temperature=1 1", "emb 1"};
+    const char* bad[] = {"BGEN 0", "BGEN 0 4", "BGEN 0 0 1", "BGEN 0 -1 1", "BGEN 0 4 1,1000", "BGEN 0 4 1,,2",
+                         "BGEN 0 4 ,1", "BGEN 0 4 1,", "BGEN 0 4 a", "BGEN 0 4 temperature=x 1",
+                         "BGEN 0 4 temperature=nan 1", "BGEN 0 4 top_p=2 1", "BGEN 0 4 top_k=-1 1",
+                         "BGEN 0 4 seed=-2 1", "BGEN 0 4 logit_bias=1 1", "BGEN 0 4 logit_bias=5000:1 1",
+                         "BGEN 0 4 ckpt=2 1", "BGEN 0 4 loose 1", "BGEN 0 4 =3 1", "BGEN 0 4 temperature=1",
+                         "BGEN x 4 1", "BSTOP", "BSTOP -1", "BYIELD 1", "BSAVE", "BRESTORE 0   ", "VRAM x", "WHAT",
+                         "bgen 0 4 1", "BGEN 0 4 12345678901 1", "BGEN 0 99999999999999999999 1",
+                         // retired with the solo session (one path: --batch 1 is one slot)
+                         "GEN 4 1", "STOP", "EMB 1", "SAVE /tmp/a", "RESTORE /tmp/a",
+                         "BEMB 1", "BEMB x 1", "BEMB 0 temperature=1 1", "BEMB 0 1,1000", "BEMB 0 4 1", "bemb 0 1"};
     for (const char* line : bad) {
         command c;
         const bool ok = parses(line, &c);

@@ -1,7 +1,7 @@
 // tests/engine/stdin_reader_test.cpp — host test of the stdin reader's ordering rules (engine/stdin_reader.cpp),
-// with the schedules forced through a pipe: a STOP written right after a GEN stops it even though the loop has
-// not taken the GEN yet; a STOP written before a GEN is stale for it; BSTOP is stamped the same way (BYIELD, retired, is an ordinary line the loop refuses);
-// immediate commands are not queued; an over-long line becomes one error entry; EOF queues QUIT.
+// with the schedules forced through a pipe: a BSTOP written right after a BGEN stops it even though the loop has
+// not taken the BGEN yet; a BSTOP written before a BGEN is stale for it (BYIELD, GEN and STOP, retired, are
+// ordinary lines the loop refuses); immediate commands are not queued; an over-long line becomes one error entry; EOF queues QUIT.
 #include <unistd.h>
 
 #include <cstdio>
@@ -38,20 +38,22 @@ void test_ordering() {
     stdin_reader r(fds[0], 2);
     r.start();
     // all written before the loop takes anything
-    write_str(fds[1], "STOP\nGEN 4 1,2\nSTOP\nGEN 4 3\nBSTOP 1\nBYIELD 0\nVRAM\nBSTOP 5\n");
-    stdin_line a, b, y, c, d;
-    CHECK(r.pop(&a, POP_TIMEOUT_MS) && a.text == "GEN 4 1,2" && a.seq == 1);
-    CHECK(r.pop(&b, POP_TIMEOUT_MS) && b.text == "GEN 4 3" && b.seq == 2);
+    write_str(fds[1], "BSTOP 0\nBGEN 0 4 1,2\nBSTOP 0\nBGEN 1 4 3\nBSTOP 1\nBYIELD 0\nSTOP\nGEN 4 5\nVRAM\n"
+                      "BSTOP 5\n");
+    stdin_line a, b, y, s, g0, c, d;
+    CHECK(r.pop(&a, POP_TIMEOUT_MS) && a.text == "BGEN 0 4 1,2" && a.seq == 1);
+    CHECK(r.pop(&b, POP_TIMEOUT_MS) && b.text == "BGEN 1 4 3" && b.seq == 2);
     CHECK(r.pop(&y, POP_TIMEOUT_MS) && y.text == "BYIELD 0");
+    CHECK(r.pop(&s, POP_TIMEOUT_MS) && s.text == "STOP");         // retired: the loop answers ERR
+    CHECK(r.pop(&g0, POP_TIMEOUT_MS) && g0.text == "GEN 4 5" && g0.seq == 2);  // retired: no request number
     CHECK(r.pop(&c, POP_TIMEOUT_MS) && c.text == "VRAM");
     CHECK(r.pop(&d, POP_TIMEOUT_MS) && d.text == "BSTOP 5");  // out of range: left to the loop's ERR
-    CHECK(r.stop_requested(1));   // the STOP after GEN 1
-    CHECK(!r.stop_requested(2));  // nothing after GEN 2 asked it to stop
-    CHECK(r.slot_stop_requested(1, 2) && !r.slot_stop_requested(1, 3) && !r.slot_stop_requested(0, 1));
+    CHECK(r.slot_stop_requested(0, 1) && !r.slot_stop_requested(0, 2));  // the BSTOP 0 after BGEN 1, not before
+    CHECK(r.slot_stop_requested(1, 2) && !r.slot_stop_requested(1, 3));
     // an over-long line is one error entry; the next line is intact
     std::string big(STDIN_LINE_MAX_BYTES + 100, '1');
     std::thread writer([&] {
-        write_str(fds[1], "GEN 2 " + big + "\nQUIT\n");
+        write_str(fds[1], "BGEN 0 2 " + big + "\nQUIT\n");
         ::close(fds[1]);
     });
     stdin_line e, f, g;

@@ -1,4 +1,4 @@
-"""Embeddings on the real engine (EMB / BEMB, docs/PROTOCOL.md "Embeddings"): a BEMB read shares the slot
+"""Embeddings on the real engine (BEMB, docs/PROTOCOL.md "Embeddings"): a BEMB read shares the slot
 steps with a decoding slot, whose greedy tokens stay those of a run alone; the vector does not depend on the
 step budget (chunking); BSTOP during a BEMB read ends it `cancel` with no vector."""
 import base64
@@ -48,11 +48,13 @@ def test_bemb_beside_a_decoding_slot(start_engine, tok):
     assert len(reads) > 2 and ("BT", 0) in order[reads[0]:reads[-1]], order  # decoding went on meanwhile
     assert order.index(("BVEC", 1)) == order.index(("BDONE", 1)) - 1 and 1 not in tokens
     assert tokens[0] == alone  # its greedy tokens, as alone
-    # the same input alone, solo, in one chunk: the same vector up to float rounding of the chunked sums
-    e.send(f"EMB {','.join(map(str, text))}")
-    solo = vector(until(e, "VEC ").split())
-    until(e, "DONE ")
-    assert max(abs(a - b) for a, b in zip(vec, solo)) < 1e-5
+    # the same input alone on a one-slot engine, in one chunk: the same vector up to float rounding of the
+    # chunked sums
+    one = start_engine("--max-context", "2048", "--batch", "1", "--chunk", "2048")
+    bemb(one, 0, text)
+    alone_vec = vector(until(one, "BVEC 0 ").split())
+    until(one, "BDONE 0 ")
+    assert max(abs(a - b) for a, b in zip(vec, alone_vec)) < 1e-5
 
 
 def test_bstop_during_a_bemb_read(start_engine, tok):

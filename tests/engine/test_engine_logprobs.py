@@ -34,7 +34,7 @@ def solo(engine, tok):
     ids = chat(tok, "What is the capital of France?")
     g = engine.gen(ids, STEPS, f"logprobs={TOP_K}")
     assert g.finish in ("length", "stop"), g.lines
-    return ids, [_parse(line) for line in g.lines if line.startswith("T ")]
+    return ids, [_parse(line) for line in g.lines if line.startswith("BT 0 ")]
 
 
 def test_logprobs_are_the_log_softmax_of_the_logits_and_greedy_is_the_top(solo, model_path, tok):
@@ -65,8 +65,8 @@ def test_a_slot_reports_what_the_solo_path_reports(start_engine, tok):
     e = start_engine("--max-context", "2048", "--threads", "2", "--batch", "2")
     ids = chat(tok, "What is the capital of France?")
     g = e.gen(ids, STEPS, f"logprobs={TOP_K}")
-    solo_rows = [_parse(line) for line in g.lines if line.startswith("T ")]
-    e.send(f"BGEN 0 {STEPS} logprobs={TOP_K} {','.join(map(str, ids))}")
+    solo_rows = [_parse(line) for line in g.lines if line.startswith("BT 0 ")]
+    e.send(f"BGEN 1 {STEPS} logprobs={TOP_K} {','.join(map(str, ids))}")
     lines = []
     while not lines or not lines[-1].startswith("BDONE"):
         lines.append(e.line())
@@ -144,8 +144,8 @@ def test_logprobs_with_drafting_equal_those_without(start_engine, tok):
         e = start_engine("--max-context", "2048", "--threads", "2", "--batch", "2", "--drafting", mode)
         g = e.gen(ids, N_DRAFTED, keys)
         assert g.finish == "length", g.lines[-2:]
-        slot, bdone = _slot_rows(e, 0, N_DRAFTED, keys, ids)
-        runs[mode] = ([_parse(line) for line in g.lines if line.startswith("T ")], g.done, slot, bdone)
+        slot, bdone = _slot_rows(e, 1, N_DRAFTED, keys, ids)
+        runs[mode] = ([_parse(line) for line in g.lines if line.startswith("BT 0 ")], g.done, slot, bdone)
         e.close()
     (solo_off, _, slot_off, _), (solo_on, done_on, slot_on, bdone_on) = runs["off"], runs["lookup"]
     assert int(done_on["drafts_acc"]) >= 10, done_on  # drafts were accepted: several tokens per step
@@ -161,14 +161,14 @@ def test_post_sampling_probs_are_the_draws_distribution(engine, tok):
     three tokens are listed and their probabilities sum to 1; greedy puts all the mass on the token."""
     ids = chat(tok, "Write two sentences about a cat.")
     free = "temperature=1 top_k=0 top_p=1 min_p=0 seed=5"
-    pre = [_parse(line) for line in engine.gen(ids, 4, f"logprobs={TOP_K} {free}").lines if line.startswith("T ")]
+    pre = [_parse(line) for line in engine.gen(ids, 4, f"logprobs={TOP_K} {free}").lines if line.startswith("BT 0 ")]
     post = [_parse(line) for line in engine.gen(ids, 4, f"logprobs={TOP_K} lp_post=1 {free}").lines
-            if line.startswith("T ")]
+            if line.startswith("BT 0 ")]
     _same_rows(post, pre)
     cut = [_parse(line) for line in engine.gen(ids, 4, f"logprobs={TOP_K} lp_post=1 temperature=1 top_k=3 seed=5")
-           .lines if line.startswith("T ")]
+           .lines if line.startswith("BT 0 ")]
     for tid, lp, top in cut:
         assert len(top) == 3 and abs(sum(math.exp(v) for _, v in top) - 1.0) < 1e-4, top
         assert (tid, lp) in top
-    greedy = [_parse(line) for line in engine.gen(ids, 2, "logprobs=2 lp_post=1").lines if line.startswith("T ")]
+    greedy = [_parse(line) for line in engine.gen(ids, 2, "logprobs=2 lp_post=1").lines if line.startswith("BT 0 ")]
     assert all(lp == 0.0 and top == [(tid, 0.0)] for tid, lp, top in greedy), greedy

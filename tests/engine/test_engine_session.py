@@ -1,6 +1,6 @@
-"""Sessions on the real engine: STOP within one token, prefix reuse from the live session, the turn checkpoint,
-the conversation cache (4 chats alternating), SAVE/RESTORE (0600, round trip, bad file -> SERR), sampling
-(seeds reproducible across --threads 1 and 2, logit_bias)."""
+"""Sessions on the real engine's default one slot: BSTOP within one token, prefix reuse from what the slot
+holds, the turn checkpoint, the conversation cache (4 chats alternating), BSAVE/BRESTORE (0600, round trip, bad
+file -> SERR), sampling (seeds reproducible across --threads 1 and 2, logit_bias)."""
 
 import os
 import stat
@@ -16,14 +16,14 @@ def test_stop_mid_generation_within_one_token(engine, tok):
 
     def on_token(g):
         if len(g.tokens) == 3 and not sent:
-            engine.send("STOP")
+            engine.send("BSTOP 0")
             sent["at"] = len(g.tokens)
 
     g = engine.gen(ids, max_new=200, keys=NO_EOS, on_token=on_token)
     assert g.finish == "cancel"
     assert len(g.tokens) <= sent["at"] + 2, len(g.tokens)
-    # a stale STOP (sent between requests) does not stop the next one
-    engine.send("STOP")
+    # a stale BSTOP (sent between requests) does not stop the next one
+    engine.send("BSTOP 0")
     g2 = engine.gen(chat(tok, "Hi"), max_new=4, keys=NO_EOS)
     assert g2.finish == "length" and len(g2.tokens) == 4
 
@@ -80,7 +80,7 @@ def test_save_restore_round_trip(engine, tok, tmp_path):
     g1 = engine.gen(ids, max_new=4, keys=NO_EOS)
     held = len(ids) + len(g1.tokens) - 1
     path = tmp_path / "s.session"
-    engine.send(f"SAVE {path}")
+    engine.send(f"BSAVE 0 {path}")
     line = engine.line()
     while line.startswith("SESSION "):
         line = engine.line()
@@ -89,11 +89,11 @@ def test_save_restore_round_trip(engine, tok, tmp_path):
     assert n_tok == held and n_bytes == path.stat().st_size
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert not [p for p in os.listdir(tmp_path) if ".tmp." in p]
-    # greedy continuation from the live session, for comparison
+    # greedy continuation from what the slot holds, for comparison
     nxt = ids + g1.tokens
     want = engine.gen(nxt, max_new=4, keys=NO_EOS).tokens
     engine.gen(chat(tok, "Something else entirely, a different chat."), max_new=2)
-    engine.send(f"RESTORE {path}")
+    engine.send(f"BRESTORE 0 {path}")
     line = engine.line()
     while line.startswith("SESSION "):
         line = engine.line()
@@ -106,23 +106,23 @@ def test_save_restore_round_trip(engine, tok, tmp_path):
 def test_restore_bad_file_is_serr(engine, tok, tmp_path):
     bad = tmp_path / "bad.session"
     bad.write_bytes(b"not a session file at all" * 10)
-    engine.send(f"RESTORE {bad}")
+    engine.send(f"BRESTORE 0 {bad}")
     line = engine.expect("SERR ")
     assert line.split()[1] == "invalid" and line.split()[2] == "0"
-    engine.send(f"RESTORE {tmp_path / 'missing'}")
+    engine.send(f"BRESTORE 0 {tmp_path / 'missing'}")
     assert engine.expect("SERR ").split()[1] == "io"
     # a real file with one byte flipped
     good = tmp_path / "good.session"
     engine.gen(chat(tok, "Hi"), max_new=2)
-    engine.send(f"SAVE {good}")
+    engine.send(f"BSAVE 0 {good}")
     while not engine.line().startswith("SAVED "):
         pass
     data = bytearray(good.read_bytes())
     data[len(data) // 2] ^= 0x40
     good.write_bytes(bytes(data))
-    engine.send(f"RESTORE {good}")
+    engine.send(f"BRESTORE 0 {good}")
     assert "checksum" in engine.expect("SERR invalid 0")
-    engine.send(f"SAVE {tmp_path / 'no_dir' / 'x'}")
+    engine.send(f"BSAVE 0 {tmp_path / 'no_dir' / 'x'}")
     assert engine.expect("SERR ").split()[1] == "io"
     g = engine.gen(chat(tok, "Hi"), max_new=2)
     assert g.err is None

@@ -59,15 +59,23 @@ def test_tiers_keep_the_bits_and_count_hits(wtype, vocab_meta, tok, tmp_path):
 def test_engine_reports_the_tiers_over_the_protocol(vocab_meta, tok, tmp_path, engine_path):
     path = moe_file(tmp_path, vocab_meta, "Q8_0")
     ids = ",".join(map(str, tok.encode(PROMPT)))
-    script = f"GEN 40 {ids}\nVRAM\nQUIT\n"
-    r = subprocess.run([str(engine_path), "--serve", "--model", str(path), "--threads", "2", "--experts-ram-mib", "1",
-                        "--max-context", "256"], input=script, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    lines = r.stdout.splitlines()
+    p = subprocess.Popen([str(engine_path), "--serve", "--model", str(path), "--threads", "2", "--experts-ram-mib",
+                          "1", "--max-context", "256"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, bufsize=1)
+    p.stdin.write(f"BGEN 0 40 {ids}\n")
+    p.stdin.flush()
+    lines = []
+    while not lines or not lines[-1].startswith(("BDONE ", "ERR ")):   # QUIT between steps would end it early
+        line = p.stdout.readline()
+        assert line, p.stderr.read()[-2000:]
+        lines.append(line.rstrip("\n"))
+    out, err = p.communicate("VRAM\nQUIT\n", timeout=120)
+    assert p.returncode == 0, err[-2000:]
+    lines += out.splitlines()
     info = dict(w.split("=", 1) for ln in lines if ln.startswith("INFO ") for w in ln.split()[1:] if "=" in w)
     assert info["experts_total"] == "32" and 0 < int(info["experts_resident"]) < 32
     assert int(info["experts_packed_mib"]) >= 3            # what every expert would take: over the 1 MiB budget
-    done = next(ln for ln in lines if ln.startswith("DONE "))   # it answers, with the reads so far
+    done = next(ln for ln in lines if ln.startswith("BDONE 0 "))   # it answers, with the reads so far
     assert "experts_hits=" in done and "experts_misses=" in done
     vram = dict(w.split("=", 1) for w in next(ln for ln in lines if ln.startswith("VRAM ")).split()[1:])
     assert int(vram["experts_hits"]) > 0 and int(vram["experts_misses"]) > 0

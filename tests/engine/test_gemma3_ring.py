@@ -77,7 +77,8 @@ def _bgen(e, slot, ids, n):
 
 
 def _session(e, action, path):
-    e.send(f"{action} {path}")
+    """BSAVE / BRESTORE of slot 0 (where _gen's requests run)."""
+    e.send(f"B{action} 0 {path}")
     line = e.line()
     while line.startswith("SESSION "):
         line = e.line()
@@ -119,7 +120,7 @@ def test_ring_slots_conversation_cache_and_session_file(engines, tok, tmp_path):
         r["a"] = _gen(e, chat_a, 6)
         r["b"] = _gen(e, chat_b, 4)                        # parks chat a (diverges before its checkpoint)
         r["a2"] = _gen(e, chat_a + r["a"].tokens, 4)       # chat a's next turn, from the conversation cache
-        r["slot"] = _bgen(e, 1, chat_a + r["a"].tokens, 4)  # a batch slot copies it from the live session
+        r["slot"] = _bgen(e, 1, chat_a + r["a"].tokens, 4)  # slot 1 copies it from slot 0
         path = tmp_path / f"s{i}.session"
         _session(e, "SAVE", path)
         _gen(e, chat_b, 2)

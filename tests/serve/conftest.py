@@ -61,8 +61,9 @@ class Running:
 
 
 def start_http(svc, started, **opts) -> Running:
-    """An in-process server over `svc` (a Service or a Lifecycle) on a free port, added to `started`."""
-    httpd = make_server(svc, Options(host="127.0.0.1", port=0, quiet=True, **opts))
+    """An in-process server over `svc` (a Service or a Lifecycle) on a free port (of 127.0.0.1 unless `host`
+    says otherwise), added to `started`."""
+    httpd = make_server(svc, Options(**{"host": "127.0.0.1", "port": 0, "quiet": True, **opts}))
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     run = Running(httpd, svc)
     started.append(run)
@@ -461,7 +462,7 @@ def lifecycle_servers(tmp_path):
         run = start_http(lc, started, **opts)
         lc.boot()
         run.rec = lambda n: str(tmp_path / f"{n}.rec")
-        run.gen = lambda n: str(tmp_path / f"{n}.gen")   # every GEN line whole
+        run.gen = lambda n: str(tmp_path / f"{n}.gen")   # every BGEN line whole
         return run
 
     yield start

@@ -28,7 +28,7 @@ def test_calibrate_measures_writes_and_keeps_the_old_config(tmp_path):
         "threads": out["threads"], "chunk": out["chunk"], "date": written["calibrated"]["date"]}}
     assert json.loads((tmp_path / "strata-m.json.bak").read_text()) == {"parallel": 2}
     assert len(said) == 6 and said[-1].startswith(f"best: threads {out['threads']}")
-    gens = [line for line in rec.read_text().splitlines() if " GEN " in f" {line.split(' ', 1)[1]}"]
+    gens = [line for line in rec.read_text().splitlines() if line.split(" ", 1)[1].startswith("BGEN 0 ")]
     assert len(gens) == 5 and all("logit_bias=256:-100,258:-100" in g for g in gens)
 
 

@@ -157,5 +157,9 @@ def test_a_moe_that_does_not_fit_keeps_what_fits_of_its_experts_in_ram(tmp_path)
     active = moe.size_bytes - moe.expert_bytes + moe.expert_bytes * 4 // 64
     assert any(r.startswith(f"speed: a decoded token reads about {active // MIB} MiB") for r in roomy.reasons)
     assert roomy.memory["weights"] == moe.size_bytes
+    asked = make_plan(moe, _machine(), {"parallel": 1, "experts_ram_mib": 2})   # asked: kept though it fits
+    assert asked.experts_ram == 2 * MIB and asked.engine_args()[-4:-2] == ["--experts-ram-mib", "2"]
+    assert any("2 MiB of their" in r and "--experts-ram-mib" in r for r in asked.reasons)
+    assert asked.memory["weights"] == moe.size_bytes - moe.expert_bytes + 2 * MIB
     with pytest.raises(PlanRefused, match="does not fit"):   # not even the rest fits
         make_plan(moe, _machine(free_ram_bytes=int(dense / 2)), {"parallel": 1, "max_context": 512})

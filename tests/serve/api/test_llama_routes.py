@@ -21,7 +21,7 @@ def test_token_id_prompt_goes_to_the_engine_as_sent(server, tmp_path):
                                              "samplers": ["top_k", "temperature"], "mirostat": 0,
                                              "cache_prompt": True, "n_probs": 0, "id_slot": -1})
     assert status == 200 and body["content"] == "ok" and body["stop_type"] == "eos"
-    assert gens.read_text().split()[-1] == "72,105,258,33" and gens.read_text().startswith("GEN 5")
+    assert gens.read_text().split()[-1] == "72,105,258,33" and gens.read_text().startswith("BGEN 0 5 ")
     assert body["tokens_evaluated"] == 4 and body["truncated"] is False
 
 

@@ -67,7 +67,7 @@ def test_options_map_onto_the_engine_and_durations_are_nanoseconds(server, tmp_p
                     "num_predict": 3, "num_ctx": 4096, "stop": ["zz"], "mirostat": 2}})
     assert status == 200, body
     line = gens.read_text().splitlines()[-1]
-    assert line.startswith("GEN 3 ")
+    assert line.startswith("BGEN 0 3 ")
     for key in ("temperature=0.3", "top_k=5", "top_p=0.9", "seed=7", "penalty_repeat=1.2", "mirostat=2",
                 "mirostat_tau=5.0", "mirostat_eta=0.1"):
         assert key in line.split()

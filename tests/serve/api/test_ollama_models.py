@@ -3,11 +3,15 @@ configured model by name, alias or NAME:latest (`model` or the older `name`) wit
 every model and alias; a request naming NAME:latest runs on that model; /v1/models lists each model once with
 its `aliases`, as llama-server does."""
 import hashlib
+import http.client
+import ipaddress
 import json
+import socket
 import stat
 import time
 from datetime import datetime
 
+import psutil
 import pytest
 
 from tests.serve.conftest import lifecycle_servers, wait_until
@@ -114,6 +118,37 @@ def test_create_from_a_model_with_settings_applies_them_on_ollama_routes(lifecyc
     assert "pirate:latest" in names
 
 
+def test_a_created_models_settings_apply_on_the_openai_chat_route_as_ollamas_do(lifecycle_server, tmp_path):
+    """/v1/chat/completions naming a created model runs through the same settings as Ollama's chat (Ollama's
+    OpenAI route is its chat handler): the system turn, the turns, and the parameters the request leaves out
+    (num_predict as max_tokens); not temperature or top_p, which Ollama's OpenAI route sets to 1.0 itself. The
+    request's own fields and system turn win, and a model not created gets nothing."""
+    run = lifecycle_server(store=tmp_path / "store")
+    status, body, _ = run.post("/api/create", {
+        "model": "pirate", "from": "alpha", "system": "Talk like a pirate.", "stream": False,
+        "parameters": {"temperature": 0.25, "top_k": 7, "seed": 11, "num_predict": 5},
+        "messages": [{"role": "user", "content": "Ahoy?"}, {"role": "assistant", "content": "Arr."}]})
+    assert status == 200 and body == {"status": "success"}
+    status, body, _ = run.post("/v1/chat/completions", {"model": "pirate",
+                                                        "messages": [{"role": "user", "content": "hello"}]})
+    assert status == 200 and body["choices"][0]["message"]["content"] == "I am "   # 5 tokens (num_predict)
+    prompt = _prompt(run.gen("alpha"))
+    assert prompt.index("Talk like a pirate.") < prompt.index("Ahoy?") < prompt.index("Arr.") < prompt.index("hello")
+    gen = open(run.gen("alpha")).read().splitlines()[-1].split()
+    assert gen[1] == "5" and "top_k=7" in gen and "seed=11" in gen and not any("0.25" in w for w in gen), gen
+    run.post("/v1/chat/completions", {"model": "pirate", "max_tokens": 3, "top_k": 2, "temperature": 0.5,
+                                      "messages": [{"role": "system", "content": "Be terse."},
+                                                   {"role": "user", "content": "hi"}]})
+    prompt = _prompt(run.gen("alpha"))
+    assert "Be terse." in prompt and "pirate" not in prompt and "Ahoy?" in prompt
+    gen = open(run.gen("alpha")).read().splitlines()[-1].split()
+    assert gen[1] == "3" and "top_k=2" in gen, gen
+    run.post("/v1/chat/completions", {"model": "alpha", "messages": [{"role": "user", "content": "plain"}]})
+    prompt = _prompt(run.gen("alpha"))
+    assert "Ahoy?" not in prompt and "pirate" not in prompt and "plain" in prompt
+    assert "top_k=7" not in open(run.gen("alpha")).read().splitlines()[-1].split()
+
+
 def test_a_modelfile_is_read_and_what_strata_does_not_do_is_refused_by_name(lifecycle_server, tmp_path):
     run = lifecycle_server(store=tmp_path / "store")
     text = ('# a comment\nFROM beta\nPARAMETER temperature 0.7\nPARAMETER stop "<x>"\nPARAMETER stop "<y>"\n'
@@ -135,6 +170,45 @@ def test_a_modelfile_is_read_and_what_strata_does_not_do_is_refused_by_name(life
         status, err, _ = run.post("/api/create", {"model": "bad", "stream": False, **extra})
         assert status in (400, 404) and named in err["error"], (extra, err)
     assert run.post("/api/create", {"model": "alpha", "from": "beta", "stream": False})[0] == 409
+
+
+def _outside_address() -> str | None:
+    """An IPv4 address of this machine other than loopback, None when it has none."""
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family == socket.AF_INET and not ipaddress.ip_address(a.address).is_loopback:
+                return a.address
+    return None
+
+
+def test_create_from_a_file_path_is_only_for_a_trusted_client(lifecycle_server, tmp_path):
+    """`from: /abs/path.gguf` reads a file of the server's machine: a keyless server allows it to a client on
+    loopback and refuses it (403 naming `from`, the way to upload instead) to one that comes over another
+    address; that client may still create from a model. A keyed server allows it with the key."""
+    address = _outside_address()
+    if address is None:
+        pytest.skip("this machine has no address but loopback: no client can come from elsewhere")
+    gguf = tmp_path / "own.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(64))
+    run = lifecycle_server(store=tmp_path / "store", host="0.0.0.0", allowed_hosts=[address])
+    outside = http.client.HTTPConnection(address, run.port, timeout=10)
+    outside.request("POST", "/api/create", body=json.dumps({"model": "far", "from": str(gguf), "stream": False}),
+                    headers={"Content-Type": "application/json"})
+    r = outside.getresponse()
+    err = json.loads(r.read())
+    assert r.status == 403 and "trusted" in err["error"] and "blob" in err["error"], err
+    outside.request("POST", "/api/create", body=json.dumps({"model": "far", "from": "alpha", "stream": False}),
+                    headers={"Content-Type": "application/json"})
+    r = outside.getresponse()
+    assert r.status == 200 and json.loads(r.read()) == {"status": "success"}
+    outside.close()
+    status, body, _ = run.post("/api/create", {"model": "near", "from": str(gguf), "stream": False})
+    assert status == 200 and body == {"status": "success"}
+    keyed = lifecycle_server(store=tmp_path / "store-keyed", api_keys=["k"])
+    assert keyed.post("/api/create", {"model": "near", "from": str(gguf), "stream": False})[0] == 401
+    status, body, _ = keyed.post("/api/create", {"model": "near", "from": str(gguf), "stream": False},
+                                 headers={"Authorization": "Bearer k"})
+    assert status == 200 and body == {"status": "success"}
 
 
 def test_blobs_copy_delete_and_a_restart_keep_the_created_models(lifecycle_server, tmp_path):

@@ -109,6 +109,36 @@ def test_stored_responses_continue_by_previous_response_id(server, tmp_path):
     assert s.post("/v1/responses", {"input": "x", "store": "yes"})[0] == 400
 
 
+def test_item_references_name_kept_input_and_output_items(server, tmp_path):
+    """An `item_reference` input item is the kept item it names, as OpenAI's: an input item of a stored request
+    (the id its input_items listing gives) or an output item of a stored response; the new request keeps the
+    items themselves; an id that is no kept item is a 400 naming `input`."""
+    gen = tmp_path / "gen.txt"
+    s = server({"record_gen": str(gen), "turns": [{"text": "Paris."}, {"text": "Lyon."}, {"text": "Nice."}]})
+    status, first, _ = s.post("/v1/responses", {"input": "Capital of France?"})
+    assert status == 200
+    asked = s.request("GET", f"/v1/responses/{first['id']}/input_items")[1]["data"][0]["id"]
+    answered = first["output"][0]["id"]
+    assert answered.startswith("msg_")
+    status, second, _ = s.post("/v1/responses", {"input": [
+        {"type": "item_reference", "id": asked}, {"type": "item_reference", "id": answered},
+        {"role": "user", "content": "And the second city?"}]})
+    assert status == 200 and second["previous_response_id"] is None
+    prompt = _prompt_text(gen)
+    assert prompt.index("Capital of France?") < prompt.index("Paris.") < prompt.index("And the second city?")
+    kept = s.request("GET", f"/v1/responses/{second['id']}/input_items")[1]["data"][::-1]
+    assert [it.get("type", "message") for it in kept] == ["message"] * 3
+    assert [it["role"] for it in kept] == ["user", "assistant", "user"]
+    assert kept[1]["content"] == [{"type": "output_text", "text": "Paris."}] and kept[1]["id"] == answered
+    status, err, _ = s.post("/v1/responses", {"input": [{"type": "item_reference", "id": "msg_gone"}]})
+    assert status == 400 and err["error"]["param"] == "input" and "msg_gone" in err["error"]["message"]
+    s.request("DELETE", f"/v1/responses/{first['id']}")      # the second request keeps a copy of the item
+    assert s.post("/v1/responses", {"input": [{"type": "item_reference", "id": answered}], "store": False})[0] == 200
+    s.request("DELETE", f"/v1/responses/{second['id']}")
+    status, err, _ = s.post("/v1/responses", {"input": [{"type": "item_reference", "id": answered}]})
+    assert status == 400 and "not found" in err["error"]["message"]
+
+
 def test_the_store_is_bounded_by_count_size_and_age_and_kept_in_its_folder(tmp_path):
     now = [1000.0]
     folder = tmp_path / "responses"

@@ -84,11 +84,11 @@ def test_lines_keep_it_alive_but_waiting_admissions_still_ping():
 def test_a_solo_command_suspends_the_pong_it_would_delay():
     p = _Proc()
     hb = _beat(p)
-    p.solo_since = 0.5                                       # a GEN runs (its own clock watches it)
+    p.solo_since = 0.5                                       # a BSAVE runs whole (its own clock watches it)
     assert _ticks(hb, 0.1, 3.0) is None and p.writes == []   # no PING during it
     p.solo_since = None
-    assert not hb.check(3.1) and p.writes == ["PING 1"]      # GEN over, quiet: PING
-    p.solo_since, p.heard = 3.2, 3.3                         # another GEN right after the PING
+    assert not hb.check(3.1) and p.writes == ["PING 1"]      # BSAVE over, quiet: PING
+    p.solo_since, p.heard = 3.2, 3.3                         # another control command right after the PING
     assert _ticks(hb, 3.2, 9.0) == 7.3 and p.ended           # PING 1 came before it: it still counts
 
 
@@ -96,10 +96,10 @@ def test_a_ping_written_during_a_solo_command_counts_from_its_end():
     p = _Proc()
     hb = _beat(p)
     p.solo_since = 0.0
-    hb.owed_since, hb.sent, hb.last_ping = 1.0, 1, 1.0       # PING 1 went out while the GEN ran
+    hb.owed_since, hb.sent, hb.last_ping = 1.0, 1, 1.0       # PING 1 went out while the BSAVE ran
     p.heard = 0.5
     assert _ticks(hb, 1.0, 60.0, step=0.4) is None           # silent as long as it likes: its clock rules
-    p.solo_since, p.heard = None, 60.0                       # DONE at 60 s: the PONG is owed from then
+    p.solo_since, p.heard = None, 60.0                       # SAVED at 60 s: the PONG is owed from then
     assert _ticks(hb, 60.1, 70.0) == 64.0 and p.ended
 
 

@@ -1,4 +1,4 @@
-"""ReplicaEngine over two slot fake engines (one solo, one with slots): hand-off of a conversation between
+"""ReplicaEngine over two slot fake engines (one with one slot, one with two): hand-off of a conversation between
 replicas (forced and routed), early closes, prefix-aware routing, per-caller figures, heal(), each replica
 on its own share of the cores (and none when they cannot be shared fairly)."""
 import json
@@ -20,7 +20,7 @@ from tests.serve.conftest import FAKE_SLOTS, answer, text_of
 def pair(tmp_path):
     made = []
 
-    def make(slots=(0, 2), **script):
+    def make(slots=(1, 2), **script):
         engines = []
         for i, n in enumerate(slots):
             path = tmp_path / f"r{i}.json"

@@ -25,16 +25,20 @@ V11 = '[TOOL_CALLS]get_weather[ARGS]{"city": "Nice"}[TOOL_CALLS]get_weather[CALL
 PLAIN = "no call here: [TOOL_CALL] or [TOOL_CALLS\n"
 
 
-def events(text, pieces):
-    p = MistralOutputParser(TOOLS, False, new_id=lambda: "call_1")
+def parsed(parser, pieces):
+    """(calls as (name, arguments), {event kind: its texts joined}) of `pieces` fed to `parser` one by one."""
     out = []
     for piece in pieces:
-        out += p.feed(piece)
-    out += p.finish()
+        out += parser.feed(piece)
+    out += parser.finish()
     calls = [(e.call.name, e.call.arguments) for e in out if e.kind == "tool_call"]
-    content = "".join(e.text for e in out if e.kind == "content")
-    args = "".join(e.text for e in out if e.kind == "tool_args")
-    return calls, content, args
+    texts = {kind: "".join(e.text for e in out if e.kind == kind) for kind in ("content", "reasoning", "tool_args")}
+    return calls, texts
+
+
+def events(text, pieces):
+    calls, texts = parsed(MistralOutputParser(TOOLS, False, new_id=lambda: "call_1"), pieces)
+    return calls, texts["content"], texts["tool_args"]
 
 
 def splits(text):
@@ -81,13 +85,8 @@ LLAMA_CALL = '{"name": "get_weather", "parameters": {"city": "Pa{ris"}}'
 
 
 def llama_events(pieces):
-    p = CallSyntaxParser("llama3_json", TOOLS, False, new_id=lambda: "call_1")
-    out = []
-    for piece in pieces:
-        out += p.feed(piece)
-    out += p.finish()
-    calls = [(e.call.name, e.call.arguments) for e in out if e.kind == "tool_call"]
-    return calls, "".join(e.text for e in out if e.kind == "content")
+    calls, texts = parsed(CallSyntaxParser("llama3_json", TOOLS, False, new_id=lambda: "call_1"), pieces)
+    return calls, texts["content"]
 
 
 @pytest.mark.parametrize("text,calls,content", [
@@ -120,14 +119,8 @@ HARMONY_ANSWER = ('<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<
 
 
 def harmony_events(pieces):
-    p = CallSyntaxParser("harmony", TOOLS, False, new_id=lambda: "call_1")
-    out = []
-    for piece in pieces:
-        out += p.feed(piece)
-    out += p.finish()
-    calls = [(e.call.name, e.call.arguments) for e in out if e.kind == "tool_call"]
-    return (calls, "".join(e.text for e in out if e.kind == "reasoning"),
-            "".join(e.text for e in out if e.kind == "content"))
+    calls, texts = parsed(CallSyntaxParser("harmony", TOOLS, False, new_id=lambda: "call_1"), pieces)
+    return calls, texts["reasoning"], texts["content"]
 
 
 @pytest.mark.parametrize("text,want", [

@@ -2,6 +2,7 @@
 non-recursive schema, inlined into a Python regex, accepts exactly what it should (integer ranges checked
 value by value, property order and optionality, item counts, formats, lengths)."""
 import json
+import os
 import re
 
 import pytest
@@ -173,3 +174,21 @@ def test_outside_the_subset_is_refused_by_name(schema, word):
     with pytest.raises(SchemaError) as e:
         schema_grammar(schema)
     assert word in str(e.value)
+
+
+CORPUS = json.load(open(os.path.join(os.path.dirname(__file__), "..", "..", "data", "schema_corpus.json")))
+
+
+@pytest.mark.parametrize("case", CORPUS["compiles"], ids=lambda c: c["name"])
+def test_corpus_schema_compiles(case):
+    # a corpus schema is a valid JSON Schema (checked by the independent oracle) and compiles to a grammar
+    jsonschema = pytest.importorskip("jsonschema", reason="the independent validator (requirements-test.txt)")
+    jsonschema.Draft202012Validator.check_schema(case["schema"])
+    assert "root ::= " in schema_grammar(case["schema"])
+
+
+@pytest.mark.parametrize("case", CORPUS["refused"], ids=lambda c: c["name"])
+def test_corpus_schema_is_refused_by_name(case):
+    with pytest.raises(SchemaError) as e:
+        schema_grammar(case["schema"])
+    assert case["names"] in str(e.value)

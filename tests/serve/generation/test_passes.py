@@ -4,7 +4,7 @@ config defaults for effort and sampling, reasoning_tokens in usage.
 
 The fake engine's ByteTokenizer has no chat template, so the tests give the Service a ChatML template that
 knows `<think>`: a request with an effort then opens its thinking in the prompt (`<think>\\n`), as Qwen3.5's
-does. Each engine pass is one GEN line; `record_gen` keeps them whole so a test reads back what each pass
+does. Each engine pass is one BGEN line; `record_gen` keeps them whole so a test reads back what each pass
 was asked (its max tokens and its prompt ids).
 """
 import json
@@ -22,7 +22,7 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
 @pytest.fixture
 def thinking_server(server, tmp_path):
     """thinking_server(turns, config=None, ctx=2048) -> (Running, gens()): gens() lists (max_new, ids) of
-    every GEN so far."""
+    every BGEN so far."""
     path = tmp_path / "gens.txt"
 
     def start(turns, config=None, ctx=2048):
@@ -32,7 +32,7 @@ def thinking_server(server, tmp_path):
         def gens():
             out = []
             for line in path.read_text().splitlines() if path.exists() else []:
-                words = line.split()
+                words = line.split()[1:]   # BGEN <slot> <max_new> [k=v ...] <ids>
                 out.append((int(words[1]), [int(x) for x in words[-1].split(",")], words[2:-1]))
             return out
         return s, gens

@@ -18,7 +18,7 @@ HELLO = {"text": "Hello from the fake engine."}
 def _stop_sent(rec):
     if not os.path.exists(rec):
         return False
-    return any(line.split(" ", 1)[1].strip() == "STOP" for line in open(rec) if " " in line)
+    return any(line.split(" ", 1)[1].strip() == "BSTOP 0" for line in open(rec) if " " in line)
 
 
 def test_engine_dies_mid_stream_then_next_request_restarts(server, tmp_path):
@@ -79,7 +79,7 @@ def test_disconnect_mid_stream_sends_stop_and_frees_the_engine(server, tmp_path)
     sock.close()
     t0 = time.monotonic()
     while not _stop_sent(rec):
-        assert time.monotonic() - t0 < 1.0, "no STOP within a second of the disconnect"
+        assert time.monotonic() - t0 < 1.0, "no BSTOP within a second of the disconnect"
         time.sleep(0.02)
     status, body, _ = s.post("/v1/chat/completions", chat(), timeout=5)
     assert status == 200 and body["choices"][0]["message"]["content"] == "Hello from the fake engine."
@@ -303,7 +303,7 @@ def test_a_model_that_cannot_load_ends_the_server_with_one_line(tmp_path):
     assert not any("listening on" in ln for ln in lines)
 
 
-@pytest.mark.parametrize("bad", ["T notanumber", "T 99999", "T -1"])
+@pytest.mark.parametrize("bad", ["BT 0 notanumber", "BT 0 99999", "BT 0 -1"])
 def test_a_malformed_engine_line_is_a_502_engine_error(server, bad, tmp_path):
     s = server({"state": str(tmp_path / "st"), "starts": [{"turns": [{"raw": [bad]}]}, {"turns": [HELLO]}]})
     status, body, _ = s.post("/v1/chat/completions", chat(), timeout=10)
@@ -314,13 +314,13 @@ def test_a_malformed_engine_line_is_a_502_engine_error(server, bad, tmp_path):
 
 
 def test_a_malformed_engine_line_mid_stream_ends_it_with_an_error_event(server):
-    s = server({"turns": [{"ids": [97, 98], "raw": ["T 98", "T x"]}, HELLO]})
+    s = server({"turns": [{"ids": [97, 98], "raw": ["BT 0 98", "BT 0 x"]}, HELLO]})
     status, events, text = s.stream(chat())
     assert status == 200 and "malformed" in text and text.endswith("data: [DONE]\n\n")
 
 
 def test_a_cancelled_request_keeps_its_engine_figures(server):
-    """A client that hangs up mid-stream: its tokens come with their time (the figures of the STOP's DONE),
+    """A client that hangs up mid-stream: its tokens come with their time (the figures of the BSTOP's BDONE),
     so the decode rate is not tokens over nothing."""
     s = server({"turns": [{"ids": _random_letters(3000), "token_delay_s": 0.002}]})
     sock = _raw_request(s.port, chat(stream=True))

@@ -251,7 +251,7 @@ def test_http_servers_own_errors_are_openai_json_with_a_status_line(server, raw,
 
 # ---------------------------------------------------------------- a stream nobody reads
 def _stop_sent(rec):
-    return os.path.exists(rec) and any(ln.split(" ", 1)[1].strip() == "STOP" for ln in open(rec) if " " in ln)
+    return os.path.exists(rec) and any(ln.split(" ", 1)[1].strip() == "BSTOP 0" for ln in open(rec) if " " in ln)
 
 
 def test_stream_nobody_reads_is_cut_and_its_engine_request_stopped(server, tmp_path, monkeypatch):

@@ -12,10 +12,10 @@ JSON = {"Content-Type": "application/json"}
 
 
 def _gens(path):
-    """(max_new, keys) of every GEN line the fake engine got."""
+    """(max_new, keys) of every BGEN line the fake engine got (`BGEN 0 <max_new> [k=v ...] <ids>`)."""
     out = []
     for line in path.read_text().splitlines() if path.exists() else []:
-        words = line.split()
+        words = line.split()[1:]
         out.append((int(words[1]), words[2:-1]))
     return out
 

@@ -6,7 +6,6 @@ A failing test leaves a screenshot of its page under .pytest_cache/d/strata-web-
 """
 import json
 import os
-import shutil
 import threading
 import time
 
@@ -15,57 +14,14 @@ import pytest
 from serve.http import routes as routes_mod
 from tests.conftest import ENGINE_EXE, model_path
 from tests.serve.conftest import chat, real_server
+from tests.serve.scenarios.conftest import WAIT_MS, answers_done, ask
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (requirements-test.txt) drives the "
-                               "browser; ./strata test installs it")
-CHROMIUM = os.environ.get("STRATA_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-WAIT_MS = 15000       # the longest any step waits for the page (the fake engine answers in well under this)
+pytest.importorskip("playwright.sync_api", reason="playwright (requirements-test.txt) drives the browser; "
+                    "./strata test installs it")
 HOSTILE = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>[x](javascript:window.__pwned=3)'
 MARKDOWN_ANSWER = ("Here is **bold** text.\n\n- one\n- two\n\n```python\nprint('hi')\n```\n\n| a | b |\n|---|---|\n"
                    "| 1 | 2 |\n\n" + HOSTILE + "\n")
 
-
-@pytest.fixture(scope="module")
-def browser():
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.skip(f"no Chromium at {CHROMIUM} (./strata test installs Debian's chromium as root)")
-    with sync_api.sync_playwright() as p:
-        try:
-            b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        except Exception as e:  # a browser that cannot start here (sandbox, libraries): skipped with the reason
-            pytest.skip(f"Chromium did not start: {str(e).splitlines()[0]}")
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser, request):
-    """A fresh browser context (empty localStorage) per test; a screenshot when the test failed."""
-    ctx = browser.new_context(viewport={"width": 1000, "height": 700})
-    pg = ctx.new_page()
-    pg.set_default_timeout(WAIT_MS)
-    errors = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    failed_before = request.session.testsfailed
-    yield pg
-    if request.session.testsfailed > failed_before:
-        shots = request.config.cache.mkdir("strata-web-shots")
-        pg.screenshot(path=str(shots / f"{request.node.name}.png"), full_page=True)
-        print(f"screenshot: {shots / request.node.name}.png; page errors: {errors}")
-    ctx.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
-
-
-def ask(pg, text):
-    pg.fill("#text", text)
-    pg.press("#text", "Enter")
-
-
-def answers_done(pg, n):
-    """Wait until n answers are finished (a finished answer has its action buttons; a streaming one not)."""
-    pg.wait_for_function(f"document.querySelectorAll('.msg.assistant .actions').length >= {n}")
 
 
 def test_question_streams_and_renders_markdown_safely(server, page):

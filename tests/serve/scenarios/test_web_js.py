@@ -1,5 +1,5 @@
-"""The web app's own JavaScript unit tests (tests/serve/scenarios/js/*.test.js: the markdown renderer and the stream
-parser), run with node's built-in test runner."""
+"""The web app's own JavaScript unit tests (tests/serve/scenarios/js/*.test.js: the markdown renderer, the stream
+parser, the MCP client's framing), run with node's built-in test runner."""
 import os
 import shutil
 import subprocess
@@ -10,7 +10,7 @@ JS_TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "js")
 NODE_TIMEOUT_S = 120   # the suites take about a second; a hung node must not hang pytest
 
 
-@pytest.mark.parametrize("name", ["markdown.test.js", "stream.test.js"])
+@pytest.mark.parametrize("name", ["markdown.test.js", "stream.test.js", "mcp.test.js"])
 def test_node_unit_tests(name):
     node = shutil.which("node")
     if node is None:
