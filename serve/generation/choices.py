@@ -72,13 +72,22 @@ def run_choices(service, preps: list, cancelled=None, on_wait=None):
     """(index, Event | Done) for every choice, in the order they happen; each choice ends with its Done. A
     failing choice ends them all (its error is raised); closing the generator stops every choice. `on_wait()`
     is called on the caller's thread right before it waits (Service.run's)."""
-    if len(preps) == 1 or not service.engine.batched():
+    if len(preps) == 1 or _lanes(service.engine) < 2:
         for i, prep in enumerate(preps):
             with contextlib.closing(service.run(prep, cancelled, on_wait)) as events:
                 for item in events:
                     yield i, item
         return
     yield from _Merge(service, preps, cancelled, on_wait).run()
+
+
+def _lanes(engine) -> int:
+    """How many replies the engine decodes side by side: its slots, times its replicas (0: no slot engine). With
+    one lane the choices must run in turn: started together they would race for the slot in no set order."""
+    if not engine.batched():
+        return 0
+    info = engine.info
+    return max(1, int(info.get("batch_slots") or 1)) * max(1, int(info.get("replicas") or 1))
 
 
 class _Merge:
