@@ -163,7 +163,7 @@ class StrataEngine:
         proc.n_vocab = int(info.get("n_vocab") or 0)
         n_slots = max(0, min(8, int(info.get("batch_slots") or 0)))
         if n_slots:
-            proc.slots = SlotTable(n_slots, int(info.get("batch_groups") or 1))
+            proc.slots = SlotTable(n_slots)
         with self._state:
             self.info.update(info)
             self.max_context = ctx
