@@ -36,7 +36,7 @@ struct model_params {
 
 // What the protocol loop needs to know about the loaded model (filled from GGUF metadata).
 struct model_info {
-    std::string arch;          // general.architecture: "llama", "qwen2", "qwen3", "gemma3", "phi3", "qwen3moe", "qwen2moe"
+    std::string arch;          // general.architecture: "llama", "qwen2", "qwen3", "gemma3", "phi3", "qwen3moe", "qwen2moe", "gpt-oss"
     std::string name;          // general.name, may be empty
     int32_t n_vocab = 0;
     int32_t n_ctx_train = 0;

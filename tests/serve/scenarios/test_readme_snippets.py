@@ -176,8 +176,11 @@ def test_the_server_commands_run_against_a_running_server(strata_serve):
     assert talk.returncode == 0 and FAKE_REPLY in talk.stdout, (talk.stdout, talk.stderr)
     bench = _strata(["bench", "--port", str(port), "--json"], env=env)
     assert bench.returncode == 0, bench.stderr
-    results = json.loads(bench.stdout)["results"]
-    assert results["decode_tokens"] > 0 and results["ttft_ms_median"] > 0, results
+    report = json.loads(bench.stdout)
+    assert report["results"]["decode_tokens"] > 0 and report["results"]["ttft_ms_median"] > 0, report
+    assert report["facts"]["model"] == {"id": "fake-model", "context": 16384}  # the server's, not this machine's
+    other = _strata(["bench", "no-such-model", "--port", str(port)], env=env)
+    assert other.returncode != 0 and "lists no model 'no-such-model'" in other.stderr, other.stderr
     for args, says in ((["load", "fake-model"], f"fake-model: loaded on {where}"),
                        (["unload"], f"fake-model: unloaded on {where}")):
         done = _strata([*args, "--port", str(port)], env=env)
