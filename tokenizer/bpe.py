@@ -154,6 +154,18 @@ class Tokenizer(BaseTokenizer):
                 self.special_ids[name] = self._text_to_id[text]
         if "eot" not in self.special_ids and "im_end" in self.special_ids:
             self.special_ids["eot"] = self.special_ids["im_end"]
+        self._harmony_ends()
+
+    def _harmony_ends(self):
+        """harmony's vocabulary (gpt-oss: both <|return|> and <|call|>): they end a reply (special ids "return",
+        "call"), and <|end|>, which only ends one of its messages, is no end of turn even where the file names
+        it so (llama.cpp's reading)."""
+        ret, call = self._text_to_id.get("<|return|>"), self._text_to_id.get("<|call|>")
+        if ret is None or call is None:
+            return
+        self.special_ids.update({"return": ret, "call": call})
+        if self.special_ids.get("eot") is not None and self.special_ids["eot"] == self._text_to_id.get("<|end|>"):
+            del self.special_ids["eot"]
 
     @staticmethod
     def _bytes_of(text, ttype):

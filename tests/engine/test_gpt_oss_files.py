@@ -32,14 +32,21 @@ TEXTS = ["HelloWorld, getHTTPResponse at path/to/x 1234567 and 12 qwertz", "it's
 # that is itself a token is merged from bytes here, not taken whole (llama.cpp sets ignore_merges for llama3 only).
 EXTRA_MERGES = ["1 2", "12 3", "4 5", "45 6", "Ġit 's", "Ġyou 'll", "ĠThey 're"]
 EXTRA_TOKENS = ["Ġqwertz"]
+# harmony's control tokens; the file names <|end|> its end of turn and <|return|> its end of text (both as some
+# converted files do): <|return|> and <|call|> must end a reply, <|end|> (which ends an analysis message) not
+HARMONY = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>"]
 
 
 def gpt_oss_file(tmp_path, vocab_meta):
     tokens = list(vocab_meta["tokenizer.ggml.tokens"])
     new = [m.replace(" ", "") for m in EXTRA_MERGES] + EXTRA_TOKENS
+    types = list(vocab_meta["tokenizer.ggml.token_type"]) + [1] * len(new) + [3] * len(HARMONY)
+    tokens += new + HARMONY
     meta = dict(vocab_meta, **{"tokenizer.ggml.pre": "gpt-4o",
-                               "tokenizer.ggml.tokens": tokens + new,
-                               "tokenizer.ggml.token_type": list(vocab_meta["tokenizer.ggml.token_type"]) + [1] * len(new),
+                               "tokenizer.ggml.tokens": tokens,
+                               "tokenizer.ggml.token_type": types,
+                               "tokenizer.ggml.eot_token_id": tokens.index("<|end|>"),
+                               "tokenizer.ggml.eos_token_id": tokens.index("<|return|>"),
                                "tokenizer.ggml.merges": list(vocab_meta["tokenizer.ggml.merges"]) + EXTRA_MERGES,
                                "tokenizer.chat_template": TEMPLATE.read_text(encoding="utf-8")})
     return gguf_writer.random_model(tmp_path / "gpt-oss-like.gguf", "gpt-oss", meta, wtype="Q8_0", exp_type="MXFP4",
@@ -56,6 +63,23 @@ def test_gpt4o_ids_equal_llama_cpp(vocab_meta, tmp_path):
                        "parse_special": False})["ids"]
     for text, ids in zip(TEXTS, want, strict=True):
         assert tok.encode(text) == ids, text
+
+
+def test_return_and_call_end_a_reply_and_end_does_not(vocab_meta, tmp_path, engine_path):
+    from tests.engine.conftest import Engine
+    from tokenizer.bpe import Tokenizer
+    path = gpt_oss_file(tmp_path, vocab_meta)
+    tok = Tokenizer.from_gguf(str(path))
+    ids = {t: tok.token_to_id(t) for t in ("<|end|>", "<|return|>", "<|call|>")}
+    sid = tok.special_ids
+    assert (sid["eos"], sid["return"], sid["call"]) == (ids["<|return|>"], ids["<|return|>"], ids["<|call|>"])
+    assert "eot" not in sid
+    e = Engine(engine_path, path, "--max-context", "256")
+    try:
+        ends = {int(x) for x in e.info["eos"].split(",")}
+    finally:
+        e.close()
+    assert {ids["<|return|>"], ids["<|call|>"]} <= ends and ids["<|end|>"] not in ends
 
 
 def test_listing_and_template(vocab_meta, tmp_path):
