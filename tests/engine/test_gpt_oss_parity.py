@@ -16,6 +16,7 @@ compares the engine's logits at every prompt position and along the greedy conti
   moves the next rows too, so such rows come in short runs (measured over seeds 5 / 13 / 21: 6 / 2 / 0 rows
   over 3%, medians 0.83 / 0.77 / 0.78%; qwen3moe's Q8_0 file of the same shape: 4 rows, median 0.71%). The
   case bounds the median row (MEDIAN_TOL_QUANT) and the greedy run; the f16 case bounds every row.
+- Expert tiers (engine/expert_tiers.h) with 9 of 32 experts in RAM keep the tokens and the logits.
 - An entry's logits depend neither on the rest of its batch nor on the thread count (chunks of 1, 7 and
   whole, 1 and 2 threads: bit-equal).
 """
@@ -34,6 +35,7 @@ from tests import gguf_writer, oracle  # noqa: E402
 LOGIT_TOL_FLOAT = 0.01    # of the logit spread: f16 weights, f16 KV on both sides (test_arch_parity's)
 MEDIAN_TOL_QUANT = 0.015  # of the spread, the median row: 8-bit activations on llama.cpp's side (see above)
 GREEDY_MARGIN = 0.1       # top-two logit gap under which a greedy step may go either way
+TIERS_TOL = 1e-4          # of the spread: row kernels against row-group kernels on the same weights
 N_GEN = 16
 N_ORIG = 32               # YaRN's original context: the prompt runs past it
 PROMPT = ("The quick brown fox jumps over the lazy dog. def fib(n):\n    return n if n < 2 else fib(n-1) + "
@@ -89,3 +91,19 @@ def test_gpt_oss_logits_independent_of_batch_and_threads(vocab_meta, long_ids, t
         assert toks == tokens
         bad = [i for i, (a, b) in enumerate(zip(rows, whole, strict=True)) if a != b]
         assert not bad, f"chunk {chunk}, {threads} threads: rows {bad[:5]} differ from the one-chunk read"
+
+
+def test_gpt_oss_expert_tiers_keep_the_logits(vocab_meta, long_ids, tmp_path):
+    # 9 of the 32 experts in RAM (each 104 KiB packed: MXFP4 widened to Q8_0), the rest read from the mapped
+    # file by the row kernels: the same tokens, logits within TIERS_TOL of the spread, both kinds of reads
+    path = _model(tmp_path, vocab_meta, "Q8_0", "MXFP4", 2, 7)
+    n_vocab = len(vocab_meta["tokenizer.ggml.tokens"])
+    whole, whole_tokens = oracle.engine_logits(path, long_ids, 8, n_vocab, chunk=1)
+    figures = {}
+    split, split_tokens = oracle.engine_logits(path, long_ids, 8, n_vocab, chunk=1, figures=figures,
+                                               experts_kib=9 * 105)
+    assert split_tokens == whole_tokens
+    worst, spread = oracle.compare_logits(split, whole)
+    assert worst <= TIERS_TOL * spread, f"tiers moved a logit by {worst:.3g} (spread {spread:.3g})"
+    assert int(figures["experts_total"]) == 32 and 0 < int(figures["experts_resident"]) < 32
+    assert int(figures["experts_hits"]) > 0 and int(figures["experts_misses"]) > 0
