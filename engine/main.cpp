@@ -311,7 +311,7 @@ int main(int argc, char** argv) {
     if (!f.eos.empty()) {
         cfg.eos_ids = f.eos;
     } else {
-        for (int32_t id : {info.eot_id, info.endoftext_id, info.eos_id}) {
+        for (int32_t id : {info.eot_id, info.endoftext_id, info.eos_id, info.call_id}) {
             if (id >= 0 && std::find(cfg.eos_ids.begin(), cfg.eos_ids.end(), id) == cfg.eos_ids.end()) {
                 cfg.eos_ids.push_back(id);
             }

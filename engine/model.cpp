@@ -425,6 +425,13 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     info.im_start_id = find_token(f, "<|im_start|>");
     if (info.im_start_id < 0) info.im_start_id = find_token(f, "<start_of_turn>");
     info.endoftext_id = find_token(f, "<|endoftext|>");
+    // harmony (gpt-oss): <|return|> and <|call|> end a reply; <|end|> only ends one of its messages (analysis,
+    // then final), so it ends nothing even where the file names it the end of turn (as llama.cpp reads it)
+    if (const int32_t ret = find_token(f, "<|return|>"), call = find_token(f, "<|call|>"); ret >= 0 && call >= 0) {
+        info.call_id = call;
+        if (info.eos_id < 0) info.eos_id = ret;
+        if (info.eot_id >= 0 && info.eot_id == find_token(f, "<|end|>")) info.eot_id = -1;
+    }
     for (const gguf_tensor& t : f->tensors) info.weights_bytes += t.n_bytes;
 
     // scratch for n_batch entries, allocated once

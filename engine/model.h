@@ -52,6 +52,8 @@ struct model_info {
     int32_t eot_id = -1;       // tokenizer.ggml.eot_token_id, or "<|im_end|>" looked up in the vocabulary
     int32_t im_start_id = -1;  // "<|im_start|>" looked up in the vocabulary
     int32_t endoftext_id = -1; // "<|endoftext|>" looked up in the vocabulary
+    int32_t call_id = -1;      // "<|call|>" where the vocabulary is harmony's (also "<|return|>"): ends a reply
+                               // that calls a tool, as "<|return|>" (eos) ends one that answers
     size_t weights_bytes = 0;  // bytes of tensor data mapped
     int32_t act_bits = 16;     // model_params.act_bits as applied
     // expert tiers (engine/expert_tiers.h): experts of all layers, those with a packed copy in RAM now, and

@@ -119,7 +119,7 @@ class Service(Preparation, ServiceFigures):
         self.arch = arch
         self.encoder = PromptEncoder(tokenizer, keep=4)
         sid = tokenizer.special_ids
-        self.stop_ids = {sid[k] for k in ("im_end", "endoftext", "eos", "eot") if k in sid}
+        self.stop_ids = {sid[k] for k in ("im_end", "endoftext", "eos", "eot", "return", "call") if k in sid}
         self.repeat_stop = int(self.config.get("repeat_stop_tokens", REPEAT_STOP_TOKENS))
         self._lock = threading.Lock()       # guards status, history, totals, last_timings, settings
         self.settings: dict = {}            # the shared Chat settings' defaults (POST /settings), checked
