@@ -4,13 +4,13 @@
     python3 tools/check_schema_corpus.py --replies 40 --seed 7
 
 The corpus is tests/data/schema_corpus.json (schemas in the shapes of public structured-output and MCP tool
-examples, written here). Each reply is a /v1/chat/completions call with `response_format: json_schema`, a
-random schema of the corpus, a random sampling seed at temperature 1 and a random `max_tokens` between
-BUDGET_MIN and BUDGET_MAX: it must be a 200 whose content parses as JSON and validates against the schema
-(jsonschema, the independent oracle, a test-only dependency, with `multipleOf` read as exact decimals), whether it finished `stop` or `length` — or,
-where the budget is below the tokens the schema's shortest document takes (a 16-token budget for a schema
-with a uuid and two dates), a 400 that says so (finish `refused` in the summary): no budget cuts a reply into
-invalid JSON.
+examples, written here). Each reply is a /v1/chat/completions call with `response_format: json_schema`, a random
+schema of the corpus, a random sampling seed at temperature 1 and a random `max_tokens` between BUDGET_MIN and
+BUDGET_MAX: it must be a 200 whose content parses as JSON and validates against the schema (jsonschema, the
+independent oracle, a test-only dependency, with `multipleOf` read as exact decimals), whether it finished
+`stop` or `length` — or, where the budget is below the tokens the schema's shortest document takes (a 16-token
+budget for a schema with a uuid and two dates), a 400 that says so (finish `refused` in the summary): no budget
+cuts a reply into invalid JSON.
 Prints one line per failure and a summary (replies, finish reasons, seconds); exit status 0 when none failed.
 tests/serve/scenarios/test_schema_corpus_real.py runs a smaller sample of the same draw in `./strata test`.
 """

@@ -8,9 +8,10 @@ written as (`exact`: 0.1 is 1/10, not the float nearest it), and so is `multiple
 exponent: a valid subset of what the schema allows, never a superset.
 
 Decimal `multipleOf` (a step s written with d fraction digits): s = 10^-d (0.1, 0.01) is any number with at
-most d fraction digits, within the bounds if any; s = 1/n otherwise (0.5, 0.25, 0.2) without bounds is an
-integer part and one of the n fraction endings; any other step, or a bounded 1/n, needs both bounds around at
-most MULTIPLES_MAX multiples, which are listed. Anything else is refused (`None`: the caller names it).
+most d fraction digits, within the bounds if any; any step with both bounds around at most MULTIPLES_MAX
+multiples lists them; s = 1/n otherwise (0.5, 0.25, 0.2), bounds or not, is an integer part and one of the n
+fraction endings (the values of an integer part a bound cuts listed). Anything else (0.3 or 2.5 without both
+bounds, or with too many multiples between them) is refused (`None`: the caller names it).
 
 Public surface: `integer_range`, `int_bounds`, `real_bounds`, `number_range`, `exact`, `integer_multiples`,
 `decimal_multiples`, `INT_DIGITS_MAX`, `FRAC_DIGITS_MAX`, `MULTIPLES_MAX`. Knows no schema keywords' paths and
@@ -224,8 +225,42 @@ def decimal_multiples(step: Fraction, lo, lo_open, hi, hi_open) -> str | None:
     if step.numerator == 1 and step.denominator == 10 ** digits:   # 0.1, 0.01: at most `digits` of them
         return number_range(lo, lo_open, hi, hi_open, digits) or None
     listed = _listed(step, lo, lo_open, hi, hi_open)
-    if listed is not None or lo is not None or hi is not None or step.numerator != 1:
+    if listed is not None or step.numerator != 1:
         return listed
-    ends = sorted({_decimal_text(Fraction(j, step.denominator))[1:] for j in range(1, step.denominator)})
-    sign_int = f'"-"? ( "0" | [1-9] [0-9]{{0,{INT_DIGITS_MAX - 1}}} )'
-    return f'{sign_int} ( {" | ".join(chr(34) + e + chr(34) for e in ends)} )?'
+    return _fraction_multiples(step.denominator, lo, lo_open, hi, hi_open) or None
+
+
+def _magnitude_multiples(n: int, lo: Fraction, lo_open: bool, hi: Fraction | None, hi_open: bool) -> str:
+    """GBNF for unsigned multiples of 1/n in the bounds (0 <= lo; hi None: open), no exponent: the integer parts
+    i whose every i + j/n is inside, with any of the n endings; the values of the (at most two or three)
+    integer parts a bound cuts, listed."""
+    def inside(x: Fraction) -> bool:
+        return (x > lo or (x == lo and not lo_open)) and (hi is None or x < hi or (x == hi and not hi_open))
+    top = Fraction(n - 1, n)
+    ends = " | ".join(f'"{_decimal_text(Fraction(j, n))[1:]}"' for j in range(1, n))
+    first = math.ceil(lo) + (1 if lo_open and lo == math.ceil(lo) else 0)
+    last = None if hi is None else math.floor(hi - top) - (1 if hi_open and math.floor(hi - top) + top == hi else 0)
+    alts = []
+    if last is None or first <= last:
+        alts.append(f"( {natural_range(first, last)} ) ( {ends} )?")
+    edges = set(range(math.floor(lo), first)) | (set() if last is None else set(range(max(last + 1, math.floor(lo)),
+                                                                                        math.floor(hi) + 1)))
+    for i in sorted(edges):
+        alts += [f'"{_decimal_text(i + Fraction(j, n))}"' for j in range(n) if inside(i + Fraction(j, n))]
+    return " | ".join(alts)
+
+
+def _fraction_multiples(n: int, lo, lo_open, hi, hi_open) -> str:
+    """GBNF for the multiples of 1/n in the bounds (None: open): the non-negative part, then "-" and the
+    magnitudes of the negative part (never "-0")."""
+    alts = []
+    if hi is None or hi > 0 or (hi == 0 and not hi_open):
+        low = Fraction(0) if lo is None or lo < 0 else lo
+        alts.append(_magnitude_multiples(n, low, lo_open and lo is not None and lo >= 0, hi, hi_open))
+    if lo is None or lo < 0:
+        bottom = Fraction(0) if hi is None or hi >= 0 else -hi
+        neg = _magnitude_multiples(n, bottom, True if bottom == 0 else hi_open, None if lo is None else -lo,
+                                   lo_open)
+        if neg:
+            alts.append(f'"-" ( {neg} )')
+    return " | ".join(f"( {a} )" for a in alts if a)

@@ -15,7 +15,7 @@ and on numbers (exact for decimals of up to FRAC_DIGITS_MAX fraction digits; a b
 without an exponent), `pattern` on strings (serve/generation/regex_grammar.py's subset; matched whole, a valid subset of JSON
 Schema's match-anywhere), `multipleOf` (serve/generation/json_numbers.py: exact decimal multiples; on integers a
 power of ten, or at most MULTIPLES_MAX multiples between both bounds, and a whole multipleOf on a number makes
-it an integer; on numbers 0.1 / 0.01 (at most that many fraction digits), 1/n without bounds, or at most
+it an integer; on numbers 0.1 / 0.01 (at most that many fraction digits), 1/n such as 0.5, or at most
 MULTIPLES_MAX multiples between both bounds), `format` date, date-time, time and uuid
 (date days 01-28: a valid subset).
 Annotations (`title`, `description`, `default`, `examples`, `$schema`, `$id`, `$comment`, `deprecated`,
@@ -244,9 +244,9 @@ class _Compiler:
         """A multipleOf's grammar (serve/generation/json_numbers.py), or the SchemaError that names it."""
         if grammar:
             return grammar
-        raise SchemaError(f"multipleOf {float(step):g}: supported as a power of ten (10, 0.01), as 1/n without "
-                          f"bounds (0.5, 0.25), or with minimum and maximum around at most {MULTIPLES_MAX} "
-                          "multiples (none between them is refused too)", f"{path}/multipleOf")
+        raise SchemaError(f"multipleOf {float(step):g}: supported as a power of ten (10, 0.01), as 1/n (0.5, 0.25), "
+                          f"or with minimum and maximum around at most {MULTIPLES_MAX} multiples (none between "
+                          "them is refused too)", f"{path}/multipleOf")
 
     def object(self, s: dict, path: str) -> str:
         props = s.get("properties", {})

@@ -110,7 +110,11 @@ def test_multiple_of():
 DECIMAL_STEPS = [(0.5, {}), (0.25, {}), (0.2, {}), (0.125, {}), (0.1, {}), (0.05, {}), (0.01, {}),
                  (0.01, {"minimum": -1.5, "maximum": 2}), (0.1, {"exclusiveMinimum": 0, "exclusiveMaximum": 1}),
                  (0.25, {"minimum": -1, "maximum": 1}), (2.5, {"minimum": 0, "exclusiveMaximum": 10}),
-                 (0.3, {"minimum": -1, "maximum": 3}), (0.05, {"minimum": 0.1, "maximum": 0.35})]
+                 (0.3, {"minimum": -1, "maximum": 3}), (0.05, {"minimum": 0.1, "maximum": 0.35}),
+                 (0.5, {"minimum": 0}), (0.25, {"exclusiveMinimum": -2.5}), (0.2, {"maximum": 1.3}),
+                 (0.125, {"minimum": -3000, "exclusiveMaximum": 2.875}), (0.5, {"exclusiveMinimum": -1.5,
+                                                                                 "exclusiveMaximum": 2000}),
+                 (0.25, {"minimum": -2.3, "maximum": -0.6}), (0.5, {"exclusiveMaximum": 0})]
 
 
 @pytest.mark.parametrize("step, bounds", DECIMAL_STEPS)
@@ -194,7 +198,7 @@ def test_whitespace_is_bounded():
     ({"allOf": [{"type": "string"}]}, "'allOf'"),
     ({"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}, "'uniqueItems'"),
     ({"type": "number", "multipleOf": 0.3}, "multipleOf 0.3"),
-    ({"type": "number", "multipleOf": 0.5, "minimum": 0}, "multipleOf 0.5"),
+    ({"type": "number", "multipleOf": 2.5, "minimum": 0}, "multipleOf 2.5"),
     ({"type": "number", "multipleOf": 0.5, "minimum": 0.1, "maximum": 0.4}, "none between"),
     ({"type": "integer", "multipleOf": 7}, "multipleOf 7"),
     ({"type": "number", "minimum": 2, "exclusiveMaximum": 2}, "no number fits"),
