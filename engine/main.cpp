@@ -37,7 +37,6 @@ const char* const USAGE =
     "  --max-context N              context (default: the model's training context, at most 8192)\n"
     "  --threads N                  worker threads (default: physical cores)\n"
     "  --batch N | --slots N        1..8 decode slots (default 1)\n"
-    "  --batch-groups G|auto        slot groups (G divides the slots; the CPU runs one group at a time)\n"
     "  --conversation-cache-slots N parked conversations kept in RAM (default 4, 0 = off)\n"
     "  --conversation-cache-mib N   byte budget of the parked conversations (default 0 = no limit)\n"
     "  --prompt-cache-every N       checkpoint interval in tokens (default 16384)\n"
@@ -96,7 +95,6 @@ struct flags {
     int64_t max_context = 0;
     int64_t threads = 0;
     int64_t slots = 1;               // one slot unless --batch says more
-    std::string groups = "auto";
     int64_t conv_slots = 4;
     int64_t conv_mib = 0;
     int64_t prompt_cache_every = 16384;
@@ -130,6 +128,9 @@ int parse_flags(int argc, char** argv, flags* f) {
             std::fputs(USAGE, stdout);
             return 0;
         }
+        if (a == "--batch-groups") {  // never read by the slot loop; retired (docs/PROTOCOL.md "Start")
+            return usage("unknown flag --batch-groups: retired, every busy slot runs in each slot step");
+        }
         if (i + 1 >= argc) return usage(a.rfind("--", 0) == 0 ? "missing value for " + a : "unknown argument " + a);
         const std::string v = argv[++i];
         int64_t n = 0;
@@ -142,9 +143,6 @@ int parse_flags(int argc, char** argv, flags* f) {
             if (!parse_int_flag(v, 1, 1024, &f->threads)) return bad();
         } else if (a == "--batch" || a == "--slots") {
             if (!parse_int_flag(v, 1, SLOTS_MAX, &f->slots)) return bad();
-        } else if (a == "--batch-groups") {
-            if (v != "auto" && !parse_int_flag(v, 1, SLOTS_MAX, &n)) return bad();
-            f->groups = v;
         } else if (a == "--conversation-cache-slots") {
             if (!parse_int_flag(v, 0, 64, &f->conv_slots)) return bad();
         } else if (a == "--conversation-cache-mib") {
@@ -306,12 +304,6 @@ int main(int argc, char** argv) {
                      static_cast<long long>(f.max_context), cfg.n_ctx);
     }
     cfg.n_slots = static_cast<int32_t>(f.slots);
-    cfg.n_groups = 1;
-    if (f.groups != "auto" && cfg.n_slots > 0) {
-        const int32_t g = std::stoi(f.groups);
-        if (cfg.n_slots % g == 0) cfg.n_groups = g;
-        else std::fprintf(stderr, "strata: --batch-groups %d does not divide %d slots; one group\n", g, cfg.n_slots);
-    }
     cfg.chunk = static_cast<int32_t>(f.chunk);
     cfg.step_tokens = static_cast<int32_t>(f.step_tokens);
     protocol_set_token_flush_ms(f.token_flush_ms);
@@ -319,7 +311,7 @@ int main(int argc, char** argv) {
     if (!f.eos.empty()) {
         cfg.eos_ids = f.eos;
     } else {
-        for (int32_t id : {info.eot_id, info.endoftext_id, info.eos_id}) {
+        for (int32_t id : {info.eot_id, info.endoftext_id, info.eos_id, info.call_id}) {
             if (id >= 0 && std::find(cfg.eos_ids.begin(), cfg.eos_ids.end(), id) == cfg.eos_ids.end()) {
                 cfg.eos_ids.push_back(id);
             }
@@ -356,7 +348,7 @@ int main(int argc, char** argv) {
     protocol_write_line(std::string("INFO engine=") + ENGINE_VERSION + " arch=" + info.arch +
                         " n_vocab=" + std::to_string(info.n_vocab) + " n_ctx_train=" + std::to_string(info.n_ctx_train) +
                         " context=" + std::to_string(cfg.n_ctx) + " batch_slots=" + std::to_string(cfg.n_slots) +
-                        " batch_groups=" + std::to_string(cfg.n_groups) + " slot_cache=" + (cfg.n_slots > 0 ? "1" : "0") +
+                        " slot_cache=" + (cfg.n_slots > 0 ? "1" : "0") +
                         " conversation_cache_slots=" + std::to_string(cfg.conv_slots) +
                         " conversation_cache_mib=" + std::to_string(cfg.conv_mib) +
                         " im_start=" + std::to_string(info.im_start_id) + " eos=" + join_ids(cfg.eos_ids) +

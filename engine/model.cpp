@@ -7,8 +7,8 @@
 //              [qwen3] per-head rmsnorm of q and k; RoPE on q and k at each entry's position
 //              K/V rows -> each entry's cache at its position (f16 or q8_0)
 //              att = softmax(q k^T * attn_scale) v over positions 0..pos of the entry's sequence (a window
-//              layer: the last n_swa of them)
-//              x += att Wo^T [post-norm];  xn = rmsnorm(x) * ffn_norm;
+//              layer: the last n_swa of them) [gpt-oss: each head's sink logit joins the softmax]
+//              x += att Wo^T [+ bo] [post-norm];  xn = rmsnorm(x) * ffn_norm;
 //              x += (act(xn Wg^T) * (xn Wu^T)) Wd^T [post-norm], act = silu or gelu (tanh form)
 //   logits = (rmsnorm(x) * output_norm) Wout^T [soft-capped] for the entries that want them.
 // Every per-entry result is computed from that entry's data alone, in a fixed order, on whichever thread.
@@ -306,7 +306,7 @@ bool model_read_common_hparams(strata_model* m, const std::string& arch, std::st
     return true;
 }
 
-bool model_load_common_tensors(strata_model* m, std::string* err, bool dense_ffn) {
+bool model_load_common_tensors(strata_model* m, std::string* err, bool dense_ffn, const std::string& ffn_norm) {
     const model_hparams& hp = m->hp;
     if (!model_weight(m, "token_embd.weight", hp.n_embd, hp.n_vocab, true, &m->tok_embd, err) ||
         !model_vector(m, "output_norm.weight", hp.n_embd, true, &m->output_norm, err) ||
@@ -323,7 +323,7 @@ bool model_load_common_tensors(strata_model* m, std::string* err, bool dense_ffn
             !model_weight(m, p + "attn_k.weight", hp.n_embd, hp.n_embd_kv(), true, &l.wk, err) ||
             !model_weight(m, p + "attn_v.weight", hp.n_embd, hp.n_embd_kv(), true, &l.wv, err) ||
             !model_weight(m, p + "attn_output.weight", hp.n_embd_q(), hp.n_embd, true, &l.wo, err) ||
-            !model_vector(m, p + "ffn_norm.weight", hp.n_embd, true, &l.ffn_norm, err) ||
+            !model_vector(m, p + ffn_norm, hp.n_embd, true, &l.ffn_norm, err) ||
             (dense_ffn && (!model_weight(m, p + "ffn_gate.weight", hp.n_embd, hp.n_ff, true, &l.w_gate, err) ||
                            !model_weight(m, p + "ffn_up.weight", hp.n_embd, hp.n_ff, true, &l.w_up, err) ||
                            !model_weight(m, p + "ffn_down.weight", hp.n_ff, hp.n_embd, true, &l.w_down, err)))) {
@@ -367,6 +367,8 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
         ok = build_qwen2moe(m, err);
     } else if (arch_name == "phi3") {
         ok = build_phi3(m, err);
+    } else if (arch_name == "gpt-oss") {
+        ok = build_gpt_oss(m, err);
     } else {
         *err = f->path + ": unsupported architecture '" + gguf_printable(arch_name) + "'";
     }
@@ -375,16 +377,18 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
         return nullptr;
     }
     const model_hparams& hp = m->hp;
-    // window layers keep their frequencies (freq_scale 1) and factors-free, as llama.cpp runs them
+    // window layers keep their frequencies (freq_scale 1) and factors-free, as llama.cpp runs them, except
+    // where the architecture scales them as the full layers (gpt-oss)
     const float* factors = m->rope_freq_factors.empty() ? nullptr : m->rope_freq_factors.data();
+    const float swa_scale = hp.rope_swa_scaled ? hp.rope.freq_scale : 1.0f;
     rope_scaling_inv_freq(hp.rope, hp.n_rot, hp.rope_base, factors, hp.rope.freq_scale, &m->rope_inv_freq);
-    rope_scaling_inv_freq(hp.rope, hp.n_rot, hp.rope_base_swa, nullptr, 1.0f, &m->rope_inv_freq_swa);
+    rope_scaling_inv_freq(hp.rope, hp.n_rot, hp.rope_base_swa, nullptr, swa_scale, &m->rope_inv_freq_swa);
     if (!m->rope_freq_factors_long.empty()) {
         rope_scaling_inv_freq(hp.rope, hp.n_rot, hp.rope_base, m->rope_freq_factors_long.data(), hp.rope.freq_scale,
                               &m->rope_inv_freq_long);
     }
     m->hp.rope_mscale = rope_scaling_mscale(hp.rope, hp.rope.freq_scale);
-    m->hp.rope_mscale_swa = rope_scaling_mscale(hp.rope, 1.0f);
+    m->hp.rope_mscale_swa = rope_scaling_mscale(hp.rope, swa_scale);
     m->n_batch = params.n_batch;
     m->info.arch = arch_name;
     if (!use_cuda(m, params.backend, err)) {
@@ -432,6 +436,13 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     info.im_start_id = find_token(f, "<|im_start|>");
     if (info.im_start_id < 0) info.im_start_id = find_token(f, "<start_of_turn>");
     info.endoftext_id = find_token(f, "<|endoftext|>");
+    // harmony (gpt-oss): <|return|> and <|call|> end a reply; <|end|> only ends one of its messages (analysis,
+    // then final), so it ends nothing even where the file names it the end of turn (as llama.cpp reads it)
+    if (const int32_t ret = find_token(f, "<|return|>"), call = find_token(f, "<|call|>"); ret >= 0 && call >= 0) {
+        info.call_id = call;
+        if (info.eos_id < 0) info.eos_id = ret;
+        if (info.eot_id >= 0 && info.eot_id == find_token(f, "<|end|>")) info.eot_id = -1;
+    }
     for (const gguf_tensor& t : f->tensors) info.weights_bytes += t.n_bytes;
 
     // scratch for n_batch entries, allocated once
@@ -633,6 +644,7 @@ void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
     float* kbuf = m->s.kv_rows.data() + size_t(thread) * 2 * size_t(hd);
     const int32_t hs = group / f.att_split;  // query heads per item
     const int64_t n_tiles = static_cast<int64_t>(m->s.att_tiles.size()) - 1;
+    const float* sinks_all = l.attn_sinks.empty() ? nullptr : l.attn_sinks.data();  // (n_head) or none
     for (int64_t it = i0; it < i1; ++it) {
         const int64_t unit = it / f.att_split;  // (tile slot, kv head)
         // tiles in zigzag order (0, last, 1, last - 1, ...): a prompt's later tiles see more positions, so
@@ -643,12 +655,13 @@ void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
         const int32_t qh = g * group + static_cast<int32_t>(it % f.att_split) * hs;  // the item's first query head
         const int32_t e0 = m->s.att_tiles[size_t(tile)], e1 = m->s.att_tiles[size_t(tile) + 1];
         const kv_cache* kv = f.b->kvs[f.b->seq[e0]];
+        const float* sinks = sinks_all ? sinks_all + qh : nullptr;  // the item's heads' sinks
         if (ks.attn && (hd == 64 || hd == 128 || hd == 256)) {
             if (attn_first(hp, l, f.b->pos[e1 - 1]) == 0) {
                 ks.attn(m->s.q.data() + size_t(e0) * nq + qh * hd, size_t(nq), hs, e1 - e0,
                         kv_head(kv, false, f.layer, g, 0), kv_head(kv, true, f.layer, g, 0), kv->head_bytes,
                         kv->type == KV_TYPE_Q8_0, f.b->pos[e0] + 1, hd, scale, scores,
-                        m->s.att.data() + size_t(e0) * nq + qh * hd, size_t(nq));
+                        m->s.att.data() + size_t(e0) * nq + qh * hd, size_t(nq), sinks);
                 continue;
             }
             for (int32_t i = e0; i < e1; ++i) {
@@ -656,7 +669,7 @@ void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
                 ks.attn(m->s.q.data() + size_t(i) * nq + qh * hd, size_t(nq), hs, 1,
                         kv_head(kv, false, f.layer, g, p0), kv_head(kv, true, f.layer, g, p0), kv->head_bytes,
                         kv->type == KV_TYPE_Q8_0, f.b->pos[i] + 1 - p0, hd, scale, scores,
-                        m->s.att.data() + size_t(i) * nq + qh * hd, size_t(nq));
+                        m->s.att.data() + size_t(i) * nq + qh * hd, size_t(nq), sinks);
             }
             continue;
         }
@@ -679,7 +692,8 @@ void attn_range(void* ctx, int64_t i0, int64_t i1, int thread) {
                 float* sc = scores + size_t(h) * n_ctx_max;
                 float mx = sc[0];
                 for (int32_t p = 1; p < n_pos; ++p) mx = sc[p] > mx ? sc[p] : mx;
-                float sum = 0.0f;
+                if (sinks) mx = sinks[h] > mx ? sinks[h] : mx;  // a sink: one more term, no value row
+                float sum = sinks ? std::exp(sinks[h] - mx) : 0.0f;
                 for (int32_t p = 0; p < n_pos; ++p) {
                     sc[p] = std::exp(sc[p] - mx);
                     sum += sc[p];
@@ -731,11 +745,19 @@ void post_norm_range(void* ctx, int64_t i0, int64_t i1, int) {
     }
 }
 
+// x += the block output in tmp (attention's with its output bias, when the layer has one: gpt-oss)
 void add_range(void* ctx, int64_t i0, int64_t i1, int) {
     const fwd& f = *static_cast<fwd*>(ctx);
     const int64_t e = f.m->hp.n_embd;
     float* x = f.m->s.x.data();
     const float* t = f.m->s.tmp.data();
+    const std::vector<float>& bo = f.m->layers[size_t(f.layer)].bo;
+    if (!f.post_ffn && !bo.empty()) {
+        for (int64_t i = i0; i < i1; ++i) {
+            for (int64_t c = 0; c < e; ++c) x[i * e + c] += t[i * e + c] + bo[size_t(c)];
+        }
+        return;
+    }
     for (int64_t i = i0 * e; i < i1 * e; ++i) x[i] += t[i];
 }
 

@@ -37,7 +37,7 @@ struct model_params {
 
 // What the protocol loop needs to know about the loaded model (filled from GGUF metadata).
 struct model_info {
-    std::string arch;          // general.architecture: "llama", "qwen2", "qwen3", "gemma3", "phi3", "qwen3moe", "qwen2moe"
+    std::string arch;          // general.architecture: "llama", "qwen2", "qwen3", "gemma3", "phi3", "qwen3moe", "qwen2moe", "gpt-oss"
     std::string name;          // general.name, may be empty
     int32_t n_vocab = 0;
     int32_t n_ctx_train = 0;
@@ -53,6 +53,8 @@ struct model_info {
     int32_t eot_id = -1;       // tokenizer.ggml.eot_token_id, or "<|im_end|>" looked up in the vocabulary
     int32_t im_start_id = -1;  // "<|im_start|>" looked up in the vocabulary
     int32_t endoftext_id = -1; // "<|endoftext|>" looked up in the vocabulary
+    int32_t call_id = -1;      // "<|call|>" where the vocabulary is harmony's (also "<|return|>"): ends a reply
+                               // that calls a tool, as "<|return|>" (eos) ends one that answers
     size_t weights_bytes = 0;  // bytes of tensor data mapped
     int32_t act_bits = 16;     // model_params.act_bits as applied (default: 8 when any matrix got 8 bits)
     // expert tiers (engine/expert_tiers.h): experts of all layers, those with a packed copy in RAM now, and

@@ -47,6 +47,10 @@ struct model_hparams {
     int32_t n_expert_used = 0;
     int32_t n_ff_exp = 0;            // each expert's FFN width
     bool expert_weights_norm = false;  // the chosen experts' weights are divided by their sum
+    bool expert_softmax_chosen = false;  // gpt-oss: the top k of the raw router logits, softmax over those k
+    float swiglu_limit = 0.0f;       // > 0 (gpt-oss): act = min(g, lim) * sigmoid(alpha * min(g, lim)) * (clamp(u, +-lim) + 1)
+    float swiglu_alpha = 0.0f;
+    bool rope_swa_scaled = false;    // window layers take the full layers' rope scaling (gpt-oss); else scale 1
     int32_t n_embd_q() const { return n_head * head_dim; }
     int32_t n_embd_kv() const { return n_head_kv * head_dim; }
 };
@@ -55,6 +59,8 @@ struct layer_weights {
     std::vector<float> attn_norm;             // (n_embd)
     weight_view wq, wk, wv, wo;               // (n_embd_q, n_embd), (n_embd_kv, n_embd) x2, (n_embd, n_embd_q)
     std::vector<float> bq, bk, bv;            // biases, empty when absent (qwen2 has them)
+    std::vector<float> bo;                    // (n_embd) attention output bias, empty when absent (gpt-oss)
+    std::vector<float> attn_sinks;            // (n_head) sink logit per query head, empty when absent (gpt-oss)
     std::vector<float> q_norm, k_norm;        // (head_dim) per-head RMS norm weights, empty when absent (qwen3)
     std::vector<float> ffn_norm;              // (n_embd)
     weight_view w_gate, w_up, w_down;         // (n_ff, n_embd) x2, (n_embd, n_ff)
@@ -64,6 +70,10 @@ struct layer_weights {
     weight_view ffn_gate_inp;                 // (n_expert, n_embd) router
     std::vector<weight_view> exp_gate, exp_up, exp_down;  // n_expert slices: (n_ff_exp, n_embd) x2, (n_embd, n_ff_exp)
     std::vector<float> shexp_gate;            // (n_embd) the shared expert's gate (qwen2moe), empty when absent
+    // biases of the router and the experts (gpt-oss), empty when absent
+    std::vector<float> ffn_gate_inp_b;        // (n_expert)
+    std::vector<float> exp_gate_b, exp_up_b;  // (n_expert, n_ff_exp)
+    std::vector<float> exp_down_b;            // (n_expert, n_embd)
 };
 
 struct model_scratch {
@@ -119,6 +129,7 @@ bool build_gemma3(strata_model* m, std::string* err);
 bool build_qwen3moe(strata_model* m, std::string* err);
 bool build_qwen2moe(strata_model* m, std::string* err);
 bool build_phi3(strata_model* m, std::string* err);
+bool build_gpt_oss(strata_model* m, std::string* err);
 
 // Helpers for builders (model.cpp). All set *err to "<file>: tensor '<name>': <reason>" on failure.
 bool model_read_u32(const strata_model* m, const std::string& key, int32_t* out, bool required, std::string* err);
@@ -133,4 +144,6 @@ bool model_vector(const strata_model* m, const std::string& name, int64_t n, boo
 bool model_read_common_hparams(strata_model* m, const std::string& arch, std::string* err);
 // Loads the per-layer tensors common to llama/qwen2/qwen3 (norms, q/k/v/o, ffn) plus the embedding and head.
 // dense_ffn false: without ffn_gate / ffn_up / ffn_down (MoE layers load their own, engine/moe.h).
-bool model_load_common_tensors(strata_model* m, std::string* err, bool dense_ffn = true);
+// ffn_norm: the name of the FFN's input norm in the file (gpt-oss: post_attention_norm.weight).
+bool model_load_common_tensors(strata_model* m, std::string* err, bool dense_ffn = true,
+                               const std::string& ffn_norm = "ffn_norm.weight");

@@ -55,9 +55,63 @@ bool expert_views(const strata_model* m, const std::string& name, int64_t n_cols
     return true;
 }
 
+// top n_used of the logits (ties: the lower expert) and a softmax over those k (gpt-oss)
+void route_chosen(const model_hparams& hp, const float* p, int32_t* sel, float* sel_w) {
+    const int32_t ne = hp.n_expert, k = hp.n_expert_used;
+    for (int32_t j = 0; j < k; ++j) {
+        int32_t best = -1;
+        for (int32_t e = 0; e < ne; ++e) {
+            bool taken = false;
+            for (int32_t i = 0; i < j && !taken; ++i) taken = sel[i] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        sel[j] = best;
+    }
+    const float mx = p[sel[0]];
+    double sum = 0.0;
+    for (int32_t j = 0; j < k; ++j) {
+        sel_w[j] = std::exp(p[sel[j]] - mx);
+        sum += sel_w[j];
+    }
+    for (int32_t j = 0; j < k; ++j) sel_w[j] = static_cast<float>(sel_w[j] / sum);
+}
+
+// The per-expert biases of one stacked tensor ne = (n, n_expert), dequantised to (n_expert, n) floats.
+bool expert_bias(const strata_model* m, const std::string& name, int64_t n, std::vector<float>* out,
+                 std::string* err) {
+    const int64_t n_expert = m->hp.n_expert;
+    const gguf_tensor* t = gguf_find_tensor(m->file, name);
+    if (!t) {
+        *err = file_err(m, "tensor '" + name + "': missing");
+        return false;
+    }
+    if (t->n_dims != 2 || t->ne[0] != n || t->ne[1] != n_expert || quant_row_bytes(t->type, n) == 0 ||
+        t->n_bytes < size_t(n_expert) * quant_row_bytes(t->type, n)) {
+        *err = file_err(m, "tensor '" + name + "': shape [" + std::to_string(t->ne[0]) + ", " +
+                               std::to_string(t->ne[1]) + "], expected [" + std::to_string(n) + ", " +
+                               std::to_string(n_expert) + "]");
+        return false;
+    }
+    out->resize(size_t(n * n_expert));
+    for (int64_t e = 0; e < n_expert; ++e) {
+        dequantize_row(t->type, t->data + size_t(e) * quant_row_bytes(t->type, n), out->data() + e * n, n);
+    }
+    for (float f : *out) {
+        if (!std::isfinite(f)) {
+            *err = file_err(m, "tensor '" + name + "': non-finite value");
+            return false;
+        }
+    }
+    return true;
+}
+
 // softmax over the router's logits, top n_used (ties: the lower expert), weights optionally normalised
 void route(const model_hparams& hp, float* p, int32_t* sel, float* sel_w) {
     const int32_t ne = hp.n_expert, k = hp.n_expert_used;
+    if (hp.expert_softmax_chosen) {
+        route_chosen(hp, p, sel, sel_w);
+        return;
+    }
     float mx = p[0];
     for (int32_t e = 1; e < ne; ++e) mx = p[e] > mx ? p[e] : mx;
     double sum = 0.0;
@@ -95,9 +149,13 @@ void route_range(void* ctx, int64_t i0, int64_t i1, int) {
     const moe_job& j = *static_cast<moe_job*>(ctx);
     const model_hparams& hp = j.m->hp;
     moe_scratch& s = j.m->s.moe;
+    const std::vector<float>& bias = j.l->ffn_gate_inp_b;
     for (int64_t i = i0; i < i1; ++i) {
-        route(hp, s.logits.data() + i * hp.n_expert, s.sel.data() + i * hp.n_expert_used,
-              s.sel_w.data() + i * hp.n_expert_used);
+        float* p = s.logits.data() + i * hp.n_expert;
+        if (!bias.empty()) {
+            for (int32_t e = 0; e < hp.n_expert; ++e) p[e] += bias[size_t(e)];
+        }
+        route(hp, p, s.sel.data() + i * hp.n_expert_used, s.sel_w.data() + i * hp.n_expert_used);
     }
 }
 
@@ -113,10 +171,37 @@ void gather_range(void* ctx, int64_t i0, int64_t i1, int) {
     }
 }
 
+// gpt-oss's clamped SwiGLU of rows [r0, r1) with their experts' gate and up biases:
+// g = min(gate + bg, limit), u = clamp(up + bu, -limit, limit), gate = g * sigmoid(alpha * g) * (u + 1)
+void act_clamped(const moe_job& j, int64_t r0, int64_t r1) {
+    const model_hparams& hp = j.m->hp;
+    const int64_t F = hp.n_ff_exp;
+    moe_scratch& s = j.m->s.moe;
+    const float lim = hp.swiglu_limit, alpha = hp.swiglu_alpha;
+    const bool biased = !j.l->exp_gate_b.empty();
+    for (int64_t r = r0; r < r1; ++r) {
+        const size_t e = size_t(s.row_expert[size_t(r)]);
+        const float* bg = biased ? j.l->exp_gate_b.data() + e * size_t(F) : nullptr;
+        const float* bu = biased ? j.l->exp_up_b.data() + e * size_t(F) : nullptr;
+        float* g = s.gate.data() + r * F;
+        const float* u = s.up.data() + r * F;
+        for (int64_t c = 0; c < F; ++c) {
+            float x = g[c] + (bg ? bg[c] : 0.0f), y = u[c] + (bu ? bu[c] : 0.0f);
+            x = x < lim ? x : lim;
+            y = y < -lim ? -lim : (y > lim ? lim : y);
+            g[c] = x / (1.0f + std::exp(-alpha * x)) * (y + 1.0f);
+        }
+    }
+}
+
 void act_range(void* ctx, int64_t r0, int64_t r1, int) {
     const moe_job& j = *static_cast<moe_job*>(ctx);
     const int64_t F = j.m->hp.n_ff_exp;
     moe_scratch& s = j.m->s.moe;
+    if (j.m->hp.swiglu_limit > 0.0f) {
+        act_clamped(j, r0, r1);
+        return;
+    }
     silu_mul_row(*j.m->ks, s.gate.data() + r0 * F, s.up.data() + r0 * F, (r1 - r0) * F);
 }
 
@@ -132,6 +217,11 @@ void combine_range(void* ctx, int64_t i0, int64_t i1, int) {
         for (int64_t slot = 0; slot < k; ++slot) {
             const float w = s.sel_w[size_t(i * k + slot)];
             const float* d = s.down.data() + size_t(s.slot_row[size_t(i * k + slot)]) * size_t(E);
+            if (!j.l->exp_down_b.empty()) {  // the expert's down bias joins its row before the weight
+                const float* b = j.l->exp_down_b.data() + size_t(s.sel[size_t(i * k + slot)]) * size_t(E);
+                for (int64_t c = 0; c < E; ++c) out[c] += w * (d[c] + b[c]);
+                continue;
+            }
             for (int64_t c = 0; c < E; ++c) out[c] += w * d[c];
         }
         if (shared) {
@@ -186,6 +276,21 @@ bool moe_load_tensors(strata_model* m, std::string* err) {
     return true;
 }
 
+bool moe_load_biases(strata_model* m, std::string* err) {
+    const model_hparams& hp = m->hp;
+    for (int32_t il = 0; il < hp.n_layer; ++il) {
+        layer_weights& l = m->layers[size_t(il)];
+        const std::string p = "blk." + std::to_string(il) + ".";
+        if (!model_vector(m, p + "ffn_gate_inp.bias", hp.n_expert, true, &l.ffn_gate_inp_b, err) ||
+            !expert_bias(m, p + "ffn_gate_exps.bias", hp.n_ff_exp, &l.exp_gate_b, err) ||
+            !expert_bias(m, p + "ffn_up_exps.bias", hp.n_ff_exp, &l.exp_up_b, err) ||
+            !expert_bias(m, p + "ffn_down_exps.bias", hp.n_embd, &l.exp_down_b, err)) {
+            return false;
+        }
+    }
+    return true;
+}
+
 void moe_scratch_init(strata_model* m) {
     const model_hparams& hp = m->hp;
     moe_scratch& s = m->s.moe;
@@ -194,6 +299,7 @@ void moe_scratch_init(strata_model* m) {
     s.sel.resize(rows);
     s.sel_w.resize(rows);
     s.slot_row.resize(rows);
+    s.row_expert.resize(rows);
     s.run_first.resize(size_t(hp.n_expert) + 1);
     s.run_fill.resize(size_t(hp.n_expert));
     s.xg.resize(rows * size_t(hp.n_embd));
@@ -226,6 +332,7 @@ void moe_ffn(strata_model* m, const layer_weights& l, int32_t n) {
     for (int32_t i = 0; i < n * k; ++i) {
         const int32_t e = s.sel[size_t(i)];
         s.slot_row[size_t(i)] = s.run_first[size_t(e)] + s.run_fill[size_t(e)]++;
+        s.row_expert[size_t(s.slot_row[size_t(i)])] = e;
     }
     run(m, n, gather_range, &j);
     // 3. gate and up of every used expert in one job, act, then down in one job

@@ -25,7 +25,6 @@ constexpr int64_t STEP_TOKENS_DEFAULT = 64;
 struct engine_config {
     int32_t n_ctx = 0;               // --max-context, resolved
     int32_t n_slots = 1;             // --batch / --slots (1..8)
-    int32_t n_groups = 1;            // --batch-groups, resolved
     int32_t chunk = 512;             // --chunk: a one-slot engine's prompt tokens per model_eval call
     int32_t step_tokens = STEP_TOKENS_DEFAULT;       // --step-tokens: tokens one slot step evaluates (decode entries + chunks)
     int32_t turn_token = -1;         // --turn-token (-1: no turn checkpoints)

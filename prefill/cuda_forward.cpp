@@ -345,7 +345,7 @@ bool upload_tables(strata_model* m, const eval_batch& b, int32_t* n_tiles, int32
         span[0] = std::max(span[0], p1 + 1);
         span[1] = std::max(span[1], p1 + 1 - cm::attn_first(p0, hp.n_swa));
     }
-    if (c->kv_seq_cap < b.n_seq) {  // grows once to the most sequences seen (at least 32: slots, a solo read, prefix copies)
+    if (c->kv_seq_cap < b.n_seq) {  // grows once to the most sequences seen (at least 32: slots, a prompt read, prefix copies)
         c->kv_seq_cap = std::max(b.n_seq, 32);
         std::string aerr;
         c->d_kvs = dev_alloc<cuk_kv_seq>(c, size_t(hp.n_layer) * size_t(c->kv_seq_cap), &aerr, "cache tables");

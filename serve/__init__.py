@@ -8,8 +8,8 @@
 - floor 5 `serve.lifecycle`: which model's Service runs (load on demand, unload idle, leases).
 - floor 6 `serve.api`: one translator per dialect (openai, anthropic, responses, ollama, llama_routes) over `wire`.
 - floor 7 `serve.http`: the shell (server, routes, views, guard, access, pacing, stream sessions, run).
-- floor 8 `serve.bootstrap_paths`: where Strata's files are (engine, model files, private cache, logs).
-- floor 9 `serve.bootstrap_options`: the server's options from flags over the run config.
-- floor 10 `serve.bootstrap`: the composition root (options -> engine, Service, Lifecycle, server).
+- floor 8 `serve.bootstrap.paths`: where Strata's files are (engine, model files, private cache, logs).
+- floor 9 `serve.bootstrap.options`: the server's options from flags over the run config.
+- floor 10 `serve.bootstrap` (its `__init__.py`): the composition root (options -> engine, Service, Lifecycle, server).
 - `serve/static/`: the web app (Chat, Monitor, About). Above all: `strata_cli` (the `strata` command), `tools/`.
 """

@@ -380,31 +380,58 @@ def bench(ns) -> int:
     from strata_control.models import describe, find
     is_file = bool(ns.model) and os.path.isfile(ns.model)
     ns.models_dir, ns.command = None, "bench"
-    m = describe(ns.model) if is_file else find(_discover(ns), ns.model)
-    if m is None:
-        return _fail(f"no model {ns.model!r} (strata models lists them)")
     flags = {k: v for k, v in (("--ctx", ns.ctx), ("--threads", ns.threads), ("--parallel", ns.parallel)) if v}
     proc = None
     try:
-        if ns.port:
+        if ns.port and not is_file:   # a running server: its model (the one named, else the loaded one)
             server = pick_server(ns.port, ns.api_key)
+            model = _served_model(server, ns.model, _discover(ns))
+            if model is None:
+                return _fail(f"the server on port {ns.port} lists no model" + (f" {ns.model!r}" if ns.model else "")
+                             + " (GET /v1/models)")
         else:
-            print("strata: starting a server for the bench ...", file=sys.stderr)
-            proc, server = start_server(m.path, [str(x) for kv in flags.items() for x in kv])
+            m = describe(ns.model) if is_file else find(_discover(ns), ns.model)
+            if m is None:
+                return _fail(f"no model {ns.model!r} (strata models lists them)")
+            model = _model_facts(m)
+            if ns.port:
+                server = pick_server(ns.port, ns.api_key)
+            else:
+                print("strata: starting a server for the bench ...", file=sys.stderr)
+                proc, server = start_server(m.path, [str(x) for kv in flags.items() for x in kv])
         status, metrics = server.call("GET", "/metrics?format=json")
         info = metrics.get("engine", {}) if status == 200 and isinstance(metrics, dict) else {}
-        results = benchmark.run(server, None if (is_file or not ns.port) else m.id)
+        results = benchmark.run(server, model["id"] if ns.port and not is_file else None)
     except (ClientError, RuntimeError) as e:
         return _fail(str(e), 1)
     finally:
         if proc is not None:
             proc.terminate()
             proc.wait(60)
-    model = {k: v for k, v in m.row().items() if k in ("id", "architecture", "quant", "size_bytes", "context", "path")}
     report = benchmark.redact({"facts": benchmark.facts(model, flags, info), "results": results},
                               secrets=[ns.api_key] if ns.api_key else [])
     print(json.dumps(report, indent=1) if ns.json else benchmark.render(report))
     return 0
+
+
+def _model_facts(m) -> dict:
+    return {k: v for k, v in m.row().items() if k in ("id", "architecture", "quant", "size_bytes", "context", "path")}
+
+
+def _served_model(server, name, local) -> dict | None:
+    """The bench facts of the model a running server answers `name` with (None: it has no such model), or of
+    its loaded model when no name is given: the local file's facts where this machine has that model, else
+    the server's own figures."""
+    from strata_control.models import find
+    status, body = server.call("GET", "/v1/models")
+    entries = body.get("data", []) if status == 200 and isinstance(body, dict) else []
+    named = [e for e in entries if name in (e.get("id"), *(e.get("aliases") or []))] if name else \
+        [e for e in entries if (e.get("status") or {}).get("value") == "loaded"] or entries
+    if not named:
+        return None
+    m = find(local, named[0]["id"])
+    return _model_facts(m) if m is not None else {"id": named[0]["id"],
+                                                  "context": (named[0].get("meta") or {}).get("n_ctx")}
 
 
 def calibrate(ns) -> int:

@@ -2,7 +2,7 @@
 
 Role: the one list of families Strata renders (`FAMILIES`) and the family detection, read before anything
 runs (strata_control/models.py lists a model's family and refuses a template that does not compile;
-serve/bootstrap.py renders the native families natively, every other template with its own Jinja text) and by the renderers (serve/prompt/chatml.py picks serve/prompt/llama3_gemma.py's renderer by
+serve/bootstrap/__init__.py renders the native families natively, every other template with its own Jinja text) and by the renderers (serve/prompt/chatml.py picks serve/prompt/llama3_gemma.py's renderer by
 `detect_family`). Imports nothing of ours but serve.core.
 
 Public surface: `FAMILIES`, `JINJA`, `template_problem(text)`, `template_family(text)` ("chatml" for no template, as llama.cpp falls back to it,

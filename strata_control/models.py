@@ -22,7 +22,7 @@ from tokenizer.gguf_meta import GGUFError, read_metadata, read_tensor_infos
 DEFAULT_MODELS_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
                                   "strata", "models")
 # engine/models/<arch>.cpp (a test keeps them equal)
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen2moe", "phi3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen2moe", "phi3", "gpt-oss")
 MAX_WALK_FILES = 10000                               # a models folder with more files is the wrong folder
 
 # llama.cpp's `general.file_type` (LLAMA_FTYPE_*) values -> the quantization name

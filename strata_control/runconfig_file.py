@@ -23,7 +23,7 @@ CONFIG_MAX_BYTES = 4 * 1024 * 1024   # a config is a page of JSON; anything this
 
 # Engine flags that take a value (PROTOCOL.md): the element after one of them is a value, never split.
 ENGINE_VALUE_FLAGS = frozenset({
-    "--model", "--max-context", "--threads", "--batch", "--slots", "--batch-groups",
+    "--model", "--max-context", "--threads", "--batch", "--slots",
     "--conversation-cache-slots", "--conversation-cache-mib", "--prompt-cache-every", "--turn-token",
     "--eos-ids", "--chunk", "--kv", "--seed", "--backend", "--reasoning-effort",
 })

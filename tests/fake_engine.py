@@ -204,7 +204,7 @@ class Engine:
             sys.stderr.write("fake engine: dying before READY as scripted\n")
             sys.exit(int(s["exit_before_ready"]))
         emit(f"INFO engine=fake-1 arch=fake n_vocab={N_VOCAB} n_ctx_train=8192 context={s['ctx']} "
-             f"batch_slots=1 batch_groups=1 slot_cache=1 conversation_cache_slots=0 im_start={IM_START} "
+             f"batch_slots=1 slot_cache=1 conversation_cache_slots=0 im_start={IM_START} "
              f"eos=256,258 threads=1 backend=cpu grammar=1 {s.get('info', '')}".rstrip())
         emit(f"READY {s['ctx']}" + ("" if s.get("no_stop") else " stop"))
         threading.Thread(target=self.reader, daemon=True).start()

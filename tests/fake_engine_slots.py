@@ -15,7 +15,7 @@ if that part is not a start of the answer (a crossed stream). A request key `log
 forces ID as every token (as on the real engine), so the golden transcripts replay here too.
 
 Script (JSON; every key optional; `starts` and `state` as in tests/fake_engine.py):
-  slots (default 4), groups (1), ctx (--max-context, else 2048), no_slot_cache
+  slots (default 4), ctx (--max-context, else 2048), no_slot_cache
   repeat (answer repetitions, default 1), step_delay_s (per slot step),
   step_tokens (else --step-tokens, else pp_chunk, else 64), pp_delay_s (per prompt chunk), record (file),
   rules: [{match: substring of the question, ...any of repeat/pp_delay_s/step_delay_s}]
@@ -141,8 +141,8 @@ class Engine:
     def run(self):
         s = self.s
         emit(f"INFO engine=fake-slots-2 arch=fake n_vocab={N_VOCAB} n_ctx_train=8192 context={s['ctx']} "
-             f"batch_slots={self.n} batch_groups={s.get('groups', 1)} "
-             f"slot_cache={0 if s.get('no_slot_cache') else 1} conversation_cache_slots=0 im_start={IM_START} "
+             f"batch_slots={self.n} slot_cache={0 if s.get('no_slot_cache') else 1} conversation_cache_slots=0 "
+             f"im_start={IM_START} "
              f"eos={','.join(map(str, self.eos))} threads=1 backend=cpu step_tokens={self.step_tokens} grammar=1")
         if s.get("report_affinity"):
             emit(f"INFO affinity={','.join(map(str, sorted(os.sched_getaffinity(0))))} "

@@ -4,7 +4,9 @@ Contract: `GGUFWriter` collects metadata pairs and tensors and writes one GGUF v
 aligned to 32 bytes). `random_model(path, arch, vocab_meta, wtype=...)` writes a small decoder of the given
 architecture ("llama", "qwen2", "qwen3", "gemma3", and the mixtures of experts "qwen3moe", "qwen2moe": stacked
 3-D expert tensors ffn_{gate,up,down}_exps, an F32 router, qwen2moe's shared expert; "phi3": fused attn_qkv and
-gate/up ffn_up, LongRoPE factors rope_factors_short / rope_factors_long) with random weights and the vocabulary
+gate/up ffn_up, LongRoPE factors rope_factors_short / rope_factors_long; "gpt-oss": biases on attention, router and
+experts, attention sinks, alternating window layers, post_attention_norm as the FFN's norm, an untied head) with
+random weights and the vocabulary
 metadata it is given (a real tokenizer taken from a shipped model, so token ids mean something to both sides).
 Everything is standard
 library: random half floats and quant blocks are made from random bytes whose scale fields are rewritten
@@ -154,7 +156,7 @@ def norm_weights(rng, n):
 
 ARCH_SHAPES = dict(n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_layer=2, n_ctx=512, n_swa=16,
                    n_expert=16, n_expert_used=4, n_ff_exp=128, n_ff_shexp=256, n_rot=None)
-MOE_ARCHS = ("qwen3moe", "qwen2moe")
+MOE_ARCHS = ("qwen3moe", "qwen2moe", "gpt-oss")
 
 
 def _gauss_f32(rng, n, sigma):
@@ -162,10 +164,11 @@ def _gauss_f32(rng, n, sigma):
 
 
 def random_model(path, arch, vocab_meta, wtype="F16", embd_type="Q8_0", seed=1, tied=True, shapes=None,
-                 arch_kv=None):
+                 arch_kv=None, exp_type=None):
     """Writes a random-weight decoder of `arch` with the tokenizer pairs of `vocab_meta` ({key: value} as
     tools/gguf_meta.read_metadata returns them); every layer matrix is of type wtype. arch_kv: more metadata
-    under the architecture's prefix ({"rope.scaling.type": "yarn", ...}; int -> u32, float -> f32)."""
+    under the architecture's prefix ({"rope.scaling.type": "yarn", ...}; int -> u32, float -> f32). exp_type:
+    the experts' type where it is not wtype (gpt-oss's files: MXFP4 experts)."""
     sh = dict(ARCH_SHAPES, **(shapes or {}))
     rng = random.Random(seed)
     tokens = vocab_meta["tokenizer.ggml.tokens"]
@@ -193,11 +196,12 @@ def random_model(path, arch, vocab_meta, wtype="F16", embd_type="Q8_0", seed=1, 
             w.add(a + "expert_shared_feed_forward_length", sh["n_ff_shexp"])
     for key, val in (arch_kv or {}).items():
         w.add(a + key, val)
-    if arch in ("qwen3", "gemma3", "qwen3moe"):
+    if arch in ("qwen3", "gemma3", "qwen3moe", "gpt-oss"):
         w.add(a + "attention.key_length", hd)
         w.add(a + "attention.value_length", hd)
-    if arch == "gemma3":
+    if arch in ("gemma3", "gpt-oss"):
         w.add(a + "attention.sliding_window", sh["n_swa"])
+    if arch == "gemma3":
         w.add(a + "rope.freq_base_swa", 10000.0)
         w.add(a + "rope.freq_base", 1000000.0)
     for key, val in vocab_meta.items():
@@ -221,18 +225,22 @@ def random_model(path, arch, vocab_meta, wtype="F16", embd_type="Q8_0", seed=1, 
                                                                         ("attn_v", E, nkv))
         for name, cols, rows in attn + (("attn_output", nq, E),):
             w.add_tensor(p + name + ".weight", [cols, rows], wtype, random_blocks(rng, wtype, cols * rows))
-        if arch in ("qwen2", "qwen2moe"):
-            for name, n in (("attn_q", nq), ("attn_k", nkv), ("attn_v", nkv)):
+        if arch in ("qwen2", "qwen2moe", "gpt-oss"):
+            biased = (("attn_q", nq), ("attn_k", nkv), ("attn_v", nkv)) + ((("attn_output", E),) if arch == "gpt-oss" else ())
+            for name, n in biased:
                 w.add_tensor(p + name + ".bias", [n], "F32", struct.pack(f"<{n}f", *(rng.gauss(0, 0.1) for _ in range(n))))
+        if arch == "gpt-oss":  # sink logits of a few units: comparable with the scores, so they matter
+            w.add_tensor(p + "attn_sinks.weight", [sh["n_head"]], "F32", _gauss_f32(rng, sh["n_head"], 1.5))
         if arch in ("qwen3", "gemma3", "qwen3moe"):
             w.add_tensor(p + "attn_q_norm.weight", [hd], "F32", norm_weights(rng, hd))
             w.add_tensor(p + "attn_k_norm.weight", [hd], "F32", norm_weights(rng, hd))
         if arch == "gemma3":
             w.add_tensor(p + "post_attention_norm.weight", [E], "F32", norm_weights(rng, E))
             w.add_tensor(p + "post_ffw_norm.weight", [E], "F32", norm_weights(rng, E))
-        w.add_tensor(p + "ffn_norm.weight", [E], "F32", norm_weights(rng, E))
+        norm = "post_attention_norm" if arch == "gpt-oss" else "ffn_norm"
+        w.add_tensor(p + norm + ".weight", [E], "F32", norm_weights(rng, E))
         if moe:
-            _moe_layer(w, rng, p, arch, sh, wtype)
+            _moe_layer(w, rng, p, arch, sh, exp_type or wtype)
             continue
         ffn = (("ffn_up", E, 2 * F), ("ffn_down", F, E)) if arch == "phi3" else (
             ("ffn_gate", E, F), ("ffn_up", E, F), ("ffn_down", F, E))
@@ -244,11 +252,17 @@ def random_model(path, arch, vocab_meta, wtype="F16", embd_type="Q8_0", seed=1, 
 
 def _moe_layer(w, rng, p, arch, sh, wtype):
     """One layer's router (F32, logits of a few units so that the choice is clear), stacked experts (ne =
-    (cols, rows, n_expert): expert e's rows follow expert e - 1's) and qwen2moe's shared expert."""
+    (cols, rows, n_expert): expert e's rows follow expert e - 1's), qwen2moe's shared expert and gpt-oss's
+    biases (F32: the router's (n_expert), the experts' (rows, n_expert))."""
     E, X, FX = sh["n_embd"], sh["n_expert"], sh["n_ff_exp"]
     w.add_tensor(p + "ffn_gate_inp.weight", [E, X], "F32", _gauss_f32(rng, E * X, 0.1))
     for name, cols, rows in (("ffn_gate_exps", E, FX), ("ffn_up_exps", E, FX), ("ffn_down_exps", FX, E)):
         w.add_tensor(p + name + ".weight", [cols, rows, X], wtype, random_blocks(rng, wtype, cols * rows * X))
+    if arch == "gpt-oss":
+        w.add_tensor(p + "ffn_gate_inp.bias", [X], "F32", _gauss_f32(rng, X, 0.1))
+        # gate and up biases of a few units: some of them past the clamped SwiGLU's limit (7) on either side
+        for name, rows, sigma in (("ffn_gate_exps", FX, 4.0), ("ffn_up_exps", FX, 4.0), ("ffn_down_exps", E, 0.1)):
+            w.add_tensor(p + name + ".bias", [rows, X], "F32", _gauss_f32(rng, rows * X, sigma))
     if arch == "qwen2moe":
         FS = sh["n_ff_shexp"]
         w.add_tensor(p + "ffn_gate_inp_shexp.weight", [E], "F32", _gauss_f32(rng, E, 0.1))

@@ -25,9 +25,9 @@ FLOORS = {
     "serve.lifecycle": 5,           # which model's Service runs
     "serve.api": 6,                 # one translator per dialect over a neutral wire module
     "serve.http": 7,                # the shell: server, routes, views, guard, access, pacing
-    "serve.bootstrap_paths": 8,     # where Strata's files are: engine, models, private cache and logs
-    "serve.bootstrap_options": 9,   # the server's options from flags over the run config
-    "serve.bootstrap": 10,          # the composition root
+    "serve.bootstrap.paths": 8,     # where Strata's files are: engine, models, private cache and logs
+    "serve.bootstrap.options": 9,   # the server's options from flags over the run config
+    "serve.bootstrap": 10,          # the composition root (serve/bootstrap/__init__.py)
     "strata_cli": 11,               # the `strata` command and its helpers
     "tools": 11,                    # scripts: benchmarks, soak, device checks
 }
@@ -244,3 +244,13 @@ def test_no_test_module_imports_another():
     assert not bad, f"test modules imported by others: {bad}"
     planted = ast.parse("from tests.serve.test_batch import q\nimport tests.engine.test_x as t\n")
     assert imported_test_modules(planted) == ["tests.serve.test_batch", "tests.engine.test_x"]
+
+
+def test_the_serve_top_level_holds_only_packages():
+    """serve/ is its map (__init__.py), its packages (one per floor) and the web app's static/ folder: a new
+    module goes into the package of its concern, so the floors table keeps covering it."""
+    top = ROOT / "serve"
+    loose = sorted(p.name for p in top.iterdir() if p.is_file() and p.suffix == ".py" and p.name != "__init__.py")
+    assert not loose, f"modules at serve/'s top level: {loose}"
+    folders = {p.name for p in top.iterdir() if p.is_dir() and any(p.rglob("*.py"))}  # not static/ nor a stale cache
+    assert folders == {p.parent.name for p in top.glob("*/__init__.py")}, "a folder of modules that is no package"

@@ -20,7 +20,7 @@ Public surface:
     special_overlaps
     (PromptEncoder lives in tokenizer/prompt_encoder.py, which imports this module)
     TOKEN_TYPE_*                              re-exported from tokenizer/vocab.py
-    PRE_NAMES: the supported tokenizer.ggml.pre names (smollm, gpt-2, llama-bpe, qwen2, qwen35 and the
+    PRE_NAMES: the supported tokenizer.ggml.pre names (smollm, gpt-2, llama-bpe, qwen2, qwen35, tekken, gpt-4o and the
     names llama.cpp treats alike); any other name is a ValueError naming it.
 
 Algorithm (matches llama.cpp's BPE tokenizer for the supported `tokenizer.ggml.pre` names):
@@ -82,6 +82,13 @@ _QWEN35_PATTERN = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 _TEKKEN_PATTERN = (r"[^\r\n\p{L}\p{N}]?(?:(?=\p{L})[^a-z])*(?:(?=\p{L})[^A-Z])+"
                    r"|[^\r\n\p{L}\p{N}]?(?:(?=\p{L})[^a-z])+(?:(?=\p{L})[^A-Z])*"
                    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# gpt-4o (o200k: gpt-oss): tekken's cased letter runs, each with an optional English contraction after it, and
+# numbers in runs of up to three digits; llama.cpp's form of the tokenizer.json regex.
+_GPT4O_PATTERN = (r"[^\r\n\p{L}\p{N}]?(?:(?=\p{L})[^a-z])*(?:(?=\p{L})[^A-Z])+"
+                  r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+                  r"|[^\r\n\p{L}\p{N}]?(?:(?=\p{L})[^a-z])+(?:(?=\p{L})[^A-Z])*"
+                  r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+                  r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 # pre-tokenizer family -> (pattern, ignore_merges: a piece that is itself a token is emitted whole, as
 # llama.cpp does for its llama3 family)
 PRE_TOKENIZERS = {
@@ -91,6 +98,7 @@ PRE_TOKENIZERS = {
     "qwen2": (_QWEN2_PATTERN, False),
     "qwen35": (_QWEN35_PATTERN, False),
     "tekken": (_TEKKEN_PATTERN, True),
+    "gpt-4o": (_GPT4O_PATTERN, False),
 }
 # tokenizer.ggml.pre names -> family, as llama.cpp groups them (only names whose encoding is the family's)
 PRE_NAMES = {
@@ -101,6 +109,7 @@ PRE_NAMES = {
     **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "stablelm2", "megrez"), "qwen2"),
     "qwen35": "qwen35",
     "tekken": "tekken",
+    "gpt-4o": "gpt-4o",
 }
 
 
@@ -145,6 +154,18 @@ class Tokenizer(BaseTokenizer):
                 self.special_ids[name] = self._text_to_id[text]
         if "eot" not in self.special_ids and "im_end" in self.special_ids:
             self.special_ids["eot"] = self.special_ids["im_end"]
+        self._harmony_ends()
+
+    def _harmony_ends(self):
+        """harmony's vocabulary (gpt-oss: both <|return|> and <|call|>): they end a reply (special ids "return",
+        "call"), and <|end|>, which only ends one of its messages, is no end of turn even where the file names
+        it so (llama.cpp's reading)."""
+        ret, call = self._text_to_id.get("<|return|>"), self._text_to_id.get("<|call|>")
+        if ret is None or call is None:
+            return
+        self.special_ids.update({"return": ret, "call": call})
+        if self.special_ids.get("eot") is not None and self.special_ids["eot"] == self._text_to_id.get("<|end|>"):
+            del self.special_ids["eot"]
 
     @staticmethod
     def _bytes_of(text, ttype):

@@ -94,7 +94,7 @@ def workloads() -> list[tuple[str, str, str]]:
 
 class DraftingEngine(Engine):
     """tools/bench_engine.Engine with --drafting (and --draft-model), one slot; gen_done returns the BDONE words
-    as a solo DONE had them: [verb, generated, prompt, prompt_ms, decode_ms, finish, drafts_acc, drafts_off]."""
+    in the order the retired DONE line had them: [verb, generated, prompt, prompt_ms, decode_ms, finish, drafts_acc, drafts_off]."""
 
     def __init__(self, binary, model, threads, mode, draft_model):
         args = [binary, "--serve", "--model", model, "--threads", str(threads), "--max-context", str(N_CTX),

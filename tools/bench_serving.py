@@ -11,9 +11,9 @@ Figures (a readable table, then one JSON line):
                     (/root/.cache/strata-peer/srvbuild/bin/llama-server, or --peer PATH); both servers are up
                     at once and each pass runs Strata then the peer at the same client count, so a machine
                     whose speed drifts (a shared host) moves both sides of a ratio together
-  busy_slot_over_solo  one client on the 8-slot engine over one client on a one-slot engine (`--batch 1`,
-                    the server's --parallel 1; the solo GEN it once stood for is retired): the median of --pairs
-                    back-to-back pairs of --pair-tokens (256) each (issue 17's bar: >= 0.95)
+  busy_slot_over_one_slot  one client on the 8-slot engine over one client on a one-slot engine (`--batch 1`,
+                    the server's --parallel 1): the median of --pairs back-to-back pairs of --pair-tokens
+                    (256) each (issue 17's bar: >= 0.95)
   server_over_raw   one client through `strata serve` (HTTP, its default slot engine, --drafting off) over the
                     raw engine's single stream (BGEN 0 over its pipes, no Python client): median of --pairs
                     back-to-back pairs (issue 17's bar: >= 0.95; tools/bench_server_overhead.py alone)
@@ -123,19 +123,19 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def busy_over_solo(engine_path, model, threads, n_new, pairs, slot_gen):
+def busy_over_one_slot(engine_path, model, threads, n_new, pairs, slot_gen):
     """One client on a one-slot engine and one on the slot engine, back to back, `pairs` times: (median one-slot
     tok/s, median slot tok/s, median of the pairs' ratios)."""
     e = StrataEngine([engine_path], ["--model", model, "--threads", str(threads), "--batch", "1"])
     e.start()
     try:
         no_eos = "logit_bias=" + ",".join(f"{i}:-100" for i in sorted(eos_ids(e.info)))
-        solo, slot = [], []
+        one, slot = [], []
         for r in range(pairs):
-            solo.append(decode_rate(lambda ids, n: e.generate(ids, n, no_eos), 1, n_new, base=900 + r)[0])
+            one.append(decode_rate(lambda ids, n: e.generate(ids, n, no_eos), 1, n_new, base=900 + r)[0])
             slot.append(decode_rate(slot_gen, 1, n_new, base=950 + r)[0])
-        ratios = [b / a for a, b in zip(solo, slot) if a > 0]
-        return (round(statistics.median(solo), 1), round(statistics.median(slot), 1),
+        ratios = [b / a for a, b in zip(one, slot) if a > 0]
+        return (round(statistics.median(one), 1), round(statistics.median(slot), 1),
                 round(statistics.median(ratios), 3) if ratios else 0.0)
     finally:
         e.close()
@@ -226,8 +226,8 @@ def main(argv=None):
 
         def gen(ids, n):
             return e.generate(ids, n, no_eos)
-        solo = busy_over_solo(ns.engine, ns.model, ns.threads, ns.pair_tokens, ns.pairs, gen)
-        solo = (*solo, server_over_raw(ns.engine, ns.model, ns.threads, ns.pair_tokens, ns.pairs))
+        pairs = busy_over_one_slot(ns.engine, ns.model, ns.threads, ns.pair_tokens, ns.pairs, gen)
+        pairs = (*pairs, server_over_raw(ns.engine, ns.model, ns.threads, ns.pair_tokens, ns.pairs))
         if not ns.no_peer and os.access(ns.peer, os.X_OK):
             peer = Peer(ns.peer, ns.model, ns.threads)
         rates = _rates_side_by_side(gen, peer, ns.tokens, ns.rounds)
@@ -238,11 +238,11 @@ def main(argv=None):
         e.close()
         if peer:
             peer.close()
-    _report(ns, solo, rates, ttft, step_tokens, peer_ttft)
+    _report(ns, pairs, rates, ttft, step_tokens, peer_ttft)
     return 0
 
 
-def _report(ns, solo, rates, ttft, step_tokens, peer_ttft):
+def _report(ns, pairs, rates, ttft, step_tokens, peer_ttft):
     (st, e2e), (pst, pe2e) = rates["strata"], rates.get("peer", (None, None))
     over_peer = {k: round(st[k] / pst[k], 2) for k in st if pst and pst.get(k)} if pst else {}
     print(f"{'clients':>8} {'strata decode':>14} {'peer decode':>12} {'ratio':>6} {'strata e2e':>11} "
@@ -251,9 +251,9 @@ def _report(ns, solo, rates, ttft, step_tokens, peer_ttft):
         k = str(n)
         print(f"{n:>8} {st[k]:>14} {(pst or {}).get(k, '-'):>12} {over_peer.get(k, '-'):>6} {e2e[k]:>11} "
               f"{(pe2e or {}).get(k, '-'):>9}")
-    print(f"one busy slot of 8 vs a one-slot engine, median of {ns.pairs} pairs: {solo[1]} vs {solo[0]} tok/s, "
-          f"ratio {solo[2]:.2f} (bar 0.95)")
-    over = solo[3]
+    print(f"one busy slot of 8 vs a one-slot engine, median of {ns.pairs} pairs: {pairs[1]} vs {pairs[0]} tok/s, "
+          f"ratio {pairs[2]:.2f} (bar 0.95)")
+    over = pairs[3]
     print(f"one client through strata serve vs the raw engine, median of {ns.pairs} pairs: {over['server_tok_s']} "
           f"vs {over['raw_tok_s']} tok/s, ratio {over['server_over_raw']:.2f} (bar 0.95); the server's CPU "
           f"{over['server_cpu_us_per_token']} us a token")
@@ -262,8 +262,9 @@ def _report(ns, solo, rates, ttft, step_tokens, peer_ttft):
     ratio_8 = over_peer.get("8")
     print(f"8 clients over llama-server: {ratio_8 or '-'}x (bar about {BAR_OVER_PEER}x); 8 clients / 1 client: "
           f"{st['8'] / st['1'] if st['1'] else 0:.2f}x (reference)")
-    print(json.dumps({"decode_tok_s": st, "e2e_tok_s": e2e, "solo_tok_s": solo[0], "one_slot_tok_s": solo[1],
-                      "busy_slot_over_solo": solo[2], "server_over_raw": solo[3], "ttft_short_ms": ttft, "step_tokens": step_tokens,
+    print(json.dumps({"decode_tok_s": st, "e2e_tok_s": e2e, "one_slot_engine_tok_s": pairs[0],
+                      "busy_slot_of_8_tok_s": pairs[1], "busy_slot_over_one_slot": pairs[2],
+                      "server_over_raw": pairs[3], "ttft_short_ms": ttft, "step_tokens": step_tokens,
                       "peer_decode_tok_s": pst, "peer_e2e_tok_s": pe2e, "peer_ttft_short_ms": peer_ttft,
                       "over_peer": over_peer}))
 

@@ -4,13 +4,13 @@
     python3 tools/check_schema_corpus.py --replies 40 --seed 7
 
 The corpus is tests/data/schema_corpus.json (schemas in the shapes of public structured-output and MCP tool
-examples, written here). Each reply is a /v1/chat/completions call with `response_format: json_schema`, a
-random schema of the corpus, a random sampling seed at temperature 1 and a random `max_tokens` between
-BUDGET_MIN and BUDGET_MAX: it must be a 200 whose content parses as JSON and validates against the schema
-(jsonschema, the independent oracle, a test-only dependency), whether it finished `stop` or `length` — or,
-where the budget is below the tokens the schema's shortest document takes (a 16-token budget for a schema
-with a uuid and two dates), a 400 that says so (finish `refused` in the summary): no budget cuts a reply into
-invalid JSON.
+examples, written here). Each reply is a /v1/chat/completions call with `response_format: json_schema`, a random
+schema of the corpus, a random sampling seed at temperature 1 and a random `max_tokens` between BUDGET_MIN and
+BUDGET_MAX: it must be a 200 whose content parses as JSON and validates against the schema (jsonschema, the
+independent oracle, a test-only dependency, with `multipleOf` read as exact decimals), whether it finished
+`stop` or `length` — or, where the budget is below the tokens the schema's shortest document takes (a 16-token
+budget for a schema with a uuid and two dates), a 400 that says so (finish `refused` in the summary): no budget
+cuts a reply into invalid JSON.
 Prints one line per failure and a summary (replies, finish reasons, seconds); exit status 0 when none failed.
 tests/serve/scenarios/test_schema_corpus_real.py runs a smaller sample of the same draw in `./strata test`.
 """
@@ -23,6 +23,7 @@ import os
 import random
 import sys
 import time
+from fractions import Fraction
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "tests", "data", "schema_corpus.json")
@@ -48,9 +49,20 @@ def request_body(case: dict, seed: int, budget: int) -> dict:
                                 "json_schema": {"name": case["name"], "schema": case["schema"]}}}
 
 
+def exact_validator(schema: dict):
+    """jsonschema's Draft 2020-12 validator with `multipleOf` read as exact decimals, as JSON Schema defines it
+    and the grammar compiles it (its own check divides floats: 0.07 / 0.01 is 7.000000000000001 there, so it
+    would call 0.07 no multiple of 0.01). A float's repr is the decimal it was written as."""
+    import jsonschema
+
+    def multiple_of(validator, step, instance, _schema):
+        if validator.is_type(instance, "number") and Fraction(repr(instance)) % Fraction(repr(step)):
+            yield jsonschema.ValidationError(f"{instance!r} is not a multiple of {step!r}")
+    return jsonschema.validators.extend(jsonschema.Draft202012Validator, {"multipleOf": multiple_of})(schema)
+
+
 def check_reply(case: dict, status: int, reply) -> tuple[str | None, str]:
     """(the problem or None, the finish reason) of one reply."""
-    import jsonschema
     if status == 400 and "shortest reply takes" in json.dumps(reply):
         return None, "refused"  # the budget is below the schema's shortest document: a 400 that says so
     if status != 200:
@@ -61,7 +73,7 @@ def check_reply(case: dict, status: int, reply) -> tuple[str | None, str]:
         value = json.loads(text)
     except (TypeError, ValueError) as e:
         return f"does not parse ({e}): {text!r}", choice["finish_reason"]
-    problem = next(iter(jsonschema.Draft202012Validator(case["schema"]).iter_errors(value)), None)
+    problem = next(iter(exact_validator(case["schema"]).iter_errors(value)), None)
     return (None if problem is None else f"invalid ({problem.message}): {text!r}"), choice["finish_reason"]
 
 

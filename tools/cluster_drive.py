@@ -7,7 +7,8 @@ Each client keeps one HTTP/1.1 connection (reopened after an error) and chats: a
 words), then short follow-ups, each turn resending the whole conversation with the assistant's replies, in a body
 whose other fields come before `messages` (the affinity key must not depend on either). Odd turns stream
 (with usage), even turns do not. With --seconds, a client starts a new conversation after its last turn (or
-after a failed turn) until the time is up; without, it chats one conversation of --turns turns.
+after a failed turn) until the time is up or SIGUSR1 says stop (tools/cluster_figures.py's failover phase stops
+the clients once the host it restarted has answered); without, it chats one conversation of --turns turns.
 --echo: every user message carries a unique `#N#` marker and the fake hosts answer with it (cluster_host.py
 --echo), so a reply given to the wrong request shows.
 
@@ -26,6 +27,7 @@ import argparse
 import http.client
 import json
 import re
+import signal
 import sys
 import threading
 import time
@@ -39,6 +41,7 @@ METRICS = ("strata:http_connections_accepted_total", "strata:http_requests_total
 MARKER = re.compile(r"#[0-9]+#")
 
 _out_lock = threading.Lock()   # guards stdout: one whole line per record
+STOP = threading.Event()       # set by SIGUSR1: no client starts another request
 
 
 def emit(obj) -> None:
@@ -109,7 +112,7 @@ def client(c: int, args, stop_at: float | None, counter) -> None:
     while True:
         messages = []
         for turn in range(args.turns):
-            if stop_at is not None and time.time() >= stop_at:
+            if stop_at is not None and (time.time() >= stop_at or STOP.is_set()):
                 conn.close()
                 return
             marker = f"#{counter()}#" if args.echo else ""
@@ -177,6 +180,7 @@ def main() -> int:
     ap.add_argument("--echo", action="store_true")
     ap.add_argument("--hosts", type=int, default=3)
     args = ap.parse_args()
+    signal.signal(signal.SIGUSR1, lambda *_: STOP.set())
     wait_balancer(30.0)
     lock, n = threading.Lock(), [0]   # lock guards n: the next marker
 

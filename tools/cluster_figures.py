@@ -12,10 +12,12 @@ Phases:
   failover     affinity again, clients chatting for --failover-s seconds: the busiest host is SIGKILLed
                (server and engine: a host that dies), later the busiest other host's engine alone (the server
                stays: its streams end with an error event, /health is 503 until the engine is back), then the
-               dead host is started again. Reported: how the streams in flight on it ended, requests failed
-               after the kill, seconds until HAProxy marked it DOWN and UP again, requests it answered after its
-               return, and POSTs a host answered with 503
-               (a request sent to a host whose /health was not 200)
+               dead host is started again; the clients go on past --failover-s until HAProxy has logged a
+               request the returned host answered (at most RETURN_LIMIT_S more: on a loaded machine a few slow
+               conversations may all hash to the survivors in the seconds left). Reported: how the streams in
+               flight on it ended, requests failed after the kill, seconds until HAProxy marked it DOWN and UP
+               again, requests it answered after its return, and POSTs a host answered with 503 (a request sent
+               to a host whose /health was not 200)
 Everything is bounded (each phase has a time limit) and cleaned up (namespaces, processes) on any exit. Exit
 0 with `skipped: REASON` where namespaces cannot be made. --json FILE writes every figure.
 """
@@ -38,6 +40,7 @@ from tools import cluster_ns  # noqa: E402
 
 HOST_START_S = 180.0    # a real host loads its model (a loaded 2-core machine)
 PHASE_LIMIT_S = 900.0   # one phase's driver, at most
+RETURN_LIMIT_S = 60.0   # past --failover-s, the clients go on at most this long for the returned host to answer
 ENGINE_BACK_S = 3.0     # a killed engine is restarted within this (1 s pause + start): requests on its host that
                         # began before that may end with an error event (one admitted to a queue already has its
                         # 200 and heartbeats, so HAProxy cannot send it elsewhere)
@@ -127,8 +130,8 @@ def outcomes(rows) -> dict:
 def failover(cluster, args, log_dir) -> dict:
     """Kill the busiest host (server and engine: a host that dies), then the busiest other host's engine alone
     (its server stays and restarts it), then start the dead host again; the clients chat throughout."""
-    t_start = time.time()
-    proc = drive(cluster, args, "f", seconds=args.failover_s)
+    t_start, t_mono = time.time(), time.monotonic()
+    proc = drive(cluster, args, "f", seconds=args.failover_s + RETURN_LIMIT_S)
     time.sleep(args.failover_s * 0.2)
     victim = busiest(cluster)
     kill_wall, kill_mono = time.time(), time.monotonic()
@@ -142,9 +145,17 @@ def failover(cluster, args, log_dir) -> dict:
     time.sleep(args.failover_s * 0.1)
     back_wall, back_mono = time.time(), time.monotonic()
     cluster.start_host(victim)
+    name = f"h{victim}"
+    while time.monotonic() < t_mono + args.failover_s + RETURN_LIMIT_S and proc.poll() is None:
+        if time.monotonic() >= t_mono + args.failover_s and balancer_event(
+                cluster, rf" strata_hosts/{name} .*\"POST ", back_mono) is not None:
+            break   # the returned host has answered a request: the clients may stop
+        time.sleep(0.2)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGUSR1)   # no client starts another request; those under way finish
     rows, metrics = collect(proc)
     engine_kill_at = round(engine_kill_wall, 2) if engine_kill_wall else None
-    name, other_name = f"h{victim}", f"h{other}"
+    other_name = f"h{other}"
     down = balancer_event(cluster, rf"{name} is DOWN", kill_mono)
     up = balancer_event(cluster, rf"{name} is UP", back_mono)
     on_victim = [r for r in rows if r["host"] == name]

@@ -99,10 +99,12 @@ struct kernel_set {
     // row_bytes apart, each hd halves (kv_q8 false) or hd / 32 Q8_0 blocks (kv_q8 true);
     // scores is scratch of n_tok * n_q * (n_pos0 + n_tok - 1) floats; out + t * out_stride gets query t's
     // (n_q, hd) = softmax(scale * q k^T) v. The cache rows are read and converted once per tile; each
-    // query's result is computed exactly as for a tile of one. nullptr: the generic path in model.cpp.
+    // query's result is computed exactly as for a tile of one. sinks (gpt-oss's attention sinks; nullptr:
+    // none): n_q logits, head h's one more term of its softmax's max and denominator that takes no value row.
+    // nullptr: the generic path in model.cpp.
     void (*attn)(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_t* k, const uint8_t* v,
                  size_t row_bytes, bool kv_q8, int n_pos0, int hd, float scale, float* scores, float* out,
-                 size_t out_stride);
+                 size_t out_stride, const float* sinks);
     // row-group kernels over packed weights; nullptr: this set uses the row kernels
     mm_group_fn group_q4_0;
     mm_group_fn group_q4_1;

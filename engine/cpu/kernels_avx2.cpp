@@ -197,7 +197,8 @@ inline __m256 load_kv8(const uint8_t* row, int j) {
 // softmax with exp_neg8, then out = weights . V one head at a time (its NV accumulators in registers).
 template <int NV, bool Q8>
 void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_t* k, const uint8_t* v,
-               size_t row_bytes, int n_pos0, float scale, float* scores, float* out, size_t out_stride) {
+               size_t row_bytes, int n_pos0, float scale, float* scores, float* out, size_t out_stride,
+               const float* sinks) {
     constexpr int HD = NV * 8;
     const int n_last = n_pos0 + n_tok - 1;
     auto srow = [&](int t, int h) { return scores + (size_t(t) * size_t(n_q) + size_t(h)) * size_t(n_last); };
@@ -234,6 +235,7 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
             float* sc = srow(t, h);
             float m = sc[0];
             for (int p = 1; p < n_pos; ++p) m = sc[p] > m ? sc[p] : m;
+            if (sinks) m = sinks[h] > m ? sinks[h] : m;  // the sink joins the max and the denominator
             const __m256 mv = _mm256_set1_ps(m);
             __m256 sum = _mm256_setzero_ps();
             for (int p = 0; p < n_pos; p += 8) {
@@ -242,7 +244,8 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
                 _mm256_maskstore_ps(sc + p, mk, e);
                 sum = _mm256_add_ps(sum, e);
             }
-            const __m256 inv = _mm256_set1_ps(1.0f / hsum8(sum));
+            const float sink_e = sinks ? std::exp(sinks[h] - m) : 0.0f;
+            const __m256 inv = _mm256_set1_ps(1.0f / (hsum8(sum) + sink_e));
             for (int p = 0; p < n_pos; p += 8) {
                 const __m256i mk = lanes_below(n_pos - p);
                 _mm256_maskstore_ps(sc + p, mk, _mm256_mul_ps(_mm256_maskload_ps(sc + p, mk), inv));
@@ -268,17 +271,17 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
 
 void attn_avx2(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_t* k, const uint8_t* v,
                size_t row_bytes, bool kv_q8, int n_pos0, int hd, float scale, float* scores, float* out,
-               size_t out_stride) {
+               size_t out_stride, const float* sinks) {
     // model.cpp calls this only for hd 64, 128 or 256 (Gemma 3)
     if (hd == 64) {
-        if (kv_q8) attn_impl<8, true>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
-        else attn_impl<8, false>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
+        if (kv_q8) attn_impl<8, true>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride, sinks);
+        else attn_impl<8, false>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride, sinks);
     } else if (hd == 128) {
-        if (kv_q8) attn_impl<16, true>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
-        else attn_impl<16, false>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
+        if (kv_q8) attn_impl<16, true>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride, sinks);
+        else attn_impl<16, false>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride, sinks);
     } else if (hd == 256) {
-        if (kv_q8) attn_impl<32, true>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
-        else attn_impl<32, false>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
+        if (kv_q8) attn_impl<32, true>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride, sinks);
+        else attn_impl<32, false>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride, sinks);
     }
 }
 

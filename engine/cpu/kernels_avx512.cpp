@@ -286,7 +286,8 @@ inline __m512 load_kv16(const uint8_t* row, int j) {
 // tile.
 template <int NV, bool Q8>
 void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_t* k, const uint8_t* v,
-               size_t row_bytes, int n_pos0, float scale, float* scores, float* out, size_t out_stride) {
+               size_t row_bytes, int n_pos0, float scale, float* scores, float* out, size_t out_stride,
+               const float* sinks) {
     constexpr int HD = NV * 16;
     const int n_last = n_pos0 + n_tok - 1;  // positions the tile's last query sees
     auto srow = [&](int t, int h) { return scores + (size_t(t) * size_t(n_q) + size_t(h)) * size_t(n_last); };
@@ -338,6 +339,7 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
             for (; p + 16 <= n_pos; p += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(sc + p));
             float m = _mm512_reduce_max_ps(mx);
             for (; p < n_pos; ++p) m = sc[p] > m ? sc[p] : m;
+            if (sinks) m = sinks[h] > m ? sinks[h] : m;  // the sink joins the max and the denominator
             const __m512 mv = _mm512_set1_ps(m);
             __m512 sum = _mm512_setzero_ps();
             for (p = 0; p < n_pos; p += 16) {
@@ -346,7 +348,8 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
                 _mm512_mask_storeu_ps(sc + p, mk, e);
                 sum = _mm512_add_ps(sum, e);
             }
-            const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+            const float sink_e = sinks ? std::exp(sinks[h] - m) : 0.0f;
+            const __m512 inv = _mm512_set1_ps(1.0f / (_mm512_reduce_add_ps(sum) + sink_e));
             for (p = 0; p < n_pos; p += 16) {
                 const __mmask16 mk = static_cast<__mmask16>(n_pos - p >= 16 ? 0xFFFF : (1u << (n_pos - p)) - 1);
                 _mm512_mask_storeu_ps(sc + p, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, sc + p), inv));
@@ -410,17 +413,17 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
 
 void attn_avx512(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_t* k, const uint8_t* v,
                  size_t row_bytes, bool kv_q8, int n_pos0, int hd, float scale, float* scores, float* out,
-                 size_t out_stride) {
+                 size_t out_stride, const float* sinks) {
     // model.cpp calls this only for hd 64, 128 or 256 (Gemma 3)
     if (hd == 64) {
-        if (kv_q8) attn_impl<4, true>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
-        else attn_impl<4, false>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
+        if (kv_q8) attn_impl<4, true>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride, sinks);
+        else attn_impl<4, false>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride, sinks);
     } else if (hd == 128) {
-        if (kv_q8) attn_impl<8, true>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
-        else attn_impl<8, false>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
+        if (kv_q8) attn_impl<8, true>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride, sinks);
+        else attn_impl<8, false>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride, sinks);
     } else if (hd == 256) {
-        if (kv_q8) attn_impl<16, true>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
-        else attn_impl<16, false>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride);
+        if (kv_q8) attn_impl<16, true>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride, sinks);
+        else attn_impl<16, false>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride, sinks);
     }
 }
 

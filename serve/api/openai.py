@@ -43,7 +43,7 @@ from serve.generation.logprobs import legacy_logprobs, openai_content
 from serve.api.replies import JsonReply, StreamReply, cut
 from serve.core.sampling import check_max_tokens, check_request_sampling
 from serve.api.wire import (
-    KEEP_ALIVE, SHUTDOWN_TEXT, bool_field, check_stop, cut_by_shutdown, effort_from_openai, error_text, finish_note,
+    KEEP_ALIVE, SHUTDOWN_TEXT, bool_field, check_stop, continue_final, cut_by_shutdown, effort_from_openai, error_text, finish_note,
     model_name,
     parse_tool_choice, parse_tools, reasoning_fields, sse, text_of)
 
@@ -104,35 +104,13 @@ def _messages(raw) -> list[Message]:
     return out
 
 
-def _continue_final(body: dict, messages: list[Message]) -> bool:
-    """Whether the final assistant message is continued (prefill, serve/prompt/prefill.py): vLLM's
-    `continue_final_message: true` or `add_generation_prompt: false` ask for it (and need that message);
-    `continue_final_message: false` or `add_generation_prompt: true` ask for a new turn; neither given, a
-    trailing assistant message is continued, as llama-server does."""
-    cont = body.get("continue_final_message")
-    gen = body.get("add_generation_prompt")
-    cont = None if cont is None else bool_field(body, "continue_final_message")
-    gen = None if gen is None else bool_field(body, "add_generation_prompt")
-    last_assistant = messages[-1].role == "assistant"
-    if cont and gen:
-        raise BadRequest("continue_final_message and add_generation_prompt: not both true (continuing the final "
-                         "message adds no new turn)", param="continue_final_message")
-    if cont or gen is False:
-        if not last_assistant:
-            name = "continue_final_message" if cont else "add_generation_prompt"
-            raise BadRequest(f"{name}: continuing needs an assistant message at the end of messages",
-                             param=name)
-        return True
-    return last_assistant and cont is None and gen is None
-
-
 def parse_chat(body: dict) -> ChatRequest:
     refuse_unsupported(body, SAMPLER_FIELDS_REFUSED + VLLM_FIELDS_REFUSED)
     req = ChatRequest(messages=_messages(body.get("messages")), tools=parse_tools(body.get("tools")))
     if [m.role for m in req.messages[-2:]] == ["assistant", "assistant"]:  # as llama-server refuses it
         raise BadRequest("messages: two assistant messages at the end; a reply follows a user or tool turn "
                          "(merge them into one)", param="messages")
-    req.continue_final = _continue_final(body, req.messages)
+    req.continue_final = continue_final(body, req.messages)
     req.tool_choice = parse_tool_choice(body.get("tool_choice", "auto"), req.notes)
     req.parallel_tool_calls = bool_field(body, "parallel_tool_calls", True)
     # both are checked; max_completion_tokens (OpenAI's current name) wins over max_tokens when both are given

@@ -6,34 +6,37 @@ which the Responses API shares).
 
 Request: `input` (a string, or items: messages with `role` and string / `input_text` / `output_text` content,
 `function_call {call_id, name, arguments}`, `function_call_output {call_id, output}`, `reasoning` items whose
-text goes back into the next assistant turn), `instructions` (the first system turn), `tools` in the flat
-shape `{type: "function", name, description, parameters}` (other tool types, such as `web_search`, are
-skipped and said in the request's notes: nothing here can run them), `tool_choice`, `parallel_tool_calls`,
+text goes back into the next assistant turn), `instructions` (the first system turn), `tools` in the flat shape
+`{type: "function", name, description, parameters}` (other tool types, such as `web_search`, are skipped and
+said in the request's notes: nothing here can run them), `tool_choice`, `parallel_tool_calls`,
 `max_output_tokens`, `temperature` / `top_p` (and the other sampling fields), `reasoning.effort`, `stream`,
 `text.format` (json_object or json_schema: the reply follows it by grammar, serve/generation/constrain.py),
 `include: ["message.output_text.logprobs"]` / `top_logprobs` 0..20 (serve/generation/logprobs.py: entries on the
-output_text part and on each text delta), `store` (default true, as OpenAI's: the finished response is kept
-in the server's `ResponseStore`, serve/api/response_store.py) and `previous_response_id` (the kept chain's
-input and output items come before this request's `input`; `instructions` are not carried over, as OpenAI
-documents; an id not kept is 400 `previous_response_not_found`). Accepted and without effect: `metadata`,
-`user`, `include`'s other values, `truncation` (requests are never truncated), `prompt_cache_key`,
-`service_tier`. `item_reference` items are replaced by the stored item they name (an output item of a kept
-response, or an input item of its request; response_store.continued); one not kept is 400. Refused:
-`background: true` (400).
+output_text part and on each text delta), `store` (default true, as OpenAI's: the finished response is kept in
+the server's `ResponseStore`, serve/api/response_store.py) and `previous_response_id` (the kept chain's input
+and output items come before this request's `input`; `instructions` are not carried over, as OpenAI documents;
+an id not kept is 400 `previous_response_not_found`). Accepted and without effect: `metadata`, `user`,
+`include`'s other values, `truncation` (requests are never truncated), `prompt_cache_key`, `service_tier`. A
+final assistant message is continued (prefill, as chat/completions: the reply holds only the new text;
+`continue_final_message: false` asks for a new turn); an assistant message right after another is joined to it
+(a continued message and its stored continuation are one turn). `item_reference` items are replaced by the
+stored item they name (an output item of a kept response, or an input item of its request;
+response_store.continued); one not kept is 400. Refused: `background: true` (400).
 GET `/v1/responses/{id}` (the kept response), GET `/v1/responses/{id}/input_items` (its request's own input
 items, OpenAI's list shape), DELETE `/v1/responses/{id}` (`{id, object: "response.deleted", deleted: true}`);
 an id not kept is 404 `response_not_found`; `/cancel` is 400 (nothing runs in the background).
 
-Answer: one `ResponseBuilder` turns the event stream into the stream's events *and* the final response
-object, so a streamed and a non-streamed answer carry the same output items (`reasoning`, `message` with
-one `output_text` part, `function_call` with `call_id`). Stream: `response.created`, `response.in_progress`,
-per item `response.output_item.added`, (`response.content_part.added`, `response.output_text.delta`* /
+Answer: one `ResponseBuilder` turns the event stream into the stream's events *and* the final response object,
+so a streamed and a non-streamed answer carry the same output items (`reasoning`, `message` with one
+`output_text` part, `function_call` with `call_id`). Stream: `response.created`, `response.in_progress`, per
+item `response.output_item.added`, (`response.content_part.added`, `response.output_text.delta`* /
 `response.reasoning_text.delta`*, `.done`, `response.content_part.done`) or
-(`response.function_call_arguments.delta`*, `.done`), `response.output_item.done`; last
-`response.completed` (or `response.incomplete` with `incomplete_details.reason: max_output_tokens`, or
-`response.failed` with its `error`). Every event has a `sequence_number` counting from 0. While a long
-prompt is read, a `response.in_progress` goes out at least every `IN_PROGRESS_EVERY_S` (Codex's idle
-timeout counts events, not SSE comments).
+(`response.function_call_arguments.delta`*, `.done`), `response.output_item.done`; last `response.completed`
+(with `strata_finish: "loop_guard"` on the response when the loop guard ended the reply, as the other dialects
+say it; or `response.incomplete` with `incomplete_details.reason: max_output_tokens`, or `response.failed` with
+its `error`). Every event has a `sequence_number` counting from 0. While a long prompt is read, a
+`response.in_progress` goes out at least every `IN_PROGRESS_EVERY_S` (Codex's idle timeout counts events, not
+SSE comments).
 llama-server's stream extensions: `return_progress: true` adds `response.in_progress` events with
 `prompt_progress {total, cache, processed, time_ms}` beside the response while the prompt is read;
 `timings_per_token: true` puts running `timings` on each `response.output_text.delta`; the last event carries
@@ -51,7 +54,8 @@ from serve.generation.constrain import schema_ask
 from serve.core.events import (
     BadRequest, ChatRequest, Done, LiveTimings, Message, ProgressFeed, ToolCall, KIND_CONTENT, KIND_PING,
     KIND_REASONING, KIND_TOOL_ARGS, KIND_TOOL_CALL, KIND_TOOL_START)
-from serve.api.wire import error_text, model_name, text_of, parse_tool_choice, parse_tools
+from serve.api.wire import (
+    continue_final, error_text, finish_note, model_name, text_of, parse_tool_choice, parse_tools)
 from serve.api.openai import error_body
 from serve.api.wire import effort_from_openai, reasoning_fields
 from serve.api.replies import EventRun, JsonReply, StreamReply, collect, cut
@@ -110,6 +114,11 @@ def _input_items(raw) -> list[Message]:
                 raise BadRequest(f"{where}.role: user, system, developer or assistant, not {item.get('role')!r}",
                                  param="input")
             msg = Message(role, text_of(item.get("content"), where + ".content"))
+            last = out[-1] if out else None
+            if role == "assistant" and not reasoning and last is not None and last.role == "assistant" \
+                    and not last.tool_calls:   # a continued message and its continuation: one turn
+                last.content += msg.content
+                continue
             if role == "assistant" and reasoning:
                 msg.reasoning, reasoning = "\n".join(reasoning), []
             out.append(msg)
@@ -199,6 +208,12 @@ def parse_responses(body: dict) -> ChatRequest:
         if not isinstance(instructions, str):
             raise BadRequest("instructions: a string", param="instructions")
         req.messages.insert(0, Message("system", instructions))
+    # a final assistant message is continued, as on chat/completions (prefill; continue_final_message: false
+    # or add_generation_prompt: true ask for a new turn); one that ends in calls is not text to go on with
+    req.continue_final = continue_final(body, req.messages) and not req.messages[-1].tool_calls
+    if req.continue_final and grammar is not None:
+        raise BadRequest("input: a final assistant message is continued (prefill), and a continued message "
+                         "cannot also follow text.format; send one or the other", param="input")
     req.tools = _function_tools(body.get("tools"), req.notes)
     req.tool_choice = parse_tool_choice(body.get("tool_choice", "auto"), req.notes)
     parallel = body.get("parallel_tool_calls", True)
@@ -252,6 +267,7 @@ class ResponseBuilder:
                 "usage": _usage(done) if done else None, "incomplete_details": None}
         if done is not None and status == "incomplete":
             body["incomplete_details"] = {"reason": "max_output_tokens"}
+        body.update(finish_note(done))   # strata_finish: "loop_guard" beside a completed status
         if done is not None:
             body["timings"] = done.timings  # llama.cpp's figures, as on the other routes
         return body

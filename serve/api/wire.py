@@ -8,8 +8,8 @@ engine: it reads dicts and writes text.
 
 Public surface: `text_of(content, where)`, `bool_field(body, name, default)`, `parse_tools(raw)`,
 `parse_tool_choice(choice, notes)`, `check_stop(value)`, `STOP_STRINGS_MAX`, `effort_from_openai(body)`,
-`reasoning_fields(body, req)`, `model_name(service, req)`, `error_text(service, e)`,
-`cut_by_shutdown(ctx, done)`, `finish_note(done)`, `sse(obj)`, `KEEP_ALIVE`, `SHUTDOWN_TEXT`.
+`reasoning_fields(body, req)`, `model_name(service, req)`, `error_text(service, e)`, `cut_by_shutdown(ctx,
+done)`, `continue_final(body, messages)`, `finish_note(done)`, `sse(obj)`, `KEEP_ALIVE`, `SHUTDOWN_TEXT`.
 """
 from __future__ import annotations
 
@@ -167,6 +167,28 @@ def error_text(service, e) -> str:
         log_bug(e, "a reply after its headers")
         return bug_text(e)
     return public_text(err.message or type(e).__name__)
+
+
+def continue_final(body: dict, messages: list) -> bool:
+    """Whether the final assistant message is continued (prefill, serve/prompt/prefill.py): vLLM's
+    `continue_final_message: true` or `add_generation_prompt: false` ask for it (and need that message);
+    `continue_final_message: false` or `add_generation_prompt: true` ask for a new turn; neither given, a
+    trailing assistant message is continued, as llama-server does. Read by the chat and Responses routes."""
+    cont = body.get("continue_final_message")
+    gen = body.get("add_generation_prompt")
+    cont = None if cont is None else bool_field(body, "continue_final_message")
+    gen = None if gen is None else bool_field(body, "add_generation_prompt")
+    last_assistant = messages[-1].role == "assistant"
+    if cont and gen:
+        raise BadRequest("continue_final_message and add_generation_prompt: not both true (continuing the final "
+                         "message adds no new turn)", param="continue_final_message")
+    if cont or gen is False:
+        if not last_assistant:
+            name = "continue_final_message" if cont else "add_generation_prompt"
+            raise BadRequest(f"{name}: continuing needs an assistant message at the end of messages",
+                             param=name)
+        return True
+    return last_assistant and cont is None and gen is None
 
 
 def finish_note(done) -> dict:

@@ -6,7 +6,7 @@ a request is bound to the process it was sent on and reads only that process's q
 a decode slot through serve/engine_client/batch.py (one path: `--parallel 1` is one slot, as llama.cpp's
 `n_parallel = 1`). Each process gets a Heartbeat (serve/engine_client/liveness.py) that ends it when it is
 frozen (no PONG and no line for `stall_s`); a control command, which the engine's loop runs whole, is marked on
-its process (`EngineProcess.solo`) so its own clock judges it meanwhile. It knows nothing of HTTP, templates or
+its process (`EngineProcess.runs_whole`) so its own clock judges it meanwhile. It knows nothing of HTTP, templates or
 text.
 
 Locks: `ctl` the control lines (one BGEN write or one control command); `slot_cv` the slot tables and
@@ -163,7 +163,7 @@ class StrataEngine:
         proc.n_vocab = int(info.get("n_vocab") or 0)
         n_slots = max(0, min(8, int(info.get("batch_slots") or 0)))
         if n_slots:
-            proc.slots = SlotTable(n_slots, int(info.get("batch_groups") or 1))
+            proc.slots = SlotTable(n_slots)
         with self._state:
             self.info.update(info)
             self.max_context = ctx
@@ -362,7 +362,7 @@ class StrataEngine:
                 time.sleep(POLL_S / 10)
             if proc.admissions:
                 raise EngineDied("admissions stayed unanswered; the command was not sent")
-            with proc.solo():
+            with proc.runs_whole():
                 yield proc
         finally:
             self.ctl.release()

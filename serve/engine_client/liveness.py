@@ -15,7 +15,7 @@ So a freeze is caught within `stall_s` of the engine's last line (plus one tick)
 slot claim, an admission's BACC, a stream's next token, an embedding, a control command, or nobody.
 
 A control command (BSAVE, BRESTORE, VRAM) runs whole before the engine takes a PING; while one runs
-(`EngineProcess.solo_since`) the heartbeat sends no PING and judges none written after it: the request's own
+(`EngineProcess.whole_since`) the heartbeat sends no PING and judges none written after it: the request's own
 clock (serve/engine_client/protocol.py `Allowance`: silence and no CPU/IO growth for `stall_s`) watches it,
 and a PONG owed from before the command still counts. A tick that comes far later than due means this
 server was itself stopped (the whole process group, a Ctrl+Z): the owed PING's clock starts again.
@@ -46,7 +46,7 @@ def timing(stall_s: float) -> tuple[float, float, float]:
 
 class Heartbeat:
     """PING/PONG for one EngineProcess; ends it when it is frozen. `waiting()`: whether requests wait for
-    an answer of this process other than a running solo command's (default: admissions not yet answered)."""
+    an answer of this process other than a running whole command's (default: admissions not yet answered)."""
 
     def __init__(self, proc, stall_s: float, waiting=None):
         self.proc = proc
@@ -84,11 +84,11 @@ class Heartbeat:
         self.last_tick = now
         if self.owed_since is not None and proc.pong >= self.sent:
             self.owed_since = None
-        solo = proc.solo_since
+        whole = proc.whole_since
         if self.owed_since is not None:
-            if solo is not None and self.owed_since >= solo:
-                return False  # written during a solo command: answered after it (the request's clock rules)
-            quiet = now - proc.heard  # after a solo command: counted from its last line
+            if whole is not None and self.owed_since >= whole:
+                return False  # written during a whole command: answered after it (the request's clock rules)
+            quiet = now - proc.heard  # after a whole command: counted from its last line
             if now - self.owed_since >= self.pong_wait_s and quiet >= self.stall_s:
                 self.verdict = (f"the engine froze: no answer to PING in {now - self.owed_since:.1f} s, no line "
                                 f"in {quiet:.1f} s (STRATA_ENGINE_STALL_S={self.stall_s:g}); it was ended")
@@ -97,7 +97,7 @@ class Heartbeat:
             if self.last_ping < self.owed_since:
                 self._ping(now)  # the write did not go through yet (a full pipe, a busy writer): again
             return False
-        if solo is not None:
+        if whole is not None:
             return False
         if now - proc.heard >= self.every_s or (self.waiting() and now - self.last_ping >= self.every_s):
             self.sent += 1

@@ -1,7 +1,7 @@
 """The engine line protocol, client side (docs/PROTOCOL.md): its vocabulary, parsing, and one engine process.
 
-Role: everything both engine paths (serve/engine_client/engine.py: solo `GEN`; serve/engine_client/batch.py: slots, `BGEN`) share, so
-neither reaches into the other. `EngineProcess` is one started `strata-engine --serve`: its pipes, the only
+Role: everything the engine's owner (serve/engine_client/engine.py: start, control commands, supervision) and
+the slot path (serve/engine_client/batch.py: `BGEN`) share, so neither reaches into the other. `EngineProcess` is one started `strata-engine --serve`: its pipes, the only
 writer of its stdin (`write`, under `wlock`) and its pump thread, the only reader of its stdout, which routes
 every slot line (`BPP`/`BT`/`BDONE <slot>`) to the queue of the request that owns that slot (or drops and
 counts it when nobody does), a `PONG <n>` to `pong` (the heartbeat's, serve/engine_client/liveness.py) and every
@@ -224,9 +224,9 @@ class EngineProcess:
     out: io.BufferedReader | None = None  # its stdout, buffered: the handshake's and then the pump's reader
     heartbeat: object | None = None  # its Heartbeat (serve/engine_client/liveness.py), once started
     pong: int = 0                # the number of the last `PONG <n>` (stored by the pump, read by the heartbeat)
-    solo_since: float | None = None  # when the holder of `ctl` wrote a command the engine's loop runs whole
+    whole_since: float | None = None  # when the holder of `ctl` wrote a command the engine's loop runs whole
     #   before it takes a PING (BSAVE, BRESTORE, VRAM); None when none runs. Set and cleared only by
-    #   that holder (`solo()`); a PING written after it is answered after it (docs/PROTOCOL.md)
+    #   that holder (`runs_whole()`); a PING written after it is answered after it (docs/PROTOCOL.md)
 
     def __post_init__(self):
         # popen's pipes are unbuffered (bufsize=0: each write reaches the engine at once); a raw readline
@@ -261,14 +261,14 @@ class EngineProcess:
             self.wlock.release()
 
     @contextlib.contextmanager
-    def solo(self):
+    def runs_whole(self):
         """Around a command the engine's loop runs whole (a control command: BSAVE, BRESTORE, VRAM): the heartbeat
         then waits for its end before it asks for a PONG (the request's own clock watches it meanwhile)."""
-        self.solo_since = time.monotonic()
+        self.whole_since = time.monotonic()
         try:
             yield
         finally:
-            self.solo_since = None
+            self.whole_since = None
 
     def kill(self, note: str) -> None:
         self.note = note

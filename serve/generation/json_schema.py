@@ -13,8 +13,10 @@ anyOf: its branches should not overlap), local `$ref` into `$defs`/`definitions`
 `minLength`/`maxLength`, `minimum`/`maximum`/`exclusiveMinimum`/`exclusiveMaximum` on integers (exact ranges)
 and on numbers (exact for decimals of up to FRAC_DIGITS_MAX fraction digits; a bounded number is written
 without an exponent), `pattern` on strings (serve/generation/regex_grammar.py's subset; matched whole, a valid subset of JSON
-Schema's match-anywhere), `multipleOf` on integers (a power of ten, or at most MULTIPLES_MAX multiples between
-both bounds; a whole multipleOf on a number makes it an integer), `format` date, date-time, time and uuid
+Schema's match-anywhere), `multipleOf` (serve/generation/json_numbers.py: exact decimal multiples; on integers a
+power of ten, or at most MULTIPLES_MAX multiples between both bounds, and a whole multipleOf on a number makes
+it an integer; on numbers 0.1 / 0.01 (at most that many fraction digits), 1/n such as 0.5, or at most
+MULTIPLES_MAX multiples between both bounds), `format` date, date-time, time and uuid
 (date days 01-28: a valid subset).
 Annotations (`title`, `description`, `default`, `examples`, `$schema`, `$id`, `$comment`, `deprecated`,
 `readOnly`, `writeOnly`, `nullable`-free) are ignored. Whitespace between tokens is at most `WS_MAX` characters
@@ -30,14 +32,14 @@ import math
 import re
 from fractions import Fraction
 
+from serve.generation.json_numbers import (
+    FRAC_DIGITS_MAX, INT_DIGITS_MAX, MULTIPLES_MAX, decimal_multiples, exact, int_bounds, integer_multiples,
+    integer_range, number_range, real_bounds)
 from serve.generation.regex_grammar import RegexError, gbnf_literal, regex_grammar
 
 WS_MAX = 20          # spaces/newlines between two tokens: room for pretty-printing a few levels deep
-INT_DIGITS_MAX = 16  # an integer's digits (beyond, a model is looping, not answering)
-FRAC_DIGITS_MAX = 16
 GRAMMAR_MAX_BYTES = 1 << 20  # a bigger grammar (a huge enum) is refused, not sent
 REF_DEPTH_MAX = 64
-MULTIPLES_MAX = 1024  # multipleOf other than a power of ten lists its values: at most this many
 
 ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
                "readOnly", "writeOnly", "$defs", "definitions"}
@@ -82,46 +84,6 @@ class SchemaError(ValueError):
 
 def _json_literal(value) -> str:
     return gbnf_literal(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
-
-
-def _digits_range(lo: str, hi: str) -> str:
-    """GBNF for decimal strings of equal length between lo and hi (inclusive, lo <= hi)."""
-    if len(lo) == 1:
-        return f"[{lo}-{hi}]"
-    if lo == "0" * len(lo) and hi == "9" * len(hi):  # (keeps the recursion linear in the digits)
-        return f"[0-9]{{{len(lo)}}}"
-    if lo[0] == hi[0]:
-        return f'"{lo[0]}" ( {_digits_range(lo[1:], hi[1:])} )'
-    n = len(lo) - 1
-    alts = [f'"{lo[0]}" ( {_digits_range(lo[1:], "9" * n)} )']
-    if int(hi[0]) - int(lo[0]) > 1:
-        alts.append(f"[{int(lo[0]) + 1}-{int(hi[0]) - 1}] [0-9]{{{n}}}")
-    alts.append(f'"{hi[0]}" ( {_digits_range("0" * n, hi[1:])} )')
-    return " | ".join(alts)
-
-
-def _natural_range(lo: int, hi: int | None) -> str:
-    """GBNF for integers without sign or leading zeros in [lo, hi] (hi None: up to INT_DIGITS_MAX digits)."""
-    top = 10 ** INT_DIGITS_MAX - 1
-    hi = top if hi is None else min(hi, top)
-    alts = []
-    for n in range(len(str(lo)), len(str(hi)) + 1):
-        a, b = max(lo, 10 ** (n - 1) if n > 1 else 0), min(hi, 10 ** n - 1)
-        if a <= b:
-            alts.append(f"( {_digits_range(str(a).zfill(n), str(b).zfill(n))} )")
-    return " | ".join(alts)
-
-
-def _integer_range(lo: int | None, hi: int | None) -> str:
-    if lo is not None and hi is not None and lo > hi:
-        raise ValueError("minimum above maximum")
-    alts = []
-    if hi is None or hi >= 0:
-        alts.append(_natural_range(max(lo or 0, 0), hi))
-    if lo is None or lo < 0:  # negative part: "-" then |x| in [max(1, -hi), -lo]
-        neg_hi = None if lo is None else -lo
-        alts.append(f'"-" ( {_natural_range(max(1, -hi if hi is not None and hi < 0 else 1), neg_hi)} )')
-    return " | ".join(f"( {a} )" for a in alts)
 
 
 class _Compiler:
@@ -253,42 +215,38 @@ class _Compiler:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise SchemaError(f"{k}: a number", f"{path}/{k}")
         step = s.get("multipleOf")
-        if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or not step > 0):
+        if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or not step > 0
+                                 or not math.isfinite(step)):
             raise SchemaError("multipleOf: a number above 0", f"{path}/multipleOf")
-        if t == "integer" or (step is not None and float(step).is_integer()):
-            lo, hi = _int_bounds(bounds)
+        step = None if step is None else exact(step)
+        if t == "integer" or (step is not None and step.denominator == 1):
+            lo, hi = int_bounds(bounds)
             if lo is not None and hi is not None and lo > hi:
                 raise SchemaError("minimum above maximum: no integer fits", path)
-            if step is not None and step != 1:
-                return self.multiples(int(step), lo, hi, path)
-            return self.use("int") if lo is None and hi is None else _integer_range(lo, hi)
-        if step is not None:
-            raise SchemaError("multipleOf on a number: only a whole multipleOf is supported (integers then)",
-                              f"{path}/multipleOf")
-        if not bounds:
+            # an integer multiple of p/q (lowest terms) is a multiple of p
+            if step is not None and step.numerator != 1:
+                return self.multiples(integer_multiples(step.numerator, lo, hi), step, path)
+            return self.use("int") if lo is None and hi is None else integer_range(lo, hi)
+        if not bounds and step is None:
             return self.use("number")
-        if bounds in ({"minimum": 0}, {"minimum": 0.0}):  # x >= 0: no sign (an exponent allowed)
+        if bounds in ({"minimum": 0}, {"minimum": 0.0}) and step is None:  # x >= 0: no sign (an exponent allowed)
             self.use("frac"), self.use("exp")
             return f'( "0" | [1-9] [0-9]{{0,{INT_DIGITS_MAX - 1}}} ) frac? exp?'
-        lo, lo_open, hi, hi_open = _real_bounds(bounds)
+        lo, lo_open, hi, hi_open = real_bounds(bounds)
         if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_open or hi_open))):
             raise SchemaError("minimum above maximum: no number fits", path)
-        return _number_range(lo, lo_open, hi, hi_open)
+        if step is not None:
+            return self.multiples(decimal_multiples(step, lo, lo_open, hi, hi_open), step, path)
+        return number_range(lo, lo_open, hi, hi_open)
 
-    def multiples(self, step: int, lo: int | None, hi: int | None, path: str) -> str:
-        """Integers that are multiples of `step` in [lo, hi]: a multiple of a power of ten is any integer
-        followed by its zeros; another step needs both bounds and at most MULTIPLES_MAX values (listed)."""
-        zeros = len(str(step)) - len(str(step).rstrip("0"))
-        if lo is None and hi is None and step == 10 ** zeros:
-            return f'"0" | "-"? [1-9] [0-9]{{0,{INT_DIGITS_MAX - 1 - zeros}}} "{"0" * zeros}"'
-        first = None if lo is None else -(-lo // step) * step
-        if first is None or hi is None or (hi - first) // step >= MULTIPLES_MAX:
-            raise SchemaError(f"multipleOf {step}: supported with a power of ten, or with minimum and maximum "
-                              f"bounding at most {MULTIPLES_MAX} multiples", f"{path}/multipleOf")
-        values = list(range(first, hi + 1, step))
-        if not values:
-            raise SchemaError("multipleOf: no multiple between minimum and maximum", path)
-        return " | ".join(f'"{v}"' for v in values)
+    @staticmethod
+    def multiples(grammar: str | None, step: Fraction, path: str) -> str:
+        """A multipleOf's grammar (serve/generation/json_numbers.py), or the SchemaError that names it."""
+        if grammar:
+            return grammar
+        raise SchemaError(f"multipleOf {float(step):g}: supported as a power of ten (10, 0.01), as 1/n (0.5, 0.25), "
+                          f"or with minimum and maximum around at most {MULTIPLES_MAX} multiples (none between "
+                          "them is refused too)", f"{path}/multipleOf")
 
     def object(self, s: dict, path: str) -> str:
         props = s.get("properties", {})
@@ -365,118 +323,6 @@ class _Compiler:
             body = f"{sep}{elems[k] if k < len(prefix) else tail} ws {expr}".strip()
             expr = self.new_rule(body + (" | " if k >= lo else ""), "items")
         return f'"[" ws {expr} "]"'
-
-
-def _ceil(x) -> int:
-    return int(x) if float(x).is_integer() else int(x // 1) + 1
-
-
-def _floor(x) -> int:
-    return int(x // 1)
-
-
-def _int_bounds(bounds: dict) -> tuple[int | None, int | None]:
-    """The integer range [lo, hi] (None: open) of minimum/maximum/exclusive* (the tightest of each side)."""
-    lo = hi = None
-    if "minimum" in bounds:
-        lo = _ceil(bounds["minimum"])
-    if "exclusiveMinimum" in bounds:
-        e = _floor(bounds["exclusiveMinimum"]) + 1
-        lo = e if lo is None else max(lo, e)
-    if "maximum" in bounds:
-        hi = _floor(bounds["maximum"])
-    if "exclusiveMaximum" in bounds:
-        e = _ceil(bounds["exclusiveMaximum"]) - 1
-        hi = e if hi is None else min(hi, e)
-    return lo, hi
-
-
-def _exact(v) -> Fraction:
-    """A JSON number's exact decimal value (0.1 is 1/10, as written, not the float nearest it)."""
-    return Fraction(v) if isinstance(v, int) else Fraction(repr(float(v)))
-
-
-def _real_bounds(bounds: dict) -> tuple[Fraction | None, bool, Fraction | None, bool]:
-    """(lo, lo exclusive, hi, hi exclusive) of a number's bounds, the tightest of each side."""
-    lo = hi = None
-    lo_open = hi_open = False
-    for key, is_open in (("minimum", False), ("exclusiveMinimum", True)):
-        if key in bounds:
-            v = _exact(bounds[key])
-            if lo is None or v > lo or (v == lo and is_open):
-                lo, lo_open = v, is_open
-    for key, is_open in (("maximum", False), ("exclusiveMaximum", True)):
-        if key in bounds:
-            v = _exact(bounds[key])
-            if hi is None or v < hi or (v == hi and is_open):
-                hi, hi_open = v, is_open
-    return lo, lo_open, hi, hi_open
-
-
-def _inside(x: Fraction, lo, lo_open, hi, hi_open) -> bool:
-    return (lo is None or x > lo or (x == lo and not lo_open)) and (hi is None or x < hi or (x == hi and not hi_open))
-
-
-def _fraction_digits(lo, lo_open, hi, hi_open) -> str:
-    """GBNF for the fraction digits D (1..FRAC_DIGITS_MAX of them) with 0.D inside the bounds (which lie in
-    [0, 1]): for each length L, the L-digit strings from the smallest to the largest inside."""
-    alts = []
-    for n in range(1, FRAC_DIGITS_MAX + 1):
-        scale = 10 ** n
-        a = math.ceil(lo * scale)
-        if Fraction(a, scale) == lo and lo_open:
-            a += 1
-        b = math.floor(hi * scale)
-        if Fraction(b, scale) == hi and hi_open:
-            b -= 1
-        a, b = max(a, 0), min(b, scale - 1)
-        if a <= b:
-            alts.append(f"( {_digits_range(str(a).zfill(n), str(b).zfill(n))} )")
-    return " | ".join(alts)
-
-
-def _magnitude_range(lo: Fraction, lo_open: bool, hi: Fraction | None, hi_open: bool) -> str:
-    """GBNF for unsigned decimals (no exponent) in the bounds, 0 <= lo: the integers inside; every integer
-    part i whose whole [i, i+1) is inside, with any fraction; the fractions inside for the (at most two)
-    integer parts the bounds cut."""
-    frac = f'"." [0-9]{{1,{FRAC_DIGITS_MAX}}}'
-    alts = []
-    first = math.ceil(lo) + (1 if lo_open and lo == math.ceil(lo) else 0)
-    last = None if hi is None else math.floor(hi) - (1 if hi_open and hi == math.floor(hi) else 0)
-    if last is None or first <= last:
-        alts.append(f"( {_natural_range(first, last)} )")
-    whole_last = None if hi is None else math.floor(hi) - 1        # [i, i+1) inside: i + 1 <= hi
-    if whole_last is None or first <= whole_last:
-        alts.append(f"( {_natural_range(first, whole_last)} ) {frac}")
-    for i in sorted({math.floor(lo)} | (set() if hi is None else {math.floor(hi)})):
-        if i < 0 or (first <= i and (whole_last is None or i <= whole_last)):
-            continue  # a whole interval, written above
-        if hi == i:  # the upper bound, an integer: i itself, and written with zeros after the point
-            if not hi_open and first <= i:
-                alts.append(f'"{i}" "." "0"{{1,{FRAC_DIGITS_MAX}}}')
-            continue
-        digits = _fraction_digits(max(lo - i, Fraction(0)), lo_open and lo >= i,
-                                  Fraction(1) if hi is None or hi >= i + 1 else hi - i, hi is not None and hi < i + 1
-                                  and hi_open)
-        if digits:
-            alts.append(f'"{i}" "." ( {digits} )')
-    return " | ".join(alts)
-
-
-def _number_range(lo, lo_open, hi, hi_open) -> str:
-    """GBNF for JSON numbers in the bounds (no exponent: a valid subset): the non-negative part, then "-" and
-    the magnitudes of the negative part (never "-0")."""
-    alts = []
-    if hi is None or hi > 0 or (hi == 0 and not hi_open):
-        low = Fraction(0) if lo is None or lo < 0 else lo
-        alts.append(_magnitude_range(low, lo_open and lo is not None and lo >= 0, hi, hi_open))
-    if lo is None or lo < 0:
-        top = None if lo is None else -lo
-        bottom = Fraction(0) if hi is None or hi >= 0 else -hi
-        neg = _magnitude_range(bottom, True if bottom == 0 else hi_open, top, lo_open)
-        if neg:
-            alts.append(f'"-" ( {neg} )')
-    return " | ".join(f"( {a} )" for a in alts if a)
 
 
 def schema_grammar(schema) -> str:

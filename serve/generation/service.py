@@ -1,8 +1,8 @@
 """Service: from one internal request (`serve/core/events.py`) to an event stream, over one StrataEngine.
 
 Role: prepare a request (render the chat template, encode with `PromptEncoder`, apply the context rule,
-merge sampling: `Preparation`, serve/generation/prepare.py), run the engine (a solo engine serialises its
-requests itself, under its `ctl`; one with slots runs them concurrently), decode tokens incrementally (UTF-8
+merge sampling: `Preparation`, serve/generation/prepare.py), run the engine (a request waits for a free
+slot; an engine with several slots runs them concurrently), decode tokens incrementally (UTF-8
 split across tokens is held; invalid bytes become U+FFFD), end on stop tokens, stop strings (text that may
 still become one is held back until decided) and the repeat guard,
 feed the text through `OutputParser`, and keep the figures: per-request history, totals, live status.
@@ -61,8 +61,8 @@ TAIL_CHARS = 600           # live status keeps this much of the newest output
 
 
 def _progress(result: dict, total: int, t_read: float) -> dict | None:
-    """The prompt read so far, from the figures the engine path left in `result` (the solo path: RESUME's
-    reused count and each PP line's position), in llama-server's prompt_progress names; None before any."""
+    """The prompt read so far, from the figures the slot path left in `result` (BACC's reused count and each
+    BPP line's position), in llama-server's prompt_progress names; None before any."""
     if "prompt_reached" not in result:
         return None
     cache = result.get("reused") or 0
@@ -119,7 +119,7 @@ class Service(Preparation, ServiceFigures):
         self.arch = arch
         self.encoder = PromptEncoder(tokenizer, keep=4)
         sid = tokenizer.special_ids
-        self.stop_ids = {sid[k] for k in ("im_end", "endoftext", "eos", "eot") if k in sid}
+        self.stop_ids = {sid[k] for k in ("im_end", "endoftext", "eos", "eot", "return", "call") if k in sid}
         self.repeat_stop = int(self.config.get("repeat_stop_tokens", REPEAT_STOP_TOKENS))
         self._lock = threading.Lock()       # guards status, history, totals, last_timings, settings
         self.settings: dict = {}            # the shared Chat settings' defaults (POST /settings), checked
@@ -167,7 +167,7 @@ class Service(Preparation, ServiceFigures):
     # ---------------------------------------------------------------- the queue
     @property
     def queued(self) -> int:
-        """Requests waiting for the engine (a solo engine's turn, or a free slot)."""
+        """Requests waiting for the engine (for a free slot)."""
         e = self.engine
         waiting = getattr(getattr(e, "batch", None), "waiting", None)
         return int(getattr(e, "queued", 0) or 0) + (len(waiting) if waiting else 0)

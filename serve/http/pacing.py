@@ -10,7 +10,7 @@ the engine goes on, and the tokens of that time gather in the slot's queue, to b
 together next. So a token is at most about `interval_s` late; a token that comes `interval_s` or more after
 the last write (any of a slow engine's) is not late at all, nor are the first two writes (the reply's opening
 frames, then its first token); and 0 gives every burst its own write at once (`--stream-interval-ms`). A frame
-is never held past the next wait. The engine holds a slot's token lines for the same interval (serve/bootstrap.py
+is never held past the next wait. The engine holds a slot's token lines for the same interval (serve.bootstrap
 passes it as `--token-flush-ms`; docs/PROTOCOL.md "Token flush"), so a burst also reaches the server in one
 read and one wake of its pump.
 

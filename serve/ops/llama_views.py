@@ -87,7 +87,7 @@ def slots(svc) -> list[dict]:
             out.append({"id": len(out), "n_ctx": n_ctx, "is_processing": working,
                         "n_prompt_tokens": v.get("prompt_tokens") if working else v.get("held_tokens")})
         if busy and not any(x["is_processing"] for x in out):
-            # a lone request runs as the solo leg (serve/engine_client/batch.py) until another one arrives: shown on the
-            # engine's first slot, where llama-server would show it
+            # the Service counts a request busy before its slot is admitted (waiting for one, or its BGEN not yet
+            # answered): shown on the engine's first slot, where llama-server would show it
             out[first].update(is_processing=True, n_prompt_tokens=svc.status.get("prompt_tokens"))
     return out

@@ -33,7 +33,7 @@ async function aboutPage() {
     ["chat template", m.template_family + (m.template_thinking ? " (thinking)" : "")]]);
   factRows(document.getElementById("engine"), [
     ["engine", e.engine], ["loaded", e.loaded ? "yes" : "no"], ["backend", e.backend], ["kernels", e.kernels],
-    ["threads", e.threads], ["KV cache", e.kv], ["prompt chunk", e.chunk], ["decode slots", e.batch_slots || "solo"],
+    ["threads", e.threads], ["KV cache", e.kv], ["prompt chunk", e.chunk], ["decode slots", e.batch_slots || "1"],
     ["engines", e.engines], ["conversation cache slots", e.conversation_cache_slots]]);
   factRows(document.getElementById("machine"), [
     ["system", h.os], ["CPU", h.cpu], ["logical cores", h.cores_logical],

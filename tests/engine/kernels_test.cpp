@@ -302,10 +302,10 @@ void test_attention_tiles() {
                     for (float& x : q) x = frand(-2, 2);
                     const float scale = 1.0f / std::sqrt(float(hd));
                     ks->attn(q.data(), qs, n_q, n_tok, k.data(), v.data(), row_bytes, q8 != 0, n_pos0, hd, scale,
-                             scores.data(), tiled.data(), qs);
+                             scores.data(), tiled.data(), qs, nullptr);
                     for (int i = 0; i < n_tok; ++i) {
                         ks->attn(q.data() + size_t(i) * qs, qs, n_q, 1, k.data(), v.data(), row_bytes, q8 != 0, n_pos0 + i, hd,
-                                 scale, scores.data(), one.data(), qs);
+                                 scale, scores.data(), one.data(), qs, nullptr);
                         CHECK(std::memcmp(one.data(), tiled.data() + size_t(i) * qs, qs * 4) == 0,
                               "%s attn %s hd=%d: query %d of a tile differs from alone", ks->name, q8 ? "q8_0" : "f16", hd, i);
                     }
@@ -316,15 +316,19 @@ void test_attention_tiles() {
 }
 
 // fused attention (where a set has one) against softmax(q k^T * scale) v in double over the cache rows as
-// stored (half, or Q8_0 blocks), each row wider than one head as in the (n_ctx, n_embd_kv) cache
+// stored (half, or Q8_0 blocks), each row wider than one head as in the (n_ctx, n_embd_kv) cache; with
+// sinks (gpt-oss), each head's sink logit one more term of the softmax's max and denominator
 void test_attention() {
     for (const kernel_set* ks : kernel_sets()) {
         if (!ks->attn) continue;
-        for (int q8 = 0; q8 < 2; ++q8) {
+        for (int q8 = 0; q8 < 4; ++q8) {
+            const bool with_sinks = q8 >= 2;
+            std::vector<float> sinks(5);
+            for (float& x : sinks) x = frand(-3, 3);
             for (int hd : {64, 128, 256}) {
                 for (int n_pos : {1, 15, 16, 17, 100}) {
                     const int n_q = hd == 64 ? 3 : 5;
-                    const ggml_type t = q8 ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
+                    const ggml_type t = q8 % 2 ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
                     const size_t row_bytes = quant_row_bytes(t, 2 * hd);  // two heads per row; we use the first
                     std::vector<uint8_t> k(row_bytes * size_t(n_pos)), v(row_bytes * size_t(n_pos));
                     for (std::vector<uint8_t>* buf : {&k, &v}) {
@@ -336,8 +340,8 @@ void test_attention() {
                     std::vector<float> q(size_t(n_q * hd)), out(size_t(n_q * hd)), scores(size_t(n_q * n_pos));
                     for (float& x : q) x = frand(-2, 2);
                     const float scale = 1.0f / std::sqrt(float(hd));
-                    ks->attn(q.data(), size_t(n_q * hd), n_q, 1, k.data(), v.data(), row_bytes, q8 != 0, n_pos, hd, scale,
-                             scores.data(), out.data(), size_t(n_q * hd));
+                    ks->attn(q.data(), size_t(n_q * hd), n_q, 1, k.data(), v.data(), row_bytes, q8 % 2 != 0, n_pos, hd, scale,
+                             scores.data(), out.data(), size_t(n_q * hd), with_sinks ? sinks.data() : nullptr);
                     std::vector<float> kr(static_cast<size_t>(2 * hd)), vr(static_cast<size_t>(2 * hd));
                     double worst = 0, mag = 0;
                     for (int h = 0; h < n_q; ++h) {
@@ -350,7 +354,9 @@ void test_attention() {
                             w[size_t(p)] = s * scale;
                             mx = std::fmax(mx, w[size_t(p)]);
                         }
+                        if (with_sinks) mx = std::fmax(mx, double(sinks[size_t(h)]));
                         for (double& x : w) sum += (x = std::exp(x - mx));
+                        if (with_sinks) sum += std::exp(double(sinks[size_t(h)]) - mx);
                         for (int p = 0; p < n_pos; ++p) {
                             dequantize_row(t, v.data() + size_t(p) * row_bytes, vr.data(), 2 * hd);
                             for (int j = 0; j < hd; ++j) o[size_t(j)] += w[size_t(p)] / sum * vr[size_t(j)];
@@ -360,7 +366,8 @@ void test_attention() {
                             mag = std::fmax(mag, std::fabs(o[size_t(j)]));
                         }
                     }
-                    CHECK(worst < 2e-5 * std::fmax(mag, 1.0), "%s attn %s hd=%d n_pos=%d: max error %g", ks->name, q8 ? "q8_0" : "f16", hd, n_pos, worst);
+                    CHECK(worst < 2e-5 * std::fmax(mag, 1.0), "%s attn %s%s hd=%d n_pos=%d: max error %g", ks->name, q8 % 2 ? "q8_0" : "f16",
+                          with_sinks ? " sinks" : "", hd, n_pos, worst);
                 }
             }
         }

@@ -1,5 +1,5 @@
 """The decode measurements on the real engine: `STRATA_STEP_TIMING=1` (wall clock) or `=cpu` (the model thread's
-CPU time) prints one `step timing:` line per solo request whose phases add up to its total (and nothing without
+CPU time) prints one `step timing:` line per request on a one-slot engine whose phases add up to its total (and nothing without
 the variable), and `--probe-bandwidth` prints a PROBE line with the model's decode bytes and the kernels'
 compute ceilings, which tools/decode_roofline.py reads (engine/cpu/step_timer.h,
 engine/cpu/bandwidth.h). Timing values are not checked (a shared machine), only their shape and sums."""

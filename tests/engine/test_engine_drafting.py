@@ -1,7 +1,7 @@
 """Drafting on the real engine and model (--drafting, --draft-model; engine/drafting.h): greedy ids identical
-with drafting off, lookup and a draft model over several prompts, solo and in slots beside slots that do not
+with drafting off, lookup and a draft model over several prompts, on one slot and in slots beside slots that do not
 draft; seeded sampled runs identical to drafting off and reproducible; the conversation cache and prefix
-reuse after rejected drafts; a grammar request drafts under its mask; DONE/BDONE carry the drafts; a draft
+reuse after rejected drafts; a grammar request drafts under its mask; BDONE carries the drafts; a draft
 model of another vocabulary is refused by name. Outputs are short: the file runs in about a minute."""
 
 import pytest
@@ -101,7 +101,7 @@ def test_next_turn_after_rejected_drafts_reuses_the_same(start_engine, model_pat
     assert results["off"][1][0] > len(chat(tok, turns[0])) - 2  # the next turn did reuse the first
 
 
-def test_slots_with_and_without_drafting_equal_solo(start_engine, model_path, prompts):
+def test_slots_with_and_without_drafting_equal_one_slot(start_engine, model_path, prompts):
     ref = [g.tokens for g in _run_all(_engine(start_engine, "off", model_path), prompts, keys=NO_EOS)]
     e = _engine(start_engine, "lookup", model_path, "--batch", "4", "--step-tokens", "64")
     for s, p in enumerate(prompts):  # slots 1 and 3 do not draft

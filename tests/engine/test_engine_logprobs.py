@@ -1,8 +1,8 @@
 """`logprobs=K` on the real engine and model (docs/PROTOCOL.md): the reported log-probabilities are the
 log-softmax of the model's logits (checked against a double-precision log-softmax of the engine's own float
 logits from build/strata-test-probe, within 1e-3, and against llama.cpp's logits for the same tokens within the
-quantisation noise the parity tests allow); at temperature 0 the sampled token is the top entry; a slot reports
-what the solo path reports."""
+quantisation noise the parity tests allow); at temperature 0 the sampled token is the top entry; slot 1 reports
+what slot 0 reports."""
 import math
 
 import pytest
@@ -30,15 +30,15 @@ def _log_softmax(row):
 
 
 @pytest.fixture
-def solo(engine, tok):
+def slot0(engine, tok):
     ids = chat(tok, "What is the capital of France?")
     g = engine.gen(ids, STEPS, f"logprobs={TOP_K}")
     assert g.finish in ("length", "stop"), g.lines
     return ids, [_parse(line) for line in g.lines if line.startswith("BT 0 ")]
 
 
-def test_logprobs_are_the_log_softmax_of_the_logits_and_greedy_is_the_top(solo, model_path, tok):
-    ids, rows = solo
+def test_logprobs_are_the_log_softmax_of_the_logits_and_greedy_is_the_top(slot0, model_path, tok):
+    ids, rows = slot0
     logits, greedy = oracle.engine_logits(model_path, ids, len(rows), tok.n_vocab, last_only=True)
     assert [r[0] for r in rows] == greedy[:len(rows)]
     for (tid, lp, top), row in zip(rows, logits):
@@ -50,10 +50,10 @@ def test_logprobs_are_the_log_softmax_of_the_logits_and_greedy_is_the_top(solo, 
         assert all(a[1] >= b[1] for a, b in zip(top, top[1:]))
 
 
-def test_logprobs_near_llama_cpp(solo, model_path):
+def test_logprobs_near_llama_cpp(slot0, model_path):
     """llama.cpp quantises activations to 8 bits (README), so its logits differ from ours by a small share of
     their spread; the sampled tokens' log-probs agree to that noise."""
-    ids, rows = solo
+    ids, rows = slot0
     logits, _ = oracle.oracle_logits(model_path, ids + [r[0] for r in rows[:-1]], 1, last_only=False)
     theirs = logits[len(ids) - 1:]
     worst = max(abs(lp - _log_softmax(row)[tid]) for (tid, lp, _), row in zip(rows, theirs))
@@ -61,18 +61,18 @@ def test_logprobs_near_llama_cpp(solo, model_path):
     assert worst < 0.1, worst  # measured: 0.032 over 6 steps
 
 
-def test_a_slot_reports_what_the_solo_path_reports(start_engine, tok):
+def test_slot_1_reports_what_slot_0_reports(start_engine, tok):
     e = start_engine("--max-context", "2048", "--threads", "2", "--batch", "2")
     ids = chat(tok, "What is the capital of France?")
     g = e.gen(ids, STEPS, f"logprobs={TOP_K}")
-    solo_rows = [_parse(line) for line in g.lines if line.startswith("BT 0 ")]
+    slot0_rows = [_parse(line) for line in g.lines if line.startswith("BT 0 ")]
     e.send(f"BGEN 1 {STEPS} logprobs={TOP_K} {','.join(map(str, ids))}")
     lines = []
     while not lines or not lines[-1].startswith("BDONE"):
         lines.append(e.line())
     same = [_parse(line) for line in lines if line.startswith("BT ")]
-    assert [r[0] for r in same] == [r[0] for r in solo_rows]
-    for a, b in zip(same, solo_rows):
+    assert [r[0] for r in same] == [r[0] for r in slot0_rows]
+    for a, b in zip(same, slot0_rows):
         assert abs(a[1] - b[1]) < 1e-3 and [i for i, _ in a[2]] == [i for i, _ in b[2]]
 
 
@@ -136,7 +136,7 @@ def _same_rows(a, b):
 def test_logprobs_with_drafting_equal_those_without(start_engine, tok):
     """Drafting verifies several tokens in one step (engine/drafting.h): each token's log-probs must come from
     the verification row that produced it, not from the step's last (or first) row. A prompt the reply copies,
-    greedy, so prompt-lookup drafts are accepted; solo (T lines) and in a slot (BT lines)."""
+    greedy, so prompt-lookup drafts are accepted; in slot 0 alone and in slot 1 beside it."""
     ids = chat(tok, f"Copy this code exactly, then stop:\n\n{CODE}")
     keys = f"logprobs={TOP_K} logit_bias=0:-inf,2:-inf"
     runs = {}
@@ -147,12 +147,12 @@ def test_logprobs_with_drafting_equal_those_without(start_engine, tok):
         slot, bdone = _slot_rows(e, 1, N_DRAFTED, keys, ids)
         runs[mode] = ([_parse(line) for line in g.lines if line.startswith("BT 0 ")], g.done, slot, bdone)
         e.close()
-    (solo_off, _, slot_off, _), (solo_on, done_on, slot_on, bdone_on) = runs["off"], runs["lookup"]
+    (slot0_off, _, slot_off, _), (slot0_on, done_on, slot_on, bdone_on) = runs["off"], runs["lookup"]
     assert int(done_on["drafts_acc"]) >= 10, done_on  # drafts were accepted: several tokens per step
     assert int(dict(w.split("=") for w in bdone_on if "=" in w)["drafts_acc"]) >= 10, bdone_on
-    print(f"solo: drafts {done_on['drafts_acc']}/{done_on['drafts_off']}, worst |d lp| "
-          f"{_same_rows(solo_on, solo_off):.2e}; slot: {bdone_on[-2:]}, worst {_same_rows(slot_on, slot_off):.2e}")
-    assert all(top[0] == (tid, lp) for tid, lp, top in solo_on + slot_on)  # greedy: the top entry
+    print(f"slot 0: drafts {done_on['drafts_acc']}/{done_on['drafts_off']}, worst |d lp| "
+          f"{_same_rows(slot0_on, slot0_off):.2e}; slot 1: {bdone_on[-2:]}, worst {_same_rows(slot_on, slot_off):.2e}")
+    assert all(top[0] == (tid, lp) for tid, lp, top in slot0_on + slot_on)  # greedy: the top entry
 
 
 def test_post_sampling_probs_are_the_draws_distribution(engine, tok):

@@ -12,7 +12,7 @@ FRANCE = "What is the capital of France?"
 
 
 def test_handshake_info_keys(engine):
-    for key in ("engine", "arch", "n_vocab", "n_ctx_train", "context", "batch_slots", "batch_groups", "slot_cache",
+    for key in ("engine", "arch", "n_vocab", "n_ctx_train", "context", "batch_slots", "slot_cache",
                 "conversation_cache_slots", "im_start", "eos", "threads", "backend", "kernels"):
         assert key in engine.info, key
     assert engine.info["arch"] == "llama"
@@ -119,6 +119,16 @@ def test_unknown_flag_exit_2(engine_path, model_path):
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     assert "usage" in r.stderr and r.stdout == ""
+
+
+def test_the_retired_batch_groups_flag_is_refused_by_name(engine_path, model_path, engine):
+    """--batch-groups was parsed and reported but never read by the slot loop: it is refused, not ignored,
+    and INFO no longer reports batch_groups=."""
+    r = subprocess.run([str(engine_path), "--serve", "--model", str(model_path), "--batch", "2", "--batch-groups",
+                        "2"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and r.stdout == ""
+    assert "unknown flag --batch-groups: retired" in r.stderr.splitlines()[0]
+    assert "batch_groups" not in engine.info and "--batch-groups" not in r.stderr.split("\n", 1)[1]
 
 
 def test_bad_model_file_exit_1(engine_path, tmp_path):

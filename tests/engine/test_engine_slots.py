@@ -1,7 +1,7 @@
 """Batch slots on the real engine (--batch N): BGEN accepted at once (BACC), the read in the step loop
 (BPP), BT from the first token, BDONE with the request's figures; BSTOP while reading or decoding; a short
-prompt admitted during a long read gets its first token before that read ends; a solo GEN takes a slot's
-state back; 8 concurrent chats whose greedy text equals each chat run alone."""
+prompt admitted during a long read gets its first token before that read ends; slot 0 resumes from the
+stream slot 1 holds; 8 concurrent chats whose greedy text equals each chat run alone."""
 
 import json
 import threading
@@ -64,11 +64,11 @@ def test_info_and_one_slot(start_engine, tok):
     assert end["generated"] == "6" and end["finish"] == "length" and len(toks[1]) == 6
     assert end["prompt"] == str(len(ids)) and end["prompt_read"] == str(len(ids)) and end["reused"] == "0"
     assert float(end["prompt_ms"]) > 0 and float(end["decode_ms"]) > 0
-    # the same request solo gives the same tokens, and it reuses the slot's state (solo again)
+    # slot 0 resumes from the stream slot 1 holds, and the same request alone gives the same tokens
     g = e.gen(ids + toks[1], max_new=1, keys=NO_EOS)
     assert g.resume == len(ids) + 5  # the slot held prompt + generated minus the last
-    solo = e.gen(ids, max_new=6, keys=NO_EOS)
-    assert solo.tokens == toks[1]
+    again = e.gen(ids, max_new=6, keys=NO_EOS)
+    assert again.tokens == toks[1]
     e.send(f"BGEN 5 4 {','.join(map(str, ids))}")
     assert "no slot" in e.expect("ERR ")
 
@@ -125,7 +125,7 @@ def test_bstop_while_reading(start_engine, tok):
     assert end["finish"] == "cancel" and end["generated"] == "0" and 0 not in toks
     k = int(end["prompt_read"])
     assert 16 <= k < len(ids) and float(end["prompt_ms"]) > 0
-    # what was read stays in the slot: the same prompt resumes from there and equals a solo run
+    # what was read stays in the slot: the same prompt resumes from there and equals a run in slot 0 alone
     assert accept(e, 0, 4, ids) >= k
     toks = {}
     collect_slots(e, toks, {0})
@@ -166,7 +166,7 @@ def test_slots_decode_while_a_long_prompt_is_read(start_engine, tok):
     collect_slots(e, {}, {0, 1})
 
 
-def test_eight_concurrent_chats_equal_solo(start_engine, tok):
+def test_eight_concurrent_chats_equal_each_alone(start_engine, tok):
     n_new = 12
     prompts = [chat(tok, q) for q in QUESTIONS]
     e = start_engine("--max-context", "1024", "--batch", "8", "--conversation-cache-slots", "0")
@@ -340,7 +340,7 @@ def test_bclose_ends_a_constrained_slot_with_its_shortest_completion(start_engin
 
 def test_one_slot_reads_in_chunks_and_is_timed(start_engine, tok):
     # --batch 1 (the server's --parallel 1): nothing is admitted beside a read, so the prompt is read in
-    # --chunk pieces on the solo boundaries, and the request's read and decode are timed as a solo one was
+    # --chunk pieces (multiples of the chunk from position 0), and the request's read and decode are timed
     env = {"STRATA_PF_TIMING": "1", "STRATA_STEP_TIMING": "1"}
     e = start_engine("--max-context", "1024", "--batch", "1", "--chunk", "8", "--step-tokens", "64", env=env)
     ids = chat(tok, "Name three colours of the rainbow, then three animals that live in the sea, please.")

@@ -128,7 +128,7 @@ def test_gemma_270m_greedy_matches_llama_cpp(which):
 
 def test_gemma_270m_prefix_reuse_and_slots(engine_path):
     """Past the window, a continued prompt resumes from the cache and a batch slot decodes alike: the same
-    greedy tokens as one solo run (context 2048 with the default chunk: the window layers are rings of
+    greedy tokens as one run in slot 0 (context 2048 with the default chunk: the window layers are rings of
     512 + 520 - 1 cells, which this run does not lap; test_gemma3_ring.py laps them)."""
     from tests.engine.conftest import Engine  # by package path: a bare `conftest` may be another folder's
     from tokenizer.spm import load_tokenizer
@@ -138,10 +138,10 @@ def test_gemma_270m_prefix_reuse_and_slots(engine_path):
     no_end = "logit_bias=1:-inf,106:-inf"
     e = Engine(engine_path, path, "--max-context", "2048", "--batch", "2", "--threads", "2")
     try:
-        solo = e.gen(ids, max_new=12, keys=no_end)
-        assert len(solo.tokens) == 12, solo.lines
-        cont = e.gen(ids + solo.tokens[:6], max_new=6, keys=no_end)
-        assert cont.resume >= len(ids) and cont.tokens == solo.tokens[6:]
+        first = e.gen(ids, max_new=12, keys=no_end)
+        assert len(first.tokens) == 12, first.lines
+        cont = e.gen(ids + first.tokens[:6], max_new=6, keys=no_end)
+        assert cont.resume >= len(ids) and cont.tokens == first.tokens[6:]
         e.gen([tok.special_ids["bos"]] + tok.encode("Something else entirely."), max_new=2, keys=no_end)
         e.send(f"BGEN 1 12 {no_end} {','.join(map(str, ids))}")
         toks = []
@@ -152,6 +152,6 @@ def test_gemma_270m_prefix_reuse_and_slots(engine_path):
                 toks.append(int(w[2]))
             elif w[0] == "BDONE":
                 break
-        assert toks == solo.tokens
+        assert toks == first.tokens
     finally:
         e.close()

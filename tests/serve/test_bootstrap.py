@@ -1,4 +1,4 @@
-"""serve/bootstrap.py's listening options: the host name a cluster's answers carry (X-Strata-Host)."""
+"""serve/bootstrap/options.py (through serve.bootstrap): the host name a cluster's answers carry (X-Strata-Host)."""
 import argparse
 
 import pytest

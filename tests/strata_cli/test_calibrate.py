@@ -15,7 +15,9 @@ def test_candidates():
 
 def test_calibrate_measures_writes_and_keeps_the_old_config(tmp_path):
     rec = tmp_path / "rec.txt"
-    argv = fake_argv(tmp_path, {"record": str(rec), "turns": [{"text": "x" * 64, "eos": False}]})
+    # a read and a decode that take measurable time: BDONE's figures are in 0.1 ms, and a zero is no rate
+    turn = {"text": "x" * 64, "eos": False, "pp_delay_s": 0.002, "token_delay_s": 0.0005}
+    argv = fake_argv(tmp_path, {"record": str(rec), "turns": [turn]})
     cfg = tmp_path / "strata-m.json"
     cfg.write_text(json.dumps({"parallel": 2}))
     said = []

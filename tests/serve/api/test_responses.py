@@ -133,7 +133,8 @@ def test_item_references_name_kept_input_and_output_items(server, tmp_path):
     status, err, _ = s.post("/v1/responses", {"input": [{"type": "item_reference", "id": "msg_gone"}]})
     assert status == 400 and err["error"]["param"] == "input" and "msg_gone" in err["error"]["message"]
     s.request("DELETE", f"/v1/responses/{first['id']}")      # the second request keeps a copy of the item
-    assert s.post("/v1/responses", {"input": [{"type": "item_reference", "id": answered}], "store": False})[0] == 200
+    assert s.post("/v1/responses", {"input": [{"type": "item_reference", "id": answered},
+                                              {"role": "user", "content": "Sure?"}], "store": False})[0] == 200
     s.request("DELETE", f"/v1/responses/{second['id']}")
     status, err, _ = s.post("/v1/responses", {"input": [{"type": "item_reference", "id": answered}]})
     assert status == 400 and "not found" in err["error"]["message"]
@@ -232,3 +233,52 @@ def test_llama_telemetry_progress_and_timings_per_token(server, monkeypatch):
     _, text, _ = s.post("/v1/responses", {"input": "y", "stream": True})  # without them: neither
     assert not any("prompt_progress" in e or "timings" in e for e in _events(text)[:-1])
     assert s.post("/v1/responses", {"input": "y", "stream": True, "return_progress": "yes"})[0] == 400
+
+
+# ---------------------------------------------------------------- parity with chat/completions (official SDK)
+def _sdk(s):
+    openai = pytest.importorskip("openai", reason="the openai SDK is a test-only dependency (requirements-test.txt)")
+    return openai, openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key="unused", max_retries=0,
+                                 timeout=30)
+
+
+def test_the_loop_guards_stop_is_said_on_the_response_never_as_max_output_tokens(server):
+    # chat/completions says finish_reason stop + strata_finish loop_guard; here: status completed and the same
+    # strata field, streamed or not; a reply its budget cut stays incomplete (max_output_tokens) without it
+    loop = {"ids": [104, 105] * 600}
+    s = server({"turns": [loop, loop, {"text": "x" * 40}]})
+    openai, client = _sdk(s)
+    r = client.responses.create(model="fake-model", input="hi", max_output_tokens=1000)
+    assert r.status == "completed" and r.incomplete_details is None
+    assert r.model_extra["strata_finish"] == "loop_guard" and r.output_text.startswith("hihi")
+    with client.responses.create(model="fake-model", input="hi", max_output_tokens=1000, stream=True) as events:
+        last = [e for e in events][-1]
+    assert last.type == "response.completed" and last.response.model_extra["strata_finish"] == "loop_guard"
+    cut = client.responses.create(model="fake-model", input="hi", max_output_tokens=10)
+    assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens"
+    assert "strata_finish" not in (cut.model_extra or {})
+
+
+def test_a_final_assistant_message_is_continued_and_the_chain_keeps_it_one_turn(server, tmp_path):
+    gens = tmp_path / "gens.txt"
+    s = server({"turns": [{"text": "lo there"}, {"text": "Fine."}, {"text": "New."}], "record_gen": str(gens)})
+    openai, client = _sdk(s)
+
+    def prompt(n):   # the n-th BGEN's prompt, as text: BGEN <slot> <max_new> [k=v ...] <ids>
+        ids = gens.read_text().splitlines()[n].split()[-1]
+        return s.svc.tok.decode([int(x) for x in ids.split(",")])
+    r = client.responses.create(model="fake-model", input=[{"role": "user", "content": "Hi"},
+                                                            {"role": "assistant", "content": "Hel"}])
+    assert r.output_text == "lo there" and r.status == "completed"   # only the new text
+    assert prompt(0).endswith("<|im_start|>assistant\nHel")          # no end of turn, no new turn
+    nxt = client.responses.create(model="fake-model", previous_response_id=r.id, input="And you?")
+    assert nxt.output_text == "Fine."
+    assert "<|im_start|>assistant\nHello there<|im_end|>\n<|im_start|>user\nAnd you?" in prompt(1)
+    client.responses.create(model="fake-model", input=[{"role": "user", "content": "Hi"},
+                                                        {"role": "assistant", "content": "Hel"}],
+                            extra_body={"continue_final_message": False})
+    assert prompt(2).endswith("Hel<|im_end|>\n<|im_start|>assistant\n")   # asked for a new turn
+    with pytest.raises(openai.BadRequestError) as refused:  # a grammar starts at the reply's first token
+        client.responses.create(model="fake-model", text={"format": {"type": "json_object"}},
+                                input=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "{"}])
+    assert refused.value.body["param"] == "input" and "continued" in refused.value.body["message"]

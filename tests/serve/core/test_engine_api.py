@@ -62,17 +62,17 @@ def _members(protocol) -> set[str]:
 
 
 def test_strata_engine_and_the_replica_set_have_the_whole_engine_client_surface(tmp_path):
-    solo = StrataEngine(fake_argv(tmp_path), [], log_path=str(tmp_path / "a.log"))
+    single = StrataEngine(fake_argv(tmp_path), [], log_path=str(tmp_path / "a.log"))
     other = StrataEngine(fake_argv(tmp_path), [], log_path=str(tmp_path / "b.log"))
-    replicas = ReplicaEngine([solo, other], pin=False)
+    replicas = ReplicaEngine([single, other], pin=False)
     wanted = _members(EngineClient)
     assert {"generate", "alive", "info", "max_context", "restart", "closed"} <= wanted
-    for engine in (solo, replicas):
+    for engine in (single, replicas):
         missing = sorted(n for n in wanted if not hasattr(engine, n))
         assert not missing, f"{type(engine).__name__} lacks {missing} of EngineClient"
-    assert solo.engines() == [solo] and replicas.engines() == [solo, other]   # what the views iterate
-    assert solo.live() is None and [r["replica"] for r in replicas.live()] == [0, 1]
-    assert replicas.log_path == solo.log_path == str(tmp_path / "a.log")
+    assert single.engines() == [single] and replicas.engines() == [single, other]   # what the views iterate
+    assert single.live() is None and [r["replica"] for r in replicas.live()] == [0, 1]
+    assert replicas.log_path == single.log_path == str(tmp_path / "a.log")
 
 
 @pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(EngineFigures) if f.name != "extra"])

@@ -128,7 +128,7 @@ def test_early_close_quarantines_the_slot_until_bdone(slots_engine, monkeypatch)
 
 
 def test_pick_slot_prefix_checkpoint_shared_boundary_and_busy():
-    s = SlotTable(4, 1)
+    s = SlotTable(4)
     sys_p = [257, 1, 2, 3, 258]
     s.held[0] = sys_p + [257, 11, 12, 258, 257, 13]          # conversation A
     s.held[1] = sys_p + [257, 21, 22, 258, 257, 23, 24]      # conversation B
@@ -143,10 +143,6 @@ def test_pick_slot_prefix_checkpoint_shared_boundary_and_busy():
     assert pick_slot(s, a_next, 257) in (2, 3)                # never a busy slot
     s.owner = ["x"] * 4
     assert pick_slot(s, a_next, 257) is None
-    g = SlotTable(4, 2)                                           # two groups of 2: order 0, 2, 1, 3
-    assert g.order == [0, 2, 1, 3]
-    g.owner[1] = "busy"                                        # hole below slot 1 in group 0
-    assert pick_slot(g, [1, 2], 257) == 0
 
 
 class _HookedCondition(threading.Condition):
@@ -166,7 +162,7 @@ class _HookedCondition(threading.Condition):
 
 class _StubProc:
     def __init__(self, n):
-        self.slots, self.ended = SlotTable(n, 1), False
+        self.slots, self.ended = SlotTable(n), False
 
 
 class _StubEngine:

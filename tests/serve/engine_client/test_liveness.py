@@ -1,5 +1,5 @@
 """serve/engine_client/liveness.py: the heartbeat's rules on a clock the test owns (when it pings, when a
-missing PONG ends the process, what a solo command and a late tick change), `write_nowait` on a real pipe
+missing PONG ends the process, what a whole command (BSAVE) and a late tick change), `write_nowait` on a real pipe
 that nobody reads, the pump's PONG routing, and the bad schedule the heartbeat must survive: a writer
 blocked on the full pipe of a frozen engine, holding `ctl` and `wlock`."""
 import os
@@ -23,7 +23,7 @@ class _Proc(SimpleNamespace):
     """What the heartbeat uses of an EngineProcess, with the writes and the kill recorded."""
 
     def __init__(self, pipe_ok=True):
-        super().__init__(ended=False, heard=0.0, pong=0, solo_since=None, admissions=[], gen=1, writes=[],
+        super().__init__(ended=False, heard=0.0, pong=0, whole_since=None, admissions=[], gen=1, writes=[],
                          note=None, pipe_ok=pipe_ok)
 
     def write_nowait(self, line, lock_wait_s):
@@ -81,25 +81,25 @@ def test_lines_keep_it_alive_but_waiting_admissions_still_ping():
     assert _ticks(hb, 1.4, 9.0) == 7.0 and p.ended           # owed, frozen only 4 s after that line
 
 
-def test_a_solo_command_suspends_the_pong_it_would_delay():
+def test_a_whole_command_suspends_the_pong_it_would_delay():
     p = _Proc()
     hb = _beat(p)
-    p.solo_since = 0.5                                       # a BSAVE runs whole (its own clock watches it)
+    p.whole_since = 0.5                                       # a BSAVE runs whole (its own clock watches it)
     assert _ticks(hb, 0.1, 3.0) is None and p.writes == []   # no PING during it
-    p.solo_since = None
+    p.whole_since = None
     assert not hb.check(3.1) and p.writes == ["PING 1"]      # BSAVE over, quiet: PING
-    p.solo_since, p.heard = 3.2, 3.3                         # another control command right after the PING
+    p.whole_since, p.heard = 3.2, 3.3                         # another control command right after the PING
     assert _ticks(hb, 3.2, 9.0) == 7.3 and p.ended           # PING 1 came before it: it still counts
 
 
-def test_a_ping_written_during_a_solo_command_counts_from_its_end():
+def test_a_ping_written_during_a_whole_command_counts_from_its_end():
     p = _Proc()
     hb = _beat(p)
-    p.solo_since = 0.0
+    p.whole_since = 0.0
     hb.owed_since, hb.sent, hb.last_ping = 1.0, 1, 1.0       # PING 1 went out while the BSAVE ran
     p.heard = 0.5
     assert _ticks(hb, 1.0, 60.0, step=0.4) is None           # silent as long as it likes: its clock rules
-    p.solo_since, p.heard = None, 60.0                       # SAVED at 60 s: the PONG is owed from then
+    p.whole_since, p.heard = None, 60.0                       # SAVED at 60 s: the PONG is owed from then
     assert _ticks(hb, 60.1, 70.0) == 64.0 and p.ended
 
 

@@ -13,7 +13,7 @@ from serve.engine_client.slot_table import SlotTable
 
 def _proc(n=2):
     p = EngineProcess(popen=None, gen=1, cv=threading.Condition(), n_vocab=100)
-    p.slots = SlotTable(n, 1)
+    p.slots = SlotTable(n)
     return p
 
 

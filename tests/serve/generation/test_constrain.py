@@ -1,6 +1,6 @@
 """Structured output over the fake engines: which grammar reaches the engine (`grammar=`, recorded by the fake
 as it decodes it) for response_format, llama.cpp's json_schema / grammar, forced tool calls on both APIs, on
-the solo path and in slots; the 400s for schemas outside the subset, engine-refused grammars and the output
+one slot and in several; the 400s for schemas outside the subset, engine-refused grammars and the output
 fields Strata does not implement, and bad log-probability and choice counts."""
 import json
 

@@ -107,6 +107,42 @@ def test_multiple_of():
     assert not accepts({"type": "number", "multipleOf": 2, "minimum": 0, "maximum": 4}, "2.0")
 
 
+DECIMAL_STEPS = [(0.5, {}), (0.25, {}), (0.2, {}), (0.125, {}), (0.1, {}), (0.05, {}), (0.01, {}),
+                 (0.01, {"minimum": -1.5, "maximum": 2}), (0.1, {"exclusiveMinimum": 0, "exclusiveMaximum": 1}),
+                 (0.25, {"minimum": -1, "maximum": 1}), (2.5, {"minimum": 0, "exclusiveMaximum": 10}),
+                 (0.3, {"minimum": -1, "maximum": 3}), (0.05, {"minimum": 0.1, "maximum": 0.35}),
+                 (0.5, {"minimum": 0}), (0.25, {"exclusiveMinimum": -2.5}), (0.2, {"maximum": 1.3}),
+                 (0.125, {"minimum": -3000, "exclusiveMaximum": 2.875}), (0.5, {"exclusiveMinimum": -1.5,
+                                                                                 "exclusiveMaximum": 2000}),
+                 (0.25, {"minimum": -2.3, "maximum": -0.6}), (0.5, {"exclusiveMaximum": 0})]
+
+
+@pytest.mark.parametrize("step, bounds", DECIMAL_STEPS)
+def test_decimal_multiple_of_is_exact_to_the_written_digits(step, bounds):
+    # every number from -3 to 3 in steps of 0.001, written with 0..3 fraction digits: what the grammar accepts
+    # is a multiple (as exact decimals, JSON Schema's meaning) inside the bounds, and every such multiple is
+    # accepted written in its shortest form
+    from fractions import Fraction
+    rx = gbnf_regex(schema_grammar({"type": "number", "multipleOf": step, **bounds}))
+    q = Fraction(repr(step))
+    limits = {k: Fraction(repr(v)) for k, v in bounds.items()}
+
+    def fits(x):
+        return x % q == 0 and all({"minimum": x >= v, "maximum": x <= v, "exclusiveMinimum": x > v,
+                                   "exclusiveMaximum": x < v}[k] for k, v in limits.items())
+    n_fit = 0
+    for k in range(-3000, 3001):
+        x = Fraction(k, 1000)
+        texts = _written(k, 1000)
+        for text in texts:
+            assert rx.fullmatch(text) is None or fits(x), (text, step, bounds)
+        if fits(x):
+            n_fit += 1
+            shortest = min(texts, key=len) if k % 1000 else str(k // 1000)
+            assert rx.fullmatch(shortest), (shortest, step, bounds)
+    assert n_fit >= 2 and not rx.fullmatch("1e0")
+
+
 def test_objects_keep_order_required_and_no_extras():
     schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"},
                                                "c": {"type": "null"}}, "required": ["b"]}
@@ -161,7 +197,9 @@ def test_whitespace_is_bounded():
     ({"type": "string", "pattern": "a", "maxLength": 3}, "pattern beside"),
     ({"allOf": [{"type": "string"}]}, "'allOf'"),
     ({"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}, "'uniqueItems'"),
-    ({"type": "number", "multipleOf": 0.5}, "whole multipleOf"),
+    ({"type": "number", "multipleOf": 0.3}, "multipleOf 0.3"),
+    ({"type": "number", "multipleOf": 2.5, "minimum": 0}, "multipleOf 2.5"),
+    ({"type": "number", "multipleOf": 0.5, "minimum": 0.1, "maximum": 0.4}, "none between"),
     ({"type": "integer", "multipleOf": 7}, "multipleOf 7"),
     ({"type": "number", "minimum": 2, "exclusiveMaximum": 2}, "no number fits"),
     ({"type": "string", "format": "email"}, "'email'"),

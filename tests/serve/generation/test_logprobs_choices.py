@@ -1,7 +1,7 @@
 """Log-probabilities and several choices over the fake engines: the `logprobs=K` key reaches the engine only
 when asked; the fakes' T/BT log-probabilities come back in OpenAI chat (JSON and stream), completions' legacy
-shape and llama.cpp's `completion_probabilities`; partial UTF-8 tokens carry their bytes; `n` choices (solo:
-one after another; slots: the later ones admitted once the first has read the prompt, reusing it), their
+shape and llama.cpp's `completion_probabilities`; partial UTF-8 tokens carry their bytes; `n` choices (one slot:
+one after another; several slots: the later ones admitted once the first has read the prompt, reusing it), their
 `index` in streams, seeds seed, seed+1, ... and usage that counts the prompt once; a client that leaves stops
 every choice."""
 import json
@@ -83,7 +83,7 @@ def test_llama_completion_n_probs_stream_and_settings(server):
     assert "completion_probabilities" not in body
 
 
-def test_n_choices_on_a_solo_engine_run_one_after_another(server, tmp_path):
+def test_n_choices_on_a_one_slot_engine_run_one_after_another(server, tmp_path):
     record = tmp_path / "gen.txt"
     s = server({"turns": [{"text": "one"}, {"text": "two"}, {"text": "three"}], "record_gen": str(record)})
     status, body, _ = s.post("/v1/chat/completions", chat("q", n=3, seed=41))

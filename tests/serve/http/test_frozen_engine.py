@@ -1,8 +1,8 @@
 """The SIGSTOP matrix (issue 25): a frozen engine is always caught, whatever waits on it.
 
-For each engine (the fake, solo and with slots; the real engine on the default model, solo and `--batch 2`,
+For each engine (the fake, one slot and several; the real engine on the default model, one slot and `--batch 2`,
 skipped when either is absent) and each moment (idle; a request sent right after the freeze, so it waits for
-its admission or its solo answer; mid-stream), under STRATA_ENGINE_STALL_S=STALL_S:
+its admission or its one-slot answer; mid-stream), under STRATA_ENGINE_STALL_S=STALL_S:
 - every request is answered within STALL_S + 5 s: 200, or the dialect's error (503; a stream's error event);
 - `/health` is truthful: 503 with the freeze in its message once it is caught (idle: within the stall limit
   of the SIGSTOP, plus a tick), 200 again after the supervisor's replacement;
@@ -28,7 +28,7 @@ STALL_S = 3.0               # small, so the matrix runs in seconds; the engine a
 ANSWER_LIMIT_S = STALL_S + 5  # the issue's bound on every request's answer
 CAUGHT_LIMIT_S = STALL_S + 1.5  # idle: /health 503 within the stall limit of the freeze, plus a tick and a poll
 REPLACED_LIMIT_S = 60.0     # a new engine answers /health 200 (the real model loads in a second or two)
-KINDS = ("fake-solo", "fake-slots", "real-solo", "real-slots")
+KINDS = ("fake-one-slot", "fake-slots", "real-one-slot", "real-slots")
 REAL_ENGINE = os.environ.get("STRATA_TEST_ENGINE") or ENGINE_EXE
 
 
@@ -76,7 +76,7 @@ def _service(kind, tmp_path):
         return engine, lambda: Service(engine, tok, "smollm2", ChatTemplate.from_text(tok.chat_template),
                                        arch="llama")
     from tokenizer.bpe import ByteTokenizer
-    if kind == "fake-solo":
+    if kind == "fake-one-slot":
         argv = fake_argv(tmp_path, {"turns": [{"text": "abcdefgh" * 50, "token_delay_s": 0.02}]})
     else:
         path = tmp_path / "slots.json"

@@ -1,5 +1,5 @@
-"""SIGTERM during any stream (chat, completions, messages; the solo engine and the solo leg of the slot path
-under --parallel) ends it with the shutdown error event, never a normal finish (issue 10, Faults)."""
+"""SIGTERM during any stream (chat, completions, messages; on a one-slot engine and alone on a two-slot engine
+under --parallel 2) ends it with the shutdown error event, never a normal finish (issue 10, Faults)."""
 import json
 import signal
 import socket
@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import ROOT, fake_argv
 from tests.serve.conftest import FAKE_SLOTS
 
-SOLO = {"turns": [{"ids": [97 + i % 26 for i in range(50000)], "token_delay_s": 0.005}]}
+ONE_SLOT = {"turns": [{"ids": [97 + i % 26 for i in range(50000)], "token_delay_s": 0.005}]}
 SLOTS = {"repeat": 5000, "token_delay_s": 0.005, "step_delay_s": 0.005}
 CHAT = {"messages": [{"role": "user", "content": "tell me everything"}], "stream": True}
 STREAMS = {"chat": ("/v1/chat/completions", CHAT),
@@ -56,11 +56,11 @@ def _stream_then_sigterm(proc, port, path, body) -> str:
 
 
 @pytest.mark.parametrize("api", list(STREAMS))
-@pytest.mark.parametrize("engine", ["solo", "slots"])
+@pytest.mark.parametrize("engine", ["one-slot", "slots"])
 def test_sigterm_ends_every_stream_with_the_shutdown_event(tmp_path, api, engine):
-    if engine == "solo":
-        argv, extra = fake_argv(tmp_path, SOLO), ["--parallel", "1"]
-    else:  # a lone request on the slot path runs as its solo leg
+    if engine == "one-slot":
+        argv, extra = fake_argv(tmp_path, ONE_SLOT), ["--parallel", "1"]
+    else:  # one request alone on a two-slot engine
         (tmp_path / "slots.json").write_text(json.dumps(SLOTS))
         argv, extra = [sys.executable, FAKE_SLOTS, "--script", str(tmp_path / "slots.json")], ["--parallel", "2"]
     proc, port = _spawn(tmp_path, argv, extra)

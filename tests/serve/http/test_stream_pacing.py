@@ -149,8 +149,8 @@ def test_a_paced_stream_is_still_a_stream_written_in_bursts(slot_server):  # noq
     assert len(events) > 3 * len(reads)            # several frames to a write
 
 
-def test_the_solo_engine_is_paced_too(server):
-    # --parallel 1: the solo path's reads call on_wait as the slot path's do
+def test_a_one_slot_engine_is_paced_too(server):
+    # --parallel 1 (the one-slot fake): its slot's reads call on_wait as several slots' do
     s = server({"turns": [{"text": "<w>", "repeat": 40, "token_delay_s": 0.005}]}, stream_interval_ms=60)
     reads = _reads(s.port, chat("w"))
     content = [t for t, c in reads if b'"content"' in c]

@@ -22,7 +22,7 @@ def _values(s):
     return out
 
 
-def test_solo_drafts_reach_totals_metrics_and_timings(server):
+def test_one_slot_drafts_reach_totals_metrics_and_timings(server):
     s = server({"turns": [{"text": "abcdef", "drafts": [3, 5, 2]}]})
     for _ in range(2):
         status, body, _ = s.post("/v1/chat/completions", chat("hi"))

@@ -79,7 +79,7 @@ def test_llama_names_types_help_and_exact_integers(server):
         assert fams[fam_name].type == kind, name
         assert fams[fam_name].documentation == help_text, name
     assert sample(fams, "llamacpp:prompt_seconds", "_total") == 1.5
-    # three solo requests of 11 tokens (the text) + the end token each: one decode per token
+    # three requests one after another of 11 tokens (the text) + the end token each: one decode per token
     assert sample(fams, "llamacpp:n_decode", "_total") == 36
     assert sample(fams, "llamacpp:n_busy_slots_per_decode") == 1.0
     assert sample(fams, "llamacpp:requests_processing") == 0
@@ -170,7 +170,7 @@ def test_more_requests_than_slots_are_deferred(slot_server):  # noqa: F811
     assert all(p <= 2 for p, _ in seen), seen
 
 
-def test_solo_engine_one_processing_one_deferred(server):
+def test_a_one_slot_engine_has_one_processing_one_deferred(server):
     s = server({"turns": [{"text": "slow", "repeat": 100, "token_delay_s": 0.01}]})
     threads = [threading.Thread(target=lambda: s.post("/v1/chat/completions", chat("hi"), timeout=60))
                for _ in range(2)]

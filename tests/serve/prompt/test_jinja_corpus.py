@@ -157,9 +157,9 @@ def test_template_renders_as_llama_cpp_python_renders_it(name):
 
 def test_the_default_models_own_template_renders_as_llama_cpp_python_renders_it():
     oracle.require_oracle()
-    from tests.tokenizer import tokenizer_reference as ref
+    from tests.conftest import model_path
     from tokenizer.gguf_meta import read_metadata
-    path = ref.model_path()
+    path = model_path()
     if path is None:
         pytest.skip("the default model file is not installed")
     text = read_metadata(path, ["tokenizer.chat_template"])["tokenizer.chat_template"]

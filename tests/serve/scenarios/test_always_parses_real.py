@@ -5,6 +5,7 @@ loop guard (whose stop is `strata_finish: "loop_guard"`, never `length`); a sche
 (numbers and integers, exclusive bounds, multipleOf) is honoured over 12 seeds at temperature 1, checked by
 an independent validator; vLLM's guided_choice / guided_regex and a schema's `pattern` are followed."""
 import json
+import math
 import os
 
 import pytest
@@ -16,6 +17,8 @@ pytestmark = pytest.mark.skipif(not (os.access(ENGINE, os.X_OK) and MODEL),
                                 reason="needs build/strata-engine and the SmolLM2 model")
 CTX = 1024
 SEEDS = range(12)
+CHOICE_SEEDS = range(200)   # ~2 s on 2 cores: a reply of one or two tokens each
+CHOICE_SIGMAS = 4.5         # a split the engine really draws lands outside this less than once in 100,000 runs
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +72,42 @@ def test_vllm_guided_choice_returns_one_of_the_choices(real):
         model="smollm2", messages=[{"role": "user", "content": "Toss a coin: heads or tails?"}], temperature=1,
         seed=seed, max_tokens=8, extra_body={"guided_choice": choices}).choices[0].message.content for seed in SEEDS]
     assert set(got) <= set(choices), got
+
+
+def _first_token_share(top: list, choices: list[str]) -> tuple[float, float]:
+    """The bounds on the first choice's share that the engine's masked draw should give: the mass of the first
+    tokens that begin each choice (from the model's own top 20, before the mask), normalised over both; a
+    beginning token outside the top 20 weighs at most the 20th's probability, at most one per prefix length."""
+    floor = math.exp(top[-1]["logprob"])
+    mass = [sum(math.exp(t["logprob"]) for t in top if t["token"] and c.startswith(t["token"])) for c in choices]
+    a, b = mass
+    return a / (a + b + len(choices[1]) * floor), (a + len(choices[0]) * floor) / (a + len(choices[0]) * floor + b)
+
+
+@pytest.mark.parametrize("question, choices", [
+    ("Answer yes or no: is the sky green?", ["yes", "no"]),        # near 50/50: each choice one token
+    ("Toss a coin. Reply Heads or Tails.", ["Heads", "Tails"])])  # "Head"+"s" or "H"+... against "T"+"ails"
+def test_guided_choice_split_follows_the_models_first_token_mass(real, question, choices):
+    """guided_choice at temperature 1 over 200 seeds: every reply is exactly one choice, and the split is
+    the one the engine's draw promises (the grammar's mask, then the draw over what is left): within
+    CHOICE_SIGMAS binomial deviations of the share the model's own first-token probabilities give. top_p 1:
+    the family default (0.9) would drop a choice under 10 % of the masked mass."""
+    body = {"messages": [{"role": "user", "content": question}], "temperature": 1, "top_p": 1, "max_tokens": 8,
+            "guided_choice": choices}
+    status, first, _ = real.post("/v1/chat/completions", {**body, "seed": 0, "logprobs": True, "top_logprobs": 20})
+    assert status == 200, first
+    low, high = _first_token_share(first["choices"][0]["logprobs"]["content"][0]["top_logprobs"], choices)
+    got = []
+    for seed in CHOICE_SEEDS:
+        status, reply, _ = real.post("/v1/chat/completions", {**body, "seed": seed})
+        assert status == 200, reply
+        got.append(reply["choices"][0]["message"]["content"])
+    assert set(got) <= set(choices), sorted(set(got) - set(choices))
+    n, k = len(got), got.count(choices[0])
+    assert 0 < k < n, (k, n, low, high)   # both appear
+    lo = n * low - CHOICE_SIGMAS * math.sqrt(n * low * (1 - low))
+    hi = n * high + CHOICE_SIGMAS * math.sqrt(n * high * (1 - high))
+    assert lo <= k <= hi, f"{choices[0]} {k}/{n}, expected {n * low:.0f}..{n * high:.0f} (bounds {lo:.0f}..{hi:.0f})"
 
 
 def test_vllm_guided_regex_and_schema_patterns_match(real):

@@ -1,6 +1,6 @@
 """Embeddings on the real engine and the default model (skipped when either is absent): the vector equals
 llama.cpp's (`--pooling mean`, normalised) within the stated tolerance, has norm 1, repeats exactly for the same
-input and differs for another; a batch equals its inputs one by one; the solo engine (EMB) and the slots (BEMB)
+input and differs for another; a batch equals its inputs one by one; a one-slot engine and eight slots
 agree; embeddings running beside a greedy generation leave its text unchanged; the official openai and ollama
 clients read the answers.
 
@@ -90,9 +90,9 @@ def test_norm_repeat_differ_and_batch_equals_one_by_one(slots):
         assert max(abs(x - y) for x, y in zip(a, b)) < 1e-6
 
 
-def test_solo_engine_agrees_with_the_slots(slots, tmp_path):
-    with _server(tmp_path, 1) as solo:
-        ours = _vectors(solo, TEXTS[:2])
+def test_a_one_slot_engine_agrees_with_the_slots(slots, tmp_path):
+    with _server(tmp_path, 1) as one_slot:
+        ours = _vectors(one_slot, TEXTS[:2])
     for a, b in zip(ours, _vectors(slots, TEXTS[:2])):
         assert max(abs(x - y) for x, y in zip(a, b)) < 1e-6
 

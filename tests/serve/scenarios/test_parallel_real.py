@@ -1,5 +1,5 @@
 """The batch path on the real engine and model (skips when the engine has no batch slots or no model):
-8 concurrent greedy chats give the same tokens as each alone on a solo engine; a short question sent while a
+8 concurrent greedy chats give the same tokens as each alone on a one-slot engine; a short question sent while a
 4K-token prompt is read gets its first token before that read ends (the engine's steps read it first)."""
 import os
 import threading
@@ -59,11 +59,11 @@ def _ids(e, ids, max_new, firsts=None, key=None):
 
 
 def test_eight_concurrent_chats_match_each_alone():
-    solo = _engine(0)
+    one_slot = _engine(0)
     try:
-        alone = [_ids(solo, _prompt(i), 16) for i in range(8)]  # each alone: a solo GEN
+        alone = [_ids(one_slot, _prompt(i), 16) for i in range(8)]  # each alone on the default one slot
     finally:
-        solo.close()
+        one_slot.close()
     busy = _Busy()
     e = _engine(8, on_line=busy)
     try:
@@ -100,7 +100,7 @@ def test_short_question_goes_first_while_a_long_prompt_is_read():
 
 def test_soak_no_crossed_replies_with_hang_ups_and_engine_kills():
     """STRATA_SOAK_N requests (skipped unless set; the closing figures of issue 17 come from N=1000) from 8
-    threads on the real model, greedy: each reply must be a start of its prompt's solo answer (a crossed
+    threads on the real model, greedy: each reply must be a start of its prompt's answer alone (a crossed
     reply would not be), with random hang-ups (the generator closed mid-reply) and the engine killed at
     random moments (those requests fail with EngineDied and the next ones restart it)."""
     import random
@@ -110,11 +110,11 @@ def test_soak_no_crossed_replies_with_hang_ups_and_engine_kills():
     if n <= 0:
         pytest.skip("set STRATA_SOAK_N to run the soak")
     prompts = [_prompt(i) for i in range(16)]
-    solo = _engine(0)
+    one_slot = _engine(0)
     try:
-        ref = [_ids(solo, p, 12) for p in prompts]
+        ref = [_ids(one_slot, p, 12) for p in prompts]
     finally:
-        solo.close()
+        one_slot.close()
     e = _engine(8)
     counts = {"ok": 0, "hung_up": 0, "died": 0, "crossed": 0, "kills": 0}
     lock = threading.Lock()  # guards counts and `left`

@@ -1,8 +1,8 @@
 """Prefill with the official SDKs on the real engine and the default model (skipped when either, or an SDK, is
 absent): a final assistant message is continued on the OpenAI (llama-server's default, vLLM's
-`continue_final_message`), Anthropic (its documented prefill) and Ollama routes, the reply holding only the
-new text. The reference is exact: greedy, the continued reply equals the raw completion of the prompt
-/apply-template renders for the same chat, and all three dialects give the same text."""
+`continue_final_message`), Anthropic (its documented prefill), Ollama and Responses routes, the reply holding
+only the new text. The reference is exact: greedy, the continued reply equals the raw completion of the prompt
+/apply-template renders for the same chat, and all four dialects give the same text."""
 import os
 
 import pytest
@@ -72,3 +72,14 @@ def test_ollama_client_continues_the_final_message(real, continued):
     chat, reference = continued
     r = client.chat(model="smollm2", messages=chat, options={"temperature": 0, "num_predict": N})
     assert r.message.content == reference
+
+
+def test_openai_sdk_responses_continue_the_final_message(real, continued):
+    openai = pytest.importorskip("openai", reason="the openai SDK is a test-only dependency (requirements-test.txt)")
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{real.port}/v1", api_key="unused", timeout=300)
+    chat, reference = continued
+    r = client.responses.create(model="smollm2", input=chat, max_output_tokens=N, temperature=0)
+    assert r.output_text == reference
+    with client.responses.create(model="smollm2", input=chat, max_output_tokens=N, temperature=0,
+                                 stream=True) as events:
+        assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == reference

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 
-from serve.bootstrap_paths import SetupError, default_model_path, private_dir
+from serve.bootstrap.paths import SetupError, default_model_path, private_dir
 from serve.http import guard as http_guard
 from serve.http.server import Options
 

