@@ -49,8 +49,8 @@ const char* const USAGE =
     "                               once (0..1000, default 0: every line at once)\n"
     "  --kv f16|q8_0                KV cache type (default f16)\n"
     "  --seed N                     seed of requests that bring none (default: random)\n"
-    "  --act-bits 16|8              matmul activations in 16-bit blocks (default) or 8-bit (faster prefill and\n"
-    "                               multi-token steps, less exact; engine/cpu/kernels_act8.h)\n"
+    "  --act-bits 16|8              matmul activations in 16-bit or 8-bit blocks (default: 8 on the AVX2 set where\n"
+    "                               it has 8-bit kernels, else 16; 8 is faster, less exact: engine/cpu/kernels_act8.h)\n"
     "  --experts-ram-mib N          RAM for a MoE model's packed experts: the most used that fit are kept there,\n"
     "                               the rest read from the mapped file (default: every expert; engine/expert_tiers.h)\n"
     "  --drafting off|lookup|model|auto  drafting (default off; auto: prompt lookup, else the draft model)\n"
@@ -89,7 +89,7 @@ struct flags {
     bool serve = false;
     bool probe = false;          // --probe-bandwidth
     int64_t probe_mib = 256;     // far past any last-level cache
-    int32_t act_bits = 16;
+    int32_t act_bits = 0;  // 0: the kernel set's default (act_bits_default)
     int64_t experts_ram_mib = -1;   // --experts-ram-mib; -1 = every expert packed
     std::string model;
     int64_t max_context = 0;

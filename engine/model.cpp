@@ -84,8 +84,15 @@ std::vector<weight_view*> matmul_weights(strata_model* m, bool experts = true) {
 // path. Same values, 34 / 22 or 34 / 18 of the bytes. Except Q5_0 with 16-bit activations where the kernel set
 // has a Q5_0 row-group kernel and the shape a packed layout (pack_weights packs it): it stays 5-bit
 // (engine/cpu/kernels_group_q5_0.h), with the same results as widened.
+// The activation bits of w's matmuls: --act-bits when given (8 or 16), else its type's default on this kernel set
+// (act_bits_default: 8 only where the set has an 8-bit kernel for the type, and the set's default is 8).
+int32_t weight_act_bits(const weight_view& w, int32_t act_bits) {
+    return act_bits == 8 || act_bits == 16 ? act_bits : act_bits_default(w.type);
+}
+
 bool widens(const strata_model* m, const weight_view& w, int32_t act_bits) {
     if (!quant_widens_to_q8_0(w.type)) return false;
+    act_bits = weight_act_bits(w, act_bits);
     if (!quant_rows_widen_exactly(w.type, w.data, w.n_cols * w.n_rows)) return false;  // MXFP4 scales past a half
     return !(w.type == GGML_TYPE_Q5_0 && act_bits == 16 && group_fn(*m->ks, w.type) &&
              weight_packed_bytes(w.type, w.n_cols, w.n_rows) > 0);
@@ -115,14 +122,14 @@ void widen_weights(strata_model* m, int32_t act_bits) {
 // (one 64-byte aligned allocation); the mapped pages of the originals are then released to the page cache
 // (the embedding rows are read from the mapping again on demand). Without memory for the copy the model
 // runs on the row kernels.
-// With 8-bit activations (act_bits 8) a matrix whose type has an 8-bit row-group kernel on this CPU gets the
-// 8-bit layout instead (weight_pack8, kernels_act8.h).
+// With 8-bit activations (act_bits 8, or 0 where weight_act_bits gives 8) a matrix whose type has an 8-bit
+// row-group kernel on this CPU gets the 8-bit layout instead (weight_pack8, kernels_act8.h).
 void pack_weights(strata_model* m, int32_t act_bits, int64_t experts_ram_bytes) {
     std::vector<weight_view*> ws;
     size_t total = 0;
     for (weight_view* w : matmul_weights(m)) {
-        w->act_bits = act_bits;
-        w->packed8 = act_bits == 8 && group8_fn(w->type) != nullptr;
+        w->act_bits = weight_act_bits(*w, act_bits);
+        w->packed8 = w->act_bits == 8 && group8_fn(w->type) != nullptr;
     }
     // a budget below the experts' packed size: they take their slots there, the rest stay in the mapping
     const bool tiered = experts_ram_bytes >= 0 && expert_tiers_init(m, size_t(experts_ram_bytes));
@@ -392,8 +399,8 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     m->pool = threadpool_init(m->cuda ? 1 : n_threads);  // the CUDA backend's host side is one thread
     m->ks = &kernels_get();
     if (!m->cuda) {  // the CPU's copies of the weights; the GPU has its own
-        widen_weights(m, params.act_bits == 8 ? 8 : 16);
-        pack_weights(m, params.act_bits == 8 ? 8 : 16, params.experts_ram_bytes);
+        widen_weights(m, params.act_bits);
+        pack_weights(m, params.act_bits, params.experts_ram_bytes);
     }
 
     model_info& info = m->info;
@@ -409,7 +416,11 @@ strata_model* model_load_gguf(gguf_file* f, const model_params& params, std::str
     info.n_head_kv = hp.n_head_kv;
     info.head_dim = hp.head_dim;
     info.n_threads = threadpool_n_threads(m->pool);
-    info.act_bits = params.act_bits == 8 ? 8 : 16;
+    // the mode as applied: --act-bits, else 8 where the set's default gives any matrix 8 bits (kernels_act8.h)
+    info.act_bits = params.act_bits == 8 || params.act_bits == 16 ? params.act_bits : 16;
+    if (params.act_bits != 16 && !m->cuda) {
+        for (const weight_view* w : matmul_weights(m)) info.act_bits = w->act_bits == 8 ? 8 : info.act_bits;
+    }
     if (hp.n_expert > 0) {
         info.n_experts_total = hp.n_layer * hp.n_expert;
         info.n_experts_resident = m->tiers.active ? m->tiers.n_slots : info.n_experts_total;

@@ -27,7 +27,8 @@ struct model_params {
     std::string path;        // the GGUF file
     int32_t n_threads = 0;   // 0 = physical cores
     int32_t n_batch = 512;   // most tokens one model_eval call may carry (scratch is sized for it)
-    int32_t act_bits = 16;   // matmul activations: 16-bit blocks, or 8 (opt-in; engine/cpu/kernels_act8.h)
+    int32_t act_bits = 0;    // matmul activations: 16-bit blocks, 8, or 0 = the kernel set's default per type
+                             // (act_bits_default: 8 on AVX2 where it has 8-bit kernels; engine/cpu/kernels_act8.h)
     int64_t experts_ram_bytes = -1;  // RAM for packed experts (engine/expert_tiers.h); -1 = every expert
     // "cpu"; "cuda": the forward and the KV caches on the GPU (prefill/cuda_forward.h), an error when it cannot;
     // "auto": CUDA when this build has it, a device answers and the model's shapes have kernels, else the CPU
@@ -55,7 +56,7 @@ struct model_info {
     int32_t call_id = -1;      // "<|call|>" where the vocabulary is harmony's (also "<|return|>"): ends a reply
                                // that calls a tool, as "<|return|>" (eos) ends one that answers
     size_t weights_bytes = 0;  // bytes of tensor data mapped
-    int32_t act_bits = 16;     // model_params.act_bits as applied
+    int32_t act_bits = 16;     // model_params.act_bits as applied (default: 8 when any matrix got 8 bits)
     // expert tiers (engine/expert_tiers.h): experts of all layers, those with a packed copy in RAM now, and
     // what all of them would take packed; resident == total when no budget binds
     int32_t n_experts_total = 0;

@@ -94,8 +94,8 @@ def _serve_args(s) -> None:
                    "take this much RAM: the most used are kept there, the rest read from the model file "
                    "(default: all of them, or what fits beside the rest)")
     s.add_argument("--act-bits", type=int, choices=[16, 8], metavar="16|8",
-                   help="engine matmul activations in 16-bit blocks (default) or 8-bit: faster prompt reads, "
-                   "logits less exact (README: Benchmarks)")
+                   help="engine matmul activations in 16-bit or 8-bit blocks (default: 8 on AVX2 CPUs, 16 "
+                   "elsewhere): 8 is faster, its logits less exact (README: Benchmarks)")
     s.add_argument("--drafting", choices=["auto", "lookup", "model", "off"], help="drafting: auto (default: "
                    "prompt lookup, and the draft model where lookup finds nothing), lookup, model, off; "
                    "`strata drafting plan` says why")

@@ -297,8 +297,8 @@ def format_table(rows, threads, kernels):
 
 
 def engine_flags(args):
-    """Extra engine flags of our side (--act-bits 8)."""
-    return ["--act-bits", str(args.act_bits)] if args.act_bits != 16 else []
+    """Extra engine flags of our side (--act-bits when given; else the engine's default for its kernel set)."""
+    return ["--act-bits", str(args.act_bits)] if args.act_bits else []
 
 
 def roofline_report(args, decode_tok_s, peer_tok_s=None):
@@ -356,6 +356,8 @@ CPU_DECODE_TOKENS = 64
 def resolve_model(name):
     """A packaged model's name (`gemma`: the optional Gemma 3 270M package, as `strata serve --model gemma`)
     -> its assembled GGUF; any other value is a path and comes back as it is."""
+    if os.path.exists(name):  # a path: the peer's interpreter (no serve dependencies) runs the tool with one
+        return name
     sys.path.insert(0, REPO_ROOT)
     from serve import bootstrap
     return bootstrap.packaged_model_path(name) or name
@@ -416,8 +418,8 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=3, help="runs per figure; the best is kept")
     ap.add_argument("--engine", default=os.path.join(REPO_ROOT, "build", "strata-engine"))
     ap.add_argument("--no-peer", action="store_true", help="skip llama.cpp")
-    ap.add_argument("--act-bits", type=int, choices=[16, 8], default=16,
-                    help="our engine's matmul activations (8: the opt-in 8-bit mode)")
+    ap.add_argument("--act-bits", type=int, choices=[16, 8], default=None,
+                    help="our engine's matmul activations (default: the engine's for its kernel set)")
     ap.add_argument("--phases", action="store_true",
                     help="only decode: the bandwidth bound and where one step's time goes (STRATA_STEP_TIMING)")
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
@@ -453,14 +455,14 @@ def main(argv=None):
     finally:
         for side in sides:
             side.close()
-    kernels = "?"
-    info = subprocess.run([args.engine, "--serve", "--model", args.model, "--threads", "1"], input="QUIT\n",
-                          capture_output=True, text=True, timeout=60).stdout
+    found = {"kernels": "?", "act_bits": "?"}
+    info = subprocess.run([args.engine, "--serve", "--model", args.model, "--threads", "1"] + engine_flags(args),
+                          input="QUIT\n", capture_output=True, text=True, timeout=60).stdout
     for word in info.split():
-        if word.startswith("kernels="):
-            kernels = word.split("=", 1)[1]
+        if word.split("=", 1)[0] in found:
+            found[word.split("=", 1)[0]] = word.split("=", 1)[1]
     rows = [(k, v[0], v[1] if len(v) > 1 else None) for k, v in figures.items()]
-    print(format_table(rows, args.threads, "%s, act_bits %d" % (kernels, args.act_bits)))
+    print(format_table(rows, args.threads, "%s, act_bits %s" % (found["kernels"], found["act_bits"])))
     tg = figures["tg%d" % DECODE_TOKENS]
     print(roofline_report(args, tg[0], tg[1] if len(tg) > 1 else None))
     if cpu:

@@ -185,7 +185,7 @@ sys.exit(print(f"equal up to a near-tie ({what})") or 0 if margin < gap else pri
 PY
 }
 
-# The greedy runs' reference: the native engine, with 16-bit activations (the default) and with --act-bits 8
+# The greedy runs' reference: the native engine, with --act-bits 16 and with --act-bits 8 (AVX2's default)
 # (the last emulated CPU runs that too: on neoverse-n1 it is the only real-model run of the sdot kernels).
 # 16-bit: the ids must be equal. 8-bit: equal, or equal up to a near-tie (< 0.1 logit): every set computes
 # the same integer sums in its matmuls, but a float summation order elsewhere (attention, SwiGLU) that moves an

@@ -12,17 +12,13 @@
 //    float64 forward (measured on SmolLM2), 16-bit ones reach the float32 / half-KV floor; decode is bound by
 //    reading the 4-bit weights anyway. Per block rather than per token: residual-stream outlier channels
 //    would otherwise leave ordinary channels ~9 bits.
-//    The default stays 16-bit on every set, AVX2 and AVX-VNNI included (decided with these figures, SmolLM2-135M
-//    Q4_1 on the AVX2 set, STRATA_KERNELS=avx2; the 8-bit figures are the new vpmaddubsw / vpdpbusd kernels',
-//    which give the old 8-bit path's bits): against the float64 forward (reference_forward_test) the top-10
-//    logits' error is 1.1e-4 / 2.8e-4 / 1.8e-4 at 16 bits, inside the 1e-3 bar, and 5.3e-3 / 2.6e-2 / 1.1e-2
-//    at 8 bits, 20-90x that and past the bar; greedy tokens agree with the reference at both (16-bit: 64 free
-//    steps; 8-bit: 64 teacher-forced steps, no argmax difference); against llama.cpp (built for AVX2, its own
-//    activations 8-bit; tests/engine/test_act_bits.py) 3.3 % of the logit spread at 16 bits, 4.2 % at 8.
-//    The 8-bit mode buys speed (AVX2, vpmaddubsw: 1-thread in-cache Q4_1 kernel 21 -> 30..34 GB/s; a 512-token
-//    prompt read 1.88 -> 1.21 ms CPU per token, where the 8-bit mode before these kernels took 2.22; more with
-//    AVX-VNNI's vpdpbusd) at a 20-90x larger error: it stays opt-in (`--act-bits 8`). On AVX-VNNI CPUs the
-//    16-bit default itself gets vpdpwssd (kernels_group16_avx2.h).
+//    That is the default on every set but AVX2. On the AVX2 set (AVX-VNNI CPUs included) the default is 8-bit
+//    activations for the matrices it has 8-bit kernels for (act_bits_default, engine/cpu/kernels_act8.h, says
+//    why with the figures): there the 16-bit vpmaddwd does half the multiply-adds per instruction and is the
+//    limit even in decode, and the 8-bit logits are no further from the float64 forward than llama.cpp's
+//    (top-10 error 3.5e-3 / 2.2e-2 / 1.1e-2 against its 4.0e-3 / 2.4e-2 / 1.4e-2; 16-bit 1.1e-4 / 2.8e-4 /
+//    1.8e-4). `--act-bits 16` keeps the exact mode there. On AVX-VNNI CPUs the 16-bit mode gets vpdpwssd
+//    (kernels_group16_avx2.h).
 //    F32, F16 and BF16 weights take the generic path: each weight row is converted once per call and
 //    dotted in float with every token of the chunk.
 //  - matmul reads each weight row once per call (for a prompt chunk: once per chunk, not once per token) and

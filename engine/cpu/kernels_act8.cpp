@@ -113,6 +113,10 @@ void weight_pack8(const weight_view& w, uint8_t* out) {
     }
 }
 
+int32_t act_bits_default(ggml_type type) {
+    return std::strcmp(kernels_get().name, "avx2") == 0 && group8_fn(type) != nullptr ? 8 : 16;
+}
+
 mm_group_fn group8_fn(ggml_type type) {
     static const mm_group_fn* k = std::strcmp(kernels_get().name, "avx512_vnni") == 0 ? kernels_act8_avx512()
                                   : std::strcmp(kernels_get().name, "dotprod") == 0  ? kernels_act8_dotprod()

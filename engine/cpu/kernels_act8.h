@@ -1,4 +1,4 @@
-// engine/cpu/kernels_act8.h — the opt-in 8-bit activation mode (`strata-engine --act-bits 8`).
+// engine/cpu/kernels_act8.h — the 8-bit activation mode (`strata-engine --act-bits 8`; the default on the AVX2 set).
 //
 // Contract:
 //  - A weight with act_bits 8 has its matmuls quantise the activations to 8-bit blocks of 32: d = max|x| / 127,
@@ -34,6 +34,20 @@ void quantize_blocks_scalar(const float* x, int64_t k, int32_t qmax, int16_t* qs
 void weight_pack8(const weight_view& w, uint8_t* out);
 // The 8-bit row-group kernel of this type for the chosen kernel set, nullptr when there is none.
 mm_group_fn group8_fn(ggml_type type);
+// The activation bits a matrix of this type gets when no --act-bits is given (model_params.act_bits 0): 8 on
+// the AVX2 set (AVX-VNNI CPUs included) where it has an 8-bit kernel for the type, else 16. The reason, with
+// its figures (SmolLM2-135M Q4_1, STRATA_KERNELS=avx2, docs/BENCHMARKS.md "The default activation bits per
+// set"): there the 8-bit kernels (vpmaddubsw / vpdpbusd) do twice the multiply-adds per instruction of the
+// 16-bit vpmaddwd, and AVX2 is compute-bound even in decode; the 8-bit logits are as far from the float64
+// forward as llama.cpp's own (its activations are 8-bit q8_1 on these weights): top-10 error 3.5e-3 / 2.2e-2 /
+// 1.1e-2 of the top logit on reference_forward_test's prompts (every matrix at 8 bits, Q8_0's output head too:
+// 5.3e-3 / 2.6e-2 / 1.1e-2) against llama.cpp built for AVX2 4.0e-3 / 2.4e-2 / 1.4e-2 (its AVX-512 build
+// 1.2e-2 / 2.7e-2 / 1.5e-2), 64 teacher-forced greedy steps with the float64 forward's argmax; 16 bits there:
+// 1.1e-4 / 2.8e-4 / 1.8e-4. The test: tests/engine/test_act_bits.py, reference_forward_test_avx2. AVX-512
+// VNNI keeps 16: its vpdpwssd has the full width and decode there is memory-bound, so 8 bits would buy little
+// at that error. A type without an 8-bit kernel (K-quants, Q5_0; Q8_0 without AVX-VNNI) keeps 16 bits: 8 would
+// cost accuracy for no speed. The scalar, NEON and dotprod sets keep 16 (not measured on a real ARM CPU yet).
+int32_t act_bits_default(ggml_type type);
 // The AVX-512 VNNI kernels (nullptr when not compiled in); index 0 Q4_0, 1 Q4_1, 2 Q8_0.
 const mm_group_fn* kernels_act8_avx512();
 using act8_quantize_fn = void (*)(const float* x, int64_t k, int16_t* qs, int8_t* qs8, float* d, float* dsum);

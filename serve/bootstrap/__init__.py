@@ -216,12 +216,13 @@ def _config_home(svc) -> str:
 
 
 def _act_bits_args(bits) -> list[str]:
-    """--act-bits / run config act_bits -> the engine flag (16, the engine's default, adds none)."""
-    if bits is None or bits == 16:
+    """--act-bits / run config act_bits -> the engine flag; none given adds none (the engine's default for its
+    kernel set: 8 on AVX2, else 16)."""
+    if bits is None:
         return []
-    if bits != 8:
+    if bits not in (8, 16):
         raise SetupError(f"act_bits {bits}: 16 or 8")
-    return ["--act-bits", "8"]
+    return ["--act-bits", str(bits)]
 
 
 def _engine_args(model, fake: bool, ns, cfg: dict, pick) -> tuple[list[str], int, dict | None]:

@@ -1,5 +1,5 @@
-"""`strata serve --act-bits 8` and the run config's `act_bits` reach the engine as `--act-bits 8`; the default
-(16) adds no flag, so the engine's command line is unchanged; any other value is refused before a start."""
+"""`strata serve --act-bits 8|16` and the run config's `act_bits` reach the engine as that flag; neither given
+adds no flag (the engine's default for its kernel set); any other value is refused before a start."""
 import json
 import sys
 
@@ -25,12 +25,13 @@ def test_the_flag_and_the_config_key_reach_the_engine(tmp_path):
     args = _engine_args(tmp_path, config={"act_bits": 8})
     assert args[args.index("--act-bits") + 1] == "8"
     args = _engine_args(tmp_path, ["--act-bits", "16"], config={"act_bits": 8})  # the flag wins
-    assert "--act-bits" not in args
+    assert args[args.index("--act-bits") + 1] == "16"
+    args = _engine_args(tmp_path, config={"act_bits": 16})  # 16 asked for is passed: 8 is AVX2's default
+    assert args[args.index("--act-bits") + 1] == "16"
 
 
 def test_the_default_adds_no_flag(tmp_path):
     assert "--act-bits" not in _engine_args(tmp_path)
-    assert "--act-bits" not in _engine_args(tmp_path, config={"act_bits": 16})
 
 
 def test_other_values_are_refused(tmp_path):
