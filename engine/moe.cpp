@@ -55,9 +55,8 @@ bool expert_views(const strata_model* m, const std::string& name, int64_t n_cols
     return true;
 }
 
-// top n_used of the logits (ties: the lower expert) and a softmax over those k (gpt-oss)
-void route_chosen(const model_hparams& hp, const float* p, int32_t* sel, float* sel_w) {
-    const int32_t ne = hp.n_expert, k = hp.n_expert_used;
+// the k largest of p[0..ne) into sel, largest first (ties: the lower expert)
+static void pick_top_k(const float* p, int32_t ne, int32_t k, int32_t* sel) {
     for (int32_t j = 0; j < k; ++j) {
         int32_t best = -1;
         for (int32_t e = 0; e < ne; ++e) {
@@ -67,6 +66,12 @@ void route_chosen(const model_hparams& hp, const float* p, int32_t* sel, float* 
         }
         sel[j] = best;
     }
+}
+
+// top n_used of the logits (ties: the lower expert) and a softmax over those k (gpt-oss)
+void route_chosen(const model_hparams& hp, const float* p, int32_t* sel, float* sel_w) {
+    const int32_t k = hp.n_expert_used;
+    pick_top_k(p, hp.n_expert, k, sel);
     const float mx = p[sel[0]];
     double sum = 0.0;
     for (int32_t j = 0; j < k; ++j) {
@@ -121,16 +126,8 @@ void route(const model_hparams& hp, float* p, int32_t* sel, float* sel_w) {
     }
     const float inv = static_cast<float>(1.0 / sum);
     for (int32_t e = 0; e < ne; ++e) p[e] *= inv;
-    for (int32_t j = 0; j < k; ++j) {
-        int32_t best = -1;
-        for (int32_t e = 0; e < ne; ++e) {
-            bool taken = false;
-            for (int32_t i = 0; i < j && !taken; ++i) taken = sel[i] == e;
-            if (!taken && (best < 0 || p[e] > p[best])) best = e;
-        }
-        sel[j] = best;
-        sel_w[j] = p[best];
-    }
+    pick_top_k(p, ne, k, sel);
+    for (int32_t j = 0; j < k; ++j) sel_w[j] = p[sel[j]];
     if (hp.expert_weights_norm) {
         float s = 0.0f;
         for (int32_t j = 0; j < k; ++j) s += sel_w[j];
