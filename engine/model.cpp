@@ -252,6 +252,15 @@ bool model_vector(const strata_model* m, const std::string& name, int64_t n, boo
     return true;
 }
 
+bool model_qkv_biases(strata_model* m, int32_t il, std::string* err) {
+    const model_hparams& hp = m->hp;
+    layer_weights& l = m->layers[size_t(il)];
+    const std::string p = "blk." + std::to_string(il) + ".";
+    return model_vector(m, p + "attn_q.bias", hp.n_embd_q(), true, &l.bq, err) &&
+           model_vector(m, p + "attn_k.bias", hp.n_embd_kv(), true, &l.bk, err) &&
+           model_vector(m, p + "attn_v.bias", hp.n_embd_kv(), true, &l.bv, err);
+}
+
 bool model_read_common_hparams(strata_model* m, const std::string& arch, std::string* err) {
     model_hparams& hp = m->hp;
     const std::string a = arch + ".";

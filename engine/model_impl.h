@@ -140,6 +140,8 @@ bool model_weight(const strata_model* m, const std::string& name, int64_t n_cols
 // A 1-D vector of n floats (any supported type, dequantised); a missing optional one leaves out empty.
 bool model_vector(const strata_model* m, const std::string& name, int64_t n, bool required,
                   std::vector<float>* out, std::string* err);
+// Layer il's required Q, K and V projection biases (qwen2, qwen2moe, gpt-oss) into its bq / bk / bv.
+bool model_qkv_biases(strata_model* m, int32_t il, std::string* err);
 // Reads the hyperparameters every decoder here shares (arch is the GGUF key prefix).
 bool model_read_common_hparams(strata_model* m, const std::string& arch, std::string* err);
 // Loads the per-layer tensors common to llama/qwen2/qwen3 (norms, q/k/v/o, ffn) plus the embedding and head.

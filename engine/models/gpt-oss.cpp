@@ -63,9 +63,7 @@ bool build_gpt_oss(strata_model* m, std::string* err) {
     for (int32_t il = 0; il < hp.n_layer; ++il) {
         layer_weights& l = m->layers[size_t(il)];
         const std::string p = "blk." + std::to_string(il) + ".";
-        if (!model_vector(m, p + "attn_q.bias", hp.n_embd_q(), true, &l.bq, err) ||
-            !model_vector(m, p + "attn_k.bias", hp.n_embd_kv(), true, &l.bk, err) ||
-            !model_vector(m, p + "attn_v.bias", hp.n_embd_kv(), true, &l.bv, err) ||
+        if (!model_qkv_biases(m, il, err) ||
             !model_vector(m, p + "attn_output.bias", hp.n_embd, true, &l.bo, err) ||
             !model_vector(m, p + "attn_sinks.weight", hp.n_head, true, &l.attn_sinks, err)) {
             return false;

@@ -20,9 +20,7 @@ bool build_qwen2moe(strata_model* m, std::string* err) {
     for (int32_t il = 0; il < hp.n_layer; ++il) {
         layer_weights& l = m->layers[size_t(il)];
         const std::string p = "blk." + std::to_string(il) + ".";
-        if (!model_vector(m, p + "attn_q.bias", hp.n_embd_q(), true, &l.bq, err) ||
-            !model_vector(m, p + "attn_k.bias", hp.n_embd_kv(), true, &l.bk, err) ||
-            !model_vector(m, p + "attn_v.bias", hp.n_embd_kv(), true, &l.bv, err) ||
+        if (!model_qkv_biases(m, il, err) ||
             !model_vector(m, p + "ffn_gate_inp_shexp.weight", hp.n_embd, true, &l.shexp_gate, err) ||
             !model_weight(m, p + "ffn_gate_shexp.weight", hp.n_embd, hp.n_ff, true, &l.w_gate, err) ||
             !model_weight(m, p + "ffn_up_shexp.weight", hp.n_embd, hp.n_ff, true, &l.w_up, err) ||
