@@ -111,6 +111,16 @@ def engine_logits(model, ids, n_gen, n_vocab, n_ctx=None, last_only=False, chunk
         return _rows(out, n_vocab), [int(t) for t in r.stdout.strip().split(",")]
 
 
+def assert_logits_independent_of_batch_and_threads(model, ids, n_gen, n_vocab):
+    """The engine's logits rows and greedy tokens are bit-equal whether the prompt is read in one chunk or in
+    chunks of 1 or 7, on 1 or 2 threads."""
+    whole, tokens = engine_logits(model, ids, n_gen, n_vocab)
+    for chunk, threads in ((1, 2), (7, 1), (None, 1)):
+        rows, toks = engine_logits(model, ids, n_gen, n_vocab, chunk=chunk, threads=threads)
+        assert toks == tokens
+        bad = [i for i, (a, b) in enumerate(zip(rows, whole, strict=True)) if a != b]
+        assert not bad, f"chunk {chunk}, {threads} threads: rows {bad[:5]} differ from the one-chunk read"
+
 def engine_dequant(type_num, raw, n):
     exe = dump_exe()
     with tempfile.TemporaryDirectory() as d:
