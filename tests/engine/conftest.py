@@ -253,6 +253,43 @@ def start_engine(engine_path, model_path):
 
 
 @pytest.fixture
+def serve_gguf(engine_path, tmp_path):
+    """Factory: serve_gguf(path) -> (svc, post) — `strata serve --model path --parallel 1` built by the composition
+    root over the real engine, listening on a free port; post(body) sends a chat completion and gives (status,
+    answer). Everything started is stopped after the test."""
+    import http.client
+    import json
+    from serve import bootstrap
+    from serve.http.server import Options, make_server
+    from strata_cli import parser
+    started = []
+
+    def start(path):
+        ns = parser().parse_args(["serve", "--model", str(path), "--engine", str(engine_path), "--log",
+                                  str(tmp_path / "e.log"), "--ctx", "512", "--parallel", "1"])
+        svc, _ = bootstrap.build(ns)
+        svc.engine.start()
+        httpd = make_server(svc, Options(port=0, quiet=True))
+        started.append((httpd, svc))
+        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+        def post(body):
+            c = http.client.HTTPConnection("127.0.0.1", httpd.server_address[1], timeout=60)
+            c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+            r = c.getresponse()
+            answer = json.loads(r.read())
+            c.close()
+            return r.status, answer
+        return svc, post
+
+    yield start
+    for httpd, svc in started:
+        httpd.shutdown()
+        httpd.server_close()
+        svc.engine.close()
+
+
+@pytest.fixture
 def engine(start_engine):
     return start_engine("--max-context", "2048", "--threads", "2")
 

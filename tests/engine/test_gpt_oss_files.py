@@ -99,34 +99,13 @@ def test_listing_and_template(vocab_meta, tmp_path):
     assert "<|start|>user<|message|>Hi<|end|>" in text and text.endswith("<|start|>assistant")
 
 
-def test_strata_serve_answers_it_with_its_own_template(vocab_meta, tmp_path, engine_path):
-    import http.client
-    import json
-    import threading
-    from serve import bootstrap
+def test_strata_serve_answers_it_with_its_own_template(vocab_meta, tmp_path, serve_gguf):
     from serve.core.events import Message
-    from serve.http.server import Options, make_server
-    from strata_cli import parser
-    path = gpt_oss_file(tmp_path, vocab_meta)
-    ns = parser().parse_args(["serve", "--model", str(path), "--engine", str(engine_path), "--log",
-                              str(tmp_path / "e.log"), "--ctx", "512", "--parallel", "1"])
-    svc, _ = bootstrap.build(ns)
+    svc, post = serve_gguf(gpt_oss_file(tmp_path, vocab_meta))
     assert (svc.template.renderer, svc.template.family) == ("jinja", "harmony")
     rendered = svc.template.render([Message("user", "Say hi")])
     n_prompt = len(svc.tok.encode(rendered.text, parse_special=True, plain=rendered.plain))
-    svc.engine.start()
-    httpd = make_server(svc, Options(port=0, quiet=True))
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", httpd.server_address[1], timeout=60)
-        body = {"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8, "temperature": 0}
-        c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
-        r = c.getresponse()
-        answer = json.loads(r.read())
-        assert r.status == 200, answer
-        assert answer["usage"]["completion_tokens"] >= 1
-        assert answer["usage"]["prompt_tokens"] == n_prompt
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        svc.engine.close()
+    status, answer = post({"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8, "temperature": 0})
+    assert status == 200, answer
+    assert answer["usage"]["completion_tokens"] >= 1
+    assert answer["usage"]["prompt_tokens"] == n_prompt

@@ -58,33 +58,12 @@ def test_tekken_ids_template_and_listing(vocab_meta, tmp_path):
     assert ids[0] == tok.special_ids["bos"] and ids.count(ids[0]) == 1
 
 
-def test_strata_serve_answers_it_with_its_own_template(vocab_meta, tmp_path, engine_path):
+def test_strata_serve_answers_it_with_its_own_template(vocab_meta, tmp_path, serve_gguf):
     # the composition root picks the file's own template (a Mistral family: no native renderer) and the real
     # engine answers a chat over HTTP
-    import http.client
-    import json
-    import threading
-    from serve import bootstrap
-    from serve.http.server import Options, make_server
-    from strata_cli import parser
-    path = nemo_like(tmp_path, vocab_meta)
-    ns = parser().parse_args(["serve", "--model", str(path), "--engine", str(engine_path), "--log",
-                              str(tmp_path / "e.log"), "--ctx", "512", "--parallel", "1"])
-    svc, _ = bootstrap.build(ns)
+    svc, post = serve_gguf(nemo_like(tmp_path, vocab_meta))
     assert (svc.template.renderer, svc.template.family) == ("jinja", "mistral")
-    svc.engine.start()
-    httpd = make_server(svc, Options(port=0, quiet=True))
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", httpd.server_address[1], timeout=60)
-        body = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say [INST]"}],
-                "max_tokens": 8, "temperature": 0}
-        c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
-        r = c.getresponse()
-        answer = json.loads(r.read())
-        assert r.status == 200, answer
-        assert answer["usage"]["completion_tokens"] >= 1
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        svc.engine.close()
+    status, answer = post({"messages": [{"role": "system", "content": "Be brief."},
+                                        {"role": "user", "content": "Say [INST]"}], "max_tokens": 8, "temperature": 0})
+    assert status == 200, answer
+    assert answer["usage"]["completion_tokens"] >= 1
