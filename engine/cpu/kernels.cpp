@@ -503,8 +503,13 @@ void matmul(threadpool* pool, const kernel_set& ks, const weight_view& w, const 
 
 void silu_mul_row(const kernel_set& ks, float* g, const float* u, int64_t n) {
     static const silu_mul_fn fast = kernels_silu_mul_avx512();
+    static const silu_mul_fn fast8 = kernels_silu_mul_avx2();
     if (fast && &ks == kernels_avx512()) {
         fast(g, u, n);
+        return;
+    }
+    if (fast8 && &ks == kernels_avx2()) {
+        fast8(g, u, n);
         return;
     }
     for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];

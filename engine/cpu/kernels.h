@@ -178,10 +178,11 @@ void rope_row_cs(float* x, int32_t n_heads, int32_t head_dim, int32_t n_rot, boo
 
 // g[0..n) = silu(g) * u (SwiGLU's gate times up). With the AVX-512 set: exp by its polynomial (within 1e-6
 // relative of the true silu; decode calls this once per layer on the model thread, and the scalar loop cost
-// ~9 us per 1536 values); with the others: g / (1 + std::exp(-g)) * u.
+// ~9 us per 1536 values); with the AVX2 set the same on 8 lanes; with the others: g / (1 + std::exp(-g)) * u.
 void silu_mul_row(const kernel_set& ks, float* g, const float* u, int64_t n);
 using silu_mul_fn = void (*)(float* g, const float* u, int64_t n);
 silu_mul_fn kernels_silu_mul_avx512();  // nullptr when not compiled in
+silu_mul_fn kernels_silu_mul_avx2();    // nullptr when not compiled in
 
 // ys[i] = x @ ws[i]^T for i < n_w weights of the same K: the activations are quantised once and all rows go
 // to the pool as one job (one fork/join instead of n_w); each output is computed exactly as by matmul.

@@ -13,8 +13,9 @@
 // activations (-127..127, quantize_act8 clamps to +-127) and adds adjacent pairs into int16: |pair| <= 2 * 15 *
 // 127 = 3810, so it never saturates; the block's 8 such vectors are added as int16 (each lane then holds 16
 // products, |sum| <= 16 * 15 * 127 = 30480 < 32767: still exact), and one vpmaddwd with ones widens the pairs
-// to the row's int32 sum. 17 instructions per (half, block, token) for 256 multiply-adds, against the 16-bit
-// kernel's 32. Q8_0 has no plain-AVX2 8-bit kernel: its stored values + 128 (0..255) against int8 activations
+// to the row's int32 sum. Per (half, block, token) for 256 multiply-adds: 8 vpmaddubsw, 7 vpaddw, the widening
+// vpmaddwd and bias add, the float step's 4 (cvt, mul, 2 fma), and 8 activation broadcasts that are loads;
+// the block's unpacking (12) is shared by the tile's tokens. Q8_0 has no plain-AVX2 8-bit kernel: its stored values + 128 (0..255) against int8 activations
 // reach 2 * 255 * 127 per pair, past int16, and the sign trick (|w| x sign(a, w)) costs as many instructions
 // as the 16-bit kernel; such weights keep weight_pack's layout and the 16-bit kernel (same results).
 //
@@ -42,7 +43,31 @@ inline __m256i dpbusd256(__m256i s, __m256i u8, __m256i s8) { return _mm256_dpbu
 inline __m256i dpbusd256(__m256i s, __m256i u8, __m256i s8) { return _mm256_dpbusd_epi32(s, u8, s8); }
 #endif
 
+// An opaque step in a chain of int16 adds: GCC 12 at -O3 re-associates a chain of plain vector adds into one tree
+// over all of a block's products, which for a tile of 4 tokens kept 32 products live at once, spilled to the stack
+// (~57 instructions per (half, block, token) under callgrind, against the ~24 the arithmetic needs). Integer sums
+// here are exact in any order, so this changes no bits; it only keeps the order written.
+inline __m256i in_order(__m256i v) {
+    asm("" : "+x"(v));
+    return v;
+}
+
+// The plain-AVX2 integer sum of one token's block for one 8-row half: v the block's 8 unpacked weight vectors
+// (4-bit values, u8), ap the token's activations as 8 quads of int8. Two chains of int16 pair sums (bounds in the
+// header comment: every partial sum is exact), widened to int32 and started at BIAS * isum.
+inline __m256i half_sum_maddubs(const __m256i* v, const quad8* ap, __m256i bias) {
+    __m256i p0 = _mm256_maddubs_epi16(v[0], _mm256_set1_epi32(ap[0]));
+    __m256i p1 = _mm256_maddubs_epi16(v[1], _mm256_set1_epi32(ap[1]));
+    for (int j = 2; j < 8; j += 2) {
+        p0 = in_order(_mm256_add_epi16(p0, _mm256_maddubs_epi16(v[j], _mm256_set1_epi32(ap[j]))));
+        p1 = in_order(_mm256_add_epi16(p1, _mm256_maddubs_epi16(v[j + 1], _mm256_set1_epi32(ap[j + 1]))));
+    }
+    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p0, p1), _mm256_set1_epi16(1)), bias);
+}
+
 // KIND 0: Q4_0, 1: Q4_1, 2: Q8_0 (VNNI only). Rows 8 half .. 8 half + 7 of the group at g, T tokens from t0.
+// Per block the weights are unpacked once, then each token in turn takes its integer sum and its float step
+// (so only one token's partial sums are live: 8 weight vectors, 2 chains and the scales fit the 16 registers).
 template <int KIND, int T, bool VNNI>
 void group8_half(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int half, float* y, size_t y_stride) {
     static_assert(VNNI || KIND != 2, "Q8_0 has no plain-AVX2 8-bit kernel");
@@ -60,9 +85,11 @@ void group8_half(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int
         const uint8_t* q = gb + SB + 32 * half;
         const quad8* ap[T];  // the block's activations of each token, as 8 quads of int8
         for (int t = 0; t < T; ++t) ap[t] = reinterpret_cast<const quad8*>(aq + t * a.k + b * QK32);
-        __m256i s[T];
+        __m256 dw, off;
+        group_avx2::block_scales<KIND>(gb, half, dw, off);
 #if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
         if constexpr (VNNI) {
+            __m256i s[T];
             for (int t = 0; t < T; ++t) s[t] = _mm256_set1_epi32(BIAS * ai[t * nb + b]);
             auto dot = [&](int j, __m256i v) {
                 for (int t = 0; t < T; ++t) s[t] = dpbusd256(s[t], v, _mm256_set1_epi32(ap[t][j]));
@@ -76,27 +103,21 @@ void group8_half(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int
                     dot(2 * c + 1, _mm256_and_si256(_mm256_srli_epi16(w, 4), low4));
                 }
             }
+            for (int t = 0; t < T; ++t) acc[t] = group_avx2::block_accumulate<KIND>(acc[t], s[t], dw, off, ad[t * nb + b], as[t * nb + b]);
         }
 #endif
         if constexpr (!VNNI) {
-            __m256i p[T];  // int16 pair sums (bounds in the header comment)
-            for (int t = 0; t < T; ++t) p[t] = _mm256_setzero_si256();
-            auto dot = [&](int j, __m256i v) {
-                for (int t = 0; t < T; ++t) p[t] = _mm256_add_epi16(p[t], _mm256_maddubs_epi16(v, _mm256_set1_epi32(ap[t][j])));
-            };
+            __m256i v[8];  // the block's 4-bit values, element quad j of the 8 rows in v[j]
             for (int c = 0; c < 4; ++c) {
                 const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 64 * c));
-                dot(2 * c, _mm256_and_si256(w, low4));
-                dot(2 * c + 1, _mm256_and_si256(_mm256_srli_epi16(w, 4), low4));
+                v[2 * c] = _mm256_and_si256(w, low4);
+                v[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(w, 4), low4);
             }
-            const __m256i ones = _mm256_set1_epi16(1);
             for (int t = 0; t < T; ++t) {
-                s[t] = _mm256_add_epi32(_mm256_madd_epi16(p[t], ones), _mm256_set1_epi32(BIAS * ai[t * nb + b]));
+                const __m256i s = half_sum_maddubs(v, ap[t], _mm256_set1_epi32(BIAS * ai[t * nb + b]));
+                acc[t] = group_avx2::block_accumulate<KIND>(acc[t], s, dw, off, ad[t * nb + b], as[t * nb + b]);
             }
         }
-        __m256 dw, off;
-        group_avx2::block_scales<KIND>(gb, half, dw, off);
-        for (int t = 0; t < T; ++t) acc[t] = group_avx2::block_accumulate<KIND>(acc[t], s[t], dw, off, ad[t * nb + b], as[t * nb + b]);
     }
     for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + size_t(t) * y_stride + 8 * half, acc[t]);
 }

@@ -176,6 +176,26 @@ inline __m256 exp_neg8(__m256 x) {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+// exp(x) over x in [-87.3, 88.3] (clamped; 88.3 keeps 2^n within the exponent field, n <= 127): x = n ln 2 + f
+// with ln 2 in two parts (Cody-Waite, as the AVX-512 set's exp_full), e^f by exp_neg8's Taylor series to degree 7,
+// within 3e-7 relative of the true value
+inline __m256 exp_full8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    f = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606820309417e-06f), f);
+    __m256 p = _mm256_set1_ps(1.0f / 5040);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 720));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
 inline __m256i lanes_below(int n) {  // mask of lanes [0, n)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
@@ -194,7 +214,7 @@ inline __m256 load_kv8(const uint8_t* row, int j) {
 
 // Fused attention over a tile of queries (contract in kernels.h), the AVX-512 kernel's structure on 8
 // positions per block: K converted once per block for the tile, scores by fma and a fixed hsum tree,
-// softmax with exp_neg8, then out = weights . V one head at a time (its NV accumulators in registers).
+// softmax with exp_neg8, then out = weights . V with V converted once per block for the tile.
 template <int NV, bool Q8>
 void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_t* k, const uint8_t* v,
                size_t row_bytes, int n_pos0, float scale, float* scores, float* out, size_t out_stride,
@@ -252,19 +272,32 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
             }
         }
     }
-    for (int t = 0; t < n_tok; ++t) {
-        const int n_pos = n_pos0 + t;
-        for (int h = 0; h < n_q; ++h) {
-            const float* w = srow(t, h);
-            __m256 acc[NV];
-            for (int j = 0; j < NV; ++j) acc[j] = _mm256_setzero_ps();
-            for (int p = 0; p < n_pos; ++p) {
-                const uint8_t* vr = v + size_t(p) * row_bytes;
-                const __m256 wp = _mm256_set1_ps(w[p]);
-                for (int j = 0; j < NV; ++j) acc[j] = _mm256_fmadd_ps(wp, load_kv8<Q8>(vr, j), acc[j]);
+    // out = weights . V, by blocks of 8 positions as the scores: each block's V rows are converted once for the
+    // tile (per (token, head) they cost ~2/3 of a 2048-token prompt read's attention, callgrind), then every
+    // (token, head) adds them to its accumulators, kept in out between blocks. Each output's fma chain still
+    // runs over the positions in order from zero, so the bits are those of one walk over all positions.
+    alignas(32) float vf[8 * HD];
+    for (int p0 = 0; p0 < n_last; p0 += 8) {
+        const int nb = n_last - p0 < 8 ? n_last - p0 : 8;
+        for (int p = 0; p < nb; ++p) {
+            const uint8_t* vr = v + size_t(p0 + p) * row_bytes;
+            for (int j = 0; j < NV; ++j) _mm256_store_ps(vf + p * HD + j * 8, load_kv8<Q8>(vr, j));
+        }
+        for (int t = 0; t < n_tok; ++t) {
+            const int n_pos = n_pos0 + t;
+            if (p0 >= n_pos) continue;
+            const int np = n_pos - p0 < 8 ? n_pos - p0 : 8;
+            for (int h = 0; h < n_q; ++h) {
+                const float* w = srow(t, h) + p0;
+                float* o = out + size_t(t) * out_stride + size_t(h) * HD;
+                __m256 acc[NV];
+                for (int j = 0; j < NV; ++j) acc[j] = p0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(o + j * 8);
+                for (int p = 0; p < np; ++p) {
+                    const __m256 wp = _mm256_set1_ps(w[p]);
+                    for (int j = 0; j < NV; ++j) acc[j] = _mm256_fmadd_ps(wp, _mm256_load_ps(vf + p * HD + j * 8), acc[j]);
+                }
+                for (int j = 0; j < NV; ++j) _mm256_storeu_ps(o + j * 8, acc[j]);
             }
-            float* o = out + size_t(t) * out_stride + size_t(h) * HD;
-            for (int j = 0; j < NV; ++j) _mm256_storeu_ps(o + j * 8, acc[j]);
         }
     }
 }
@@ -282,6 +315,24 @@ void attn_avx2(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
     } else if (hd == 256) {
         if (kv_q8) attn_impl<32, true>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride, sinks);
         else attn_impl<32, false>(q, q_stride, n_q, n_tok, k, v, row_bytes, n_pos0, scale, scores, out, out_stride, sinks);
+    }
+}
+
+// g[0..n) = silu(g) * u = g / (1 + exp(-g)) * u (SwiGLU), in the scalar form's order, exp by exp_full8 (the scalar
+// loop's std::exp was 6.6 % of a 512-token prompt read's instructions under STRATA_KERNELS=avx2, callgrind)
+void silu_mul_avx2(float* g, const float* u, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256 e = exp_full8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+    }
+    if (i < n) {
+        const __m256i mk = lanes_below(int(n - i));
+        const __m256 x = _mm256_maskload_ps(g + i, mk);
+        const __m256 e = exp_full8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        _mm256_maskstore_ps(g + i, mk, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_maskload_ps(u + i, mk)));
     }
 }
 
@@ -313,9 +364,11 @@ const kernel_set* kernels_avx2() {
     static const kernel_set set = avx2_set_for_cpu();
     return &set;
 }
+silu_mul_fn kernels_silu_mul_avx2() { return silu_mul_avx2; }
 
 #else
 
 const kernel_set* kernels_avx2() { return nullptr; }
+silu_mul_fn kernels_silu_mul_avx2() { return nullptr; }
 
 #endif
