@@ -17,7 +17,9 @@ requests wait for a slot, for an admission's BACC or for their next token.
 
 Rules it keeps (each has a test in tests/serve/test_batch*.py):
 - Ownership: a request is bound to the process it was admitted on, reads only that process's queues and never
-  writes to a later one (EngineDied instead). Slot lines for a slot nobody owns, or that come before its
+  writes to a later one (EngineDied instead). A request still waiting for a slot was sent nowhere: when its
+  process ends it keeps its place and goes to the replacement once that is up (`STRATA_REQUEUE_WAIT_S`), or
+  gets EngineDied when the engine was closed on purpose or none came. Slot lines for a slot nobody owns, or that come before its
   owner's BACC, are dropped and counted.
 - A waiter re-reads its turn and its process's end under slot_cv right before waiting (no lost notification);
   a waiter that leaves notifies the others.
@@ -51,6 +53,8 @@ ACCEPT_TIMEOUT_S = 300.0      # BGEN's answer: engine silence allowed before it 
 QUARANTINE_S = 600.0          # a BSTOPped slot's BDONE: engine silence allowed before it is ended
 LEAVE_WAIT_S = 2.0            # a request that leaves waits this long for its BDONE (its figures) itself
 CONTROL_WAIT_S = 300.0        # the control lines are held for one short exchange; waiting longer = stuck
+REQUEUE_WAIT_S = 60.0         # a waiter whose engine died waits this long for the replacement (the supervisor's
+                              # restart: its backoff, then the model's load) before it gets EngineDied
 _SEQ = itertools.count(1)
 
 
@@ -120,7 +124,9 @@ class BatchPath:
         self.waiting: dict[int, _Waiter] = {}    # requests waiting for a free slot
         self.short_first = os.environ.get("STRATA_ADMIT_SHORT_FIRST", "1") != "0"
         self.max_wait_s = _env_float("STRATA_ADMIT_MAX_WAIT_S", ADMIT_MAX_WAIT_S)
+        self.requeue_wait_s = _env_float("STRATA_REQUEUE_WAIT_S", REQUEUE_WAIT_S)
         self.quarantines = 0
+        self.requeued = 0                        # waiters carried over to a replacement process
 
     # ------------------------------------------------------------------ views
     def slot_view(self) -> list[dict]:
@@ -148,7 +154,7 @@ class BatchPath:
         with self.cv:
             return {"slots": slots.n if slots else 0, "busy": slots.busy() if slots else 0,
                     "waiting": len(self.waiting), "stale_frames": slots.stale_frames if slots else 0,
-                    "quarantines": self.quarantines}
+                    "quarantines": self.quarantines, "requeued": self.requeued}
 
     # ------------------------------------------------------------------ one request
     def generate(self, ids, max_new, keys="", cancelled=None, result=None, embed=False, on_wait=None, closing=None):
@@ -182,7 +188,8 @@ class BatchPath:
 
     def _claim(self, req: _SlotRequest):
         """Bind the request to the current process and claim a free slot in admission order. True when
-        claimed, False when the caller left first; EngineDied when its process ended meanwhile."""
+        claimed, False when the caller left first. A process that ends while the request waits (nothing was
+        sent) hands the waiter, in its place in the order, to the replacement process (`_replacement`)."""
         proc = self.engine.current()
         if proc is None or proc.ended:
             raise EngineDied("the engine is unavailable; this request was not sent")
@@ -210,7 +217,11 @@ class BatchPath:
                     if not gone:
                         self.cv.wait(SLOT_WAIT_STEP_S)
                 if gone:
-                    raise EngineDied(self.engine.gone(proc))  # outside the lock: the text may read the log
+                    proc = yield from self._replacement(req, proc)
+                    if proc is None:
+                        return False
+                    req.proc, slots = proc, proc.slots
+                    continue
                 if time.monotonic() - beat >= HEARTBEAT_S:
                     beat = time.monotonic()
                     yield None
@@ -218,6 +229,32 @@ class BatchPath:
             with self.cv:
                 if self.waiting.pop(me.seq, None) is not None:
                     self.cv.notify_all()  # a waiter that leaves (or claimed) lets the next one go
+
+    def _replacement(self, req: _SlotRequest, dead):
+        """The process that replaces `dead` (ended while `req` waited for a slot, before anything was sent), once
+        it is up; None when the caller left meanwhile. EngineDied when the engine was closed on purpose (shutdown,
+        unload, switch) or no replacement came within `requeue_wait_s`. Heartbeats go on meanwhile."""
+        why = self.engine.gone(dead)  # outside the lock: the text may read the log
+        end = beat = time.monotonic()
+        end += self.requeue_wait_s
+        while True:
+            if req.cancel():
+                return None
+            nxt = self.engine.current()
+            if nxt is not None and nxt is not dead and not nxt.ended and nxt.slots is not None:
+                with self.cv:
+                    self.requeued += 1
+                return nxt
+            if getattr(self.engine, "closed", False) or time.monotonic() >= end:
+                raise EngineDied(why)
+            req.on_wait()
+            with self.cv:  # a start notifies slot_cv once its process is current
+                nxt = self.engine.current()
+                if nxt is None or nxt is dead or nxt.ended:
+                    self.cv.wait(min(SLOT_WAIT_STEP_S, max(0.0, end - time.monotonic())))
+            if time.monotonic() - beat >= HEARTBEAT_S:
+                beat = time.monotonic()
+                yield None
 
     def _take_slot(self, req, slots, b) -> None:
         """Caller holds cv."""

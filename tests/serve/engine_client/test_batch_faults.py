@@ -1,5 +1,6 @@
 """The batch path when things go wrong: a restart while requests are attached, the engine ending while a
-request waits for a free slot (EngineDied at once, never sent to the next process), a BSTOP that is never
+request waits for a free slot (it was sent nowhere: it keeps its place and runs once on the replacement; EngineDied
+at once when the engine was closed on purpose, or when no replacement comes in time), a BSTOP that is never
 answered, while reading or decoding (the limit counts from the engine's last line, another slot's lines
 included; past it the engine is ended, so the slot is never given to another request while its lines may
 still come)."""
@@ -19,7 +20,7 @@ def _pids(e):
 
 def test_restart_while_requests_are_attached(slots_engine):
     e = slots_engine({"slots": 2, "repeat": 400, "step_delay_s": 0.01, "token_delay_s": 0.002,
-                      "rules": [{"match": "fresh", "repeat": 2}]})
+                      "rules": [{"match": "fresh", "repeat": 2}, {"match": "c-waits", "repeat": 3}]})
     errors, outs = {}, {}
 
     def client(name):
@@ -41,9 +42,12 @@ def test_restart_while_requests_are_attached(slots_engine):
     e.restart(tries=1)
     for t in ts:
         t.join(10)
-    assert set(errors) == {"a-one", "b-two", "c-waits"}, (errors, list(outs))
+    assert set(errors) == {"a-one", "b-two"}, (errors, list(outs))  # sent: they end with the process
+    assert text_of(outs["c-waits"]) == answer("c-waits", 3)         # sent nowhere: it runs on the new one
     new_pid = e.current().popen.pid
-    assert not [c for pid, c in _pids(e) if int(pid) == new_pid]  # nothing of theirs reached the new one
+    on_new = [c for pid, c in _pids(e) if int(pid) == new_pid]
+    assert on_new == _sent_for(e, "c-waits", new_pid) and len(on_new) == 1, on_new  # only c, once
+    assert len(_sent_for(e, "c-waits")) == 1 and e.batch.stats()["requeued"] == 1
     assert text_of(run(e, "fresh")) == answer("fresh", 2)
     assert int(_pids(e)[0][0]) == old_pid
 
@@ -169,19 +173,21 @@ def _sent_for(e, word, pid=None):
     return out
 
 
-@pytest.mark.parametrize("how", ["killed", "restarted"])
-def test_a_request_waiting_for_a_slot_gets_engine_died_when_the_engine_ends(slots_engine, monkeypatch, how):
+@pytest.mark.parametrize("how", ["killed", "restarted", "closed", "never replaced"])
+def test_a_request_waiting_for_a_slot_when_the_engine_ends(slots_engine, how):
     """The only slot's holder is paused (its client reads slowly), so that slot is never freed; the engine
-    then ends. The waiter must get EngineDied at once, not wait for the holder, and never be sent to the
-    next process."""
+    then ends. The holder was sent: it never goes on. The waiter was sent nowhere: it must not wait for the
+    holder; it runs once on the replacement process (killed: the restart comes later, as the supervisor's
+    does), or gets EngineDied at once when the engine was closed on purpose, or after `requeue_wait_s`."""
     e = slots_engine({"slots": 1, "repeat": 400, "step_delay_s": 0.005, "token_delay_s": 0.002,
-                      "rules": [{"match": "fresh", "repeat": 2}]})
+                      "rules": [{"match": "fresh", "repeat": 2}, {"match": "waiter", "repeat": 3}]})
+    e.batch.requeue_wait_s = 1.0 if how == "never replaced" else 30.0
     g = e.generate(q("holder"), 3000)
     got = {}
 
     def waiter():
         try:
-            got["out"] = run(e, "waiter")
+            got["out"] = (run(e, "waiter"), time.monotonic())
         except EngineDied as ex:
             got["err"] = (ex, time.monotonic())
 
@@ -190,23 +196,35 @@ def test_a_request_waiting_for_a_slot_gets_engine_died_when_the_engine_ends(slot
         _hold_the_only_slot(e, g, tw)
         old_pid = e.current().popen.pid
         t0 = time.monotonic()
-        if how == "killed":
-            e.current().popen.kill()
-        else:
+        if how == "restarted":
             e.restart(tries=1)
-        tw.join(3)
-        assert "err" in got, f"the waiter did not get EngineDied within 3 s ({got})"
-        assert got["err"][1] - t0 < 1.5
-        assert not _sent_for(e, "waiter"), "the waiter was sent"
+        elif how == "closed":
+            e.close()
+        else:
+            e.current().popen.kill()
+            time.sleep(0.5)
+            assert tw.is_alive() and not got, f"the waiter did not wait for the replacement ({got})"
+            if how == "killed":
+                e.restart(tries=1)
+        tw.join(5)
+        if how in ("killed", "restarted"):
+            assert "out" in got, f"the waiter was not answered on the new process ({got})"
+            assert text_of(got["out"][0]) == answer("waiter", 3)
+            new_pid = e.current().popen.pid
+            assert len(_sent_for(e, "waiter")) == 1 and len(_sent_for(e, "waiter", new_pid)) == 1
+        else:
+            assert "err" in got, f"the waiter did not get EngineDied ({got})"
+            assert got["err"][1] - t0 < (0.5 if how == "closed" else 2.5)
+            assert not _sent_for(e, "waiter"), "the waiter was sent"
     finally:
         g.close()
         if tw.is_alive() or tw.ident:
             tw.join(10)
-    if how == "killed":
+    if how in ("closed", "never replaced"):
         e.restart(tries=1)
     assert e.current().popen.pid != old_pid
     assert text_of(run(e, "fresh")) == answer("fresh", 2)
-    assert not _sent_for(e, "waiter")
+    assert len(_sent_for(e, "holder")) == 1
 
 
 class _HookedEnter(threading.Condition):
@@ -240,6 +258,7 @@ def test_an_engine_end_just_before_the_slot_wait_is_not_slept_through(slots_engi
 
     # the waiter's enters once it is registered as waiting: the 1st is its look before the slot wait
     e.batch.cv = _HookedEnter("W", 1, lambda: len(e.batch.waiting) == 1, end_the_engine)
+    e.batch.requeue_wait_s = 0.0  # no replacement is awaited: EngineDied as soon as the end is seen
     g = e.generate(q("holder"), 3000)
     got = {}
 
@@ -263,14 +282,16 @@ def test_an_engine_end_just_before_the_slot_wait_is_not_slept_through(slots_engi
 
 
 # ------------------------------------------------------------------ drain limits that other slots' lines restart
-def _check_engine_ended(e, res, tk):
-    """Past the limit with no line: the engine was ended, the waiting "next" got EngineDied and was never
-    sent, the keeper ended too; after a restart "next" runs."""
-    assert isinstance(res["next"], EngineDied) and not _sent_for(e, "next")
+def _check_engine_ended(e, res, tn, tk):
+    """Past the limit with no line: the engine was ended and the keeper with it; the waiting "next", sent
+    nowhere (never given the quarantined slot), waits for the replacement and runs once on it."""
     tk.join(10)
     assert isinstance(res["keeper"], EngineDied)
+    assert "next" not in res and not _sent_for(e, "next")
     e.restart(tries=1)
-    assert text_of(run(e, "next")) == answer("next", 3)
+    tn.join(10)
+    assert text_of(res["next"]) == answer("next", 3)
+    assert len(_sent_for(e, "next")) == 1 and _sent_for(e, "next", e.current().popen.pid)
 
 
 def _check_drained(e, res, firsts, tk, since, old_pid):
@@ -287,7 +308,7 @@ def _check_drained(e, res, firsts, tk, since, old_pid):
 def test_cancelled_slot_bstop_limit_counts_from_every_line(slots_engine, monkeypatch, others, phase):
     """A request is cancelled while its prompt is read or while it decodes: BSTOP, then its slot writes
     nothing for 1.2 s. With no line at all the engine is ended after QUARANTINE_S and a request waiting for a
-    slot gets EngineDied (never that slot); while the other slot's lines come, the limit restarts and the slot
+    slot runs on the replacement (never on that slot); while the other slot's lines come, the limit restarts and the slot
     is reused after its BDONE."""
     monkeypatch.setattr(batch, "QUARANTINE_S", 0.4)
     script = {"slots": 2, "repeat": 100, "step_delay_s": 0.005, "hang_after_bstop": 1.2, "step_tokens": 16,
@@ -322,10 +343,10 @@ def test_cancelled_slot_bstop_limit_counts_from_every_line(slots_engine, monkeyp
     assert e.batch.stats()["waiting"] == 1  # "next" waits for a slot
     flag.set()  # the leaver's client went: BSTOP at its next token; the engine then hangs on that slot
     tl.join(5)
-    tn.join(10)
     if others == "silent":
         assert isinstance(res["leaver"], EngineDied) and "never finished" in e.death_note()
-        _check_engine_ended(e, res, tk)
+        _check_engine_ended(e, res, tn, tk)
     else:
+        tn.join(10)
         assert e.alive() and not isinstance(res["leaver"], Exception)
         _check_drained(e, res, firsts, tk, ended["t"], old_pid)

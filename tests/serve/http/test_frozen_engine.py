@@ -210,3 +210,31 @@ def test_frozen_mid_stream(frozen, kind):
     assert wait_until(lambda: watch.first(503) is not None, 3), watch.changes
     _replaced(run, watch, pid, watch.first(503)[0])
     _report(kind, "mid-stream", after_freeze_s, watch)
+
+
+@pytest.mark.parametrize("kind", ("fake-one-slot", "real-one-slot"))
+def test_frozen_with_a_request_queued(frozen, kind):
+    """One slot: a stream runs in it and a second request waits for it; then the engine freezes. The running
+    stream ends with an error event within the limit; the waiting request was sent nowhere, so it keeps its
+    place and is answered in full by the supervisor's replacement engine (200, never an error)."""
+    run = frozen(kind)
+    watch = HealthWatch(run)
+    queued = {}
+
+    def second():
+        time.sleep(0.3)  # after the stream has taken the slot
+        queued["answer"] = run.post("/v1/chat/completions", chat("Say hi.", max_tokens=8),
+                                    timeout=REPLACED_LIMIT_S + ANSWER_LIMIT_S)
+        queued["t"] = time.monotonic()
+
+    waiter = threading.Thread(target=second)
+    waiter.start()
+    status, events, after_freeze_s, pid = _stream_until_frozen(run, kind, 12)
+    waiter.join(REPLACED_LIMIT_S + ANSWER_LIMIT_S + 5)
+    assert status == 200 and pid is not None, "the answer ended before the freeze"
+    assert after_freeze_s <= ANSWER_LIMIT_S and "error" in events[-1], (after_freeze_s, events[-3:])
+    got, body, _ = queued["answer"]
+    assert got == 200 and body["choices"][0]["message"]["content"], body
+    assert run.svc.engine.current().popen.pid != pid and run.svc.engine.batch.stats()["requeued"] == 1
+    _replaced(run, watch, pid, watch.first(503)[0])
+    _report(kind, "queued", round(queued["t"] - watch.t0, 2), watch)
