@@ -235,14 +235,25 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
             const int np = n_pos - p0 < 8 ? n_pos - p0 : 8;
             for (int h = 0; h < n_q; ++h) {
                 const float* qh = q + size_t(t) * q_stride + size_t(h) * HD;
+                // each 8 floats of the query loaded once for the block's 8 positions (not once per position);
+                // per position the fma chain runs over j in order, as before
                 __m256 part[8];
-                for (int p = 0; p < 8; ++p) {
-                    if (p < np) {
-                        __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qh), _mm256_load_ps(kf + p * HD));
-                        for (int j = 1; j < NV; ++j) a = _mm256_fmadd_ps(_mm256_loadu_ps(qh + j * 8), _mm256_load_ps(kf + p * HD + j * 8), a);
-                        part[p] = a;
-                    } else {
-                        part[p] = _mm256_setzero_ps();
+                if (np == 8) {
+                    const __m256 q0 = _mm256_loadu_ps(qh);
+                    for (int p = 0; p < 8; ++p) part[p] = _mm256_mul_ps(q0, _mm256_load_ps(kf + p * HD));
+                    for (int j = 1; j < NV; ++j) {
+                        const __m256 qj = _mm256_loadu_ps(qh + j * 8);
+                        for (int p = 0; p < 8; ++p) part[p] = _mm256_fmadd_ps(qj, _mm256_load_ps(kf + p * HD + j * 8), part[p]);
+                    }
+                } else {
+                    for (int p = 0; p < 8; ++p) {
+                        if (p < np) {
+                            __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qh), _mm256_load_ps(kf + p * HD));
+                            for (int j = 1; j < NV; ++j) a = _mm256_fmadd_ps(_mm256_loadu_ps(qh + j * 8), _mm256_load_ps(kf + p * HD + j * 8), a);
+                            part[p] = a;
+                        } else {
+                            part[p] = _mm256_setzero_ps();
+                        }
                     }
                 }
                 _mm256_maskstore_ps(srow(t, h) + p0, lanes_below(np), _mm256_mul_ps(hsum8x8(part), _mm256_set1_ps(scale)));
@@ -253,8 +264,14 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
         const int n_pos = n_pos0 + t;
         for (int h = 0; h < n_q; ++h) {
             float* sc = srow(t, h);
-            float m = sc[0];
-            for (int p = 1; p < n_pos; ++p) m = sc[p] > m ? sc[p] : m;
+            __m256 mv8 = _mm256_set1_ps(sc[0]);  // the max on 8 lanes (exact in any order), then across them
+            for (int p = 0; p < n_pos; p += 8) {
+                const __m256i mk = lanes_below(n_pos - p);
+                mv8 = _mm256_max_ps(mv8, _mm256_blendv_ps(mv8, _mm256_maskload_ps(sc + p, mk), _mm256_castsi256_ps(mk)));
+            }
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv8), _mm256_extractf128_ps(mv8, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            float m = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
             if (sinks) m = sinks[h] > m ? sinks[h] : m;  // the sink joins the max and the denominator
             const __m256 mv = _mm256_set1_ps(m);
             __m256 sum = _mm256_setzero_ps();
