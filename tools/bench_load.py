@@ -46,6 +46,7 @@ PEER_PATHS = ("/root/.cache/strata-peer-server/build/bin/llama-server",
 READY_S = 180.0          # a server's start (model load) may take this long on a busy machine
 REQUEST_TIMEOUT_S = 600  # one request's whole answer; past it the request counts as failed
 FAR_MISS = 0.5           # a rate where under half the requests meet the SLO ends that server's sweep
+READ_WORDS = 240         # the read's document: ~1,500 tokens (500 words were ~3,100: over the 2 s TTFT alone)
 MIX = (("chat", 4), ("read", 2), ("tool", 2), ("story", 2))
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
                                            "parameters": {"type": "object", "properties": {
@@ -69,7 +70,8 @@ def make_request(kind: str, i: int, rng: random.Random) -> dict:
     if kind == "chat":
         messages, n = [{"role": "user", "content": f"Request {i}: in two sentences, why do people like {topic}?"}], 64
     elif kind == "read":
-        words = " ".join(f"{rng.choice(TOPICS)}-{rng.randrange(10000)}" for _ in range(500))
+        # READ_WORDS words of `topic-NNNN` are ~1,500 tokens in SmolLM2's vocabulary (digits one token each)
+        words = " ".join(f"{rng.choice(TOPICS)}-{rng.randrange(10000)}" for _ in range(READ_WORDS))
         messages, n = [{"role": "user", "content": f"Document {i}: {words}\n\nWhich word comes first?"}], 32
     elif kind == "tool":
         messages, n = [{"role": "user", "content": f"Request {i}: what is the weather in Paris, and what is "
