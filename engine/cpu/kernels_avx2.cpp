@@ -212,6 +212,15 @@ inline __m256 load_kv8(const uint8_t* row, int j) {
     }
 }
 
+// Rows p0 .. p0+nb-1 of a K or V cache (f16, or Q8 blocks; row_bytes apart) as floats: dst (nb, NV * 8).
+template <int NV, bool Q8>
+inline void kv_block_to_f32(const uint8_t* rows, size_t row_bytes, int p0, int nb, float* dst) {
+    for (int p = 0; p < nb; ++p) {
+        const uint8_t* r = rows + size_t(p0 + p) * row_bytes;
+        for (int j = 0; j < NV; ++j) _mm256_store_ps(dst + p * NV * 8 + j * 8, load_kv8<Q8>(r, j));
+    }
+}
+
 // Fused attention over a tile of queries (contract in kernels.h), the AVX-512 kernel's structure on 8
 // positions per block: K converted once per block for the tile, scores by fma and a fixed hsum tree,
 // softmax with exp_neg8, then out = weights . V with V converted once per block for the tile.
@@ -225,10 +234,7 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
     alignas(32) float kf[8 * HD];
     for (int p0 = 0; p0 < n_last; p0 += 8) {
         const int nb = n_last - p0 < 8 ? n_last - p0 : 8;
-        for (int p = 0; p < nb; ++p) {
-            const uint8_t* kr = k + size_t(p0 + p) * row_bytes;
-            for (int j = 0; j < NV; ++j) _mm256_store_ps(kf + p * HD + j * 8, load_kv8<Q8>(kr, j));
-        }
+        kv_block_to_f32<NV, Q8>(k, row_bytes, p0, nb, kf);
         for (int t = 0; t < n_tok; ++t) {
             const int n_pos = n_pos0 + t;
             if (p0 >= n_pos) continue;
@@ -296,10 +302,7 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
     alignas(32) float vf[8 * HD];
     for (int p0 = 0; p0 < n_last; p0 += 8) {
         const int nb = n_last - p0 < 8 ? n_last - p0 : 8;
-        for (int p = 0; p < nb; ++p) {
-            const uint8_t* vr = v + size_t(p0 + p) * row_bytes;
-            for (int j = 0; j < NV; ++j) _mm256_store_ps(vf + p * HD + j * 8, load_kv8<Q8>(vr, j));
-        }
+        kv_block_to_f32<NV, Q8>(v, row_bytes, p0, nb, vf);
         for (int t = 0; t < n_tok; ++t) {
             const int n_pos = n_pos0 + t;
             if (p0 >= n_pos) continue;
