@@ -157,13 +157,9 @@ inline __m256 hsum8x8(const __m256* v) {
     return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-// exp(x) for x <= 0, as the AVX-512 set's exp_neg: 2^n * 2^f with 2^f from its Taylor series to degree 7;
-// below -87 the result is 0 (2^n is built in the exponent field)
-inline __m256 exp_neg8(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-    const __m256 t = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504f));
-    const __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m256 f = _mm256_mul_ps(_mm256_sub_ps(t, n), _mm256_set1_ps(0.693147181f));
+// 2^n * e^f for whole n (as floats) in [-127, 127] and |f| <= ln(2)/2: e^f by its Taylor series to degree 7,
+// 2^n built in the exponent field (the tail both exps below share)
+inline __m256 exp_scaled8(__m256 n, __m256 f) {
     __m256 p = _mm256_set1_ps(1.0f / 5040);
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 720));
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 120));
@@ -176,6 +172,16 @@ inline __m256 exp_neg8(__m256 x) {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+// exp(x) for x <= 0, as the AVX-512 set's exp_neg: 2^n * 2^f with 2^f from its Taylor series to degree 7;
+// below -87 the result is 0 (2^n is built in the exponent field)
+inline __m256 exp_neg8(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    const __m256 t = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504f));
+    const __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 f = _mm256_mul_ps(_mm256_sub_ps(t, n), _mm256_set1_ps(0.693147181f));
+    return exp_scaled8(n, f);
+}
+
 // exp(x) over x in [-87.3, 88.3] (clamped; 88.3 keeps 2^n within the exponent field, n <= 127): x = n ln 2 + f
 // with ln 2 in two parts (Cody-Waite, as the AVX-512 set's exp_full), e^f by exp_neg8's Taylor series to degree 7,
 // within 3e-7 relative of the true value
@@ -184,16 +190,7 @@ inline __m256 exp_full8(__m256 x) {
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 f = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
     f = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606820309417e-06f), f);
-    __m256 p = _mm256_set1_ps(1.0f / 5040);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 720));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return exp_scaled8(n, f);
 }
 
 inline __m256i lanes_below(int n) {  // mask of lanes [0, n)
