@@ -210,11 +210,42 @@ inline __m256 load_kv8(const uint8_t* row, int j) {
 }
 
 // Rows p0 .. p0+nb-1 of a K or V cache (f16, or Q8 blocks; row_bytes apart) as floats: dst (nb, NV * 8).
+// Each row's bytes ATTN_PREFETCH_ROWS rows ahead are prefetched (kernels.h).
 template <int NV, bool Q8>
 inline void kv_block_to_f32(const uint8_t* rows, size_t row_bytes, int p0, int nb, float* dst) {
     for (int p = 0; p < nb; ++p) {
         const uint8_t* r = rows + size_t(p0 + p) * row_bytes;
+        attn_prefetch_row(r, row_bytes);
         for (int j = 0; j < NV; ++j) _mm256_store_ps(dst + p * NV * 8 + j * 8, load_kv8<Q8>(r, j));
+    }
+}
+
+// out (n_q, NV * 8) = weights . V for a lone query with NQ heads (weights: the heads' softmax rows, w_stride
+// apart), V converted as it is read: 4 vectors (32 dims) of every head at a time, 4 * NQ accumulators kept in
+// registers, NV / 4 passes over the positions. Each output lane's fma chain runs over the positions in order
+// from zero, as in attn_impl's blocked loop, so the bits are the same; a decode step skips that loop's store
+// and reload of every converted row.
+template <int NV, bool Q8, int NQ>
+void attn_v_lone(const float* w, size_t w_stride, int n_pos, const uint8_t* v, size_t row_bytes, float* out) {
+    static_assert(NV % 4 == 0 && NQ >= 1 && NQ <= 3, "4 vectors of up to 3 heads: 12 accumulators");
+    for (int j0 = 0; j0 < NV; j0 += 4) {
+        __m256 acc[NQ][4];
+        for (int h = 0; h < NQ; ++h) {
+            for (int j = 0; j < 4; ++j) acc[h][j] = _mm256_setzero_ps();
+        }
+        for (int p = 0; p < n_pos; ++p) {
+            const uint8_t* vr = v + size_t(p) * row_bytes;
+            if (j0 == 0) attn_prefetch_row(vr, row_bytes);
+            __m256 wp[NQ];
+            for (int h = 0; h < NQ; ++h) wp[h] = _mm256_set1_ps(w[size_t(h) * w_stride + size_t(p)]);
+            for (int j = 0; j < 4; ++j) {
+                const __m256 vv = load_kv8<Q8>(vr, j0 + j);
+                for (int h = 0; h < NQ; ++h) acc[h][j] = _mm256_fmadd_ps(wp[h], vv, acc[h][j]);
+            }
+        }
+        for (int h = 0; h < NQ; ++h) {
+            for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out + h * NV * 8 + (j0 + j) * 8, acc[h][j]);
+        }
     }
 }
 
@@ -291,6 +322,13 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
                 _mm256_maskstore_ps(sc + p, mk, _mm256_mul_ps(_mm256_maskload_ps(sc + p, mk), inv));
             }
         }
+    }
+    if (n_tok == 1 && n_q <= 3) {  // a decode step's lone query: attn_v_lone (the same bits)
+        const size_t ws = size_t(n_last);
+        if (n_q == 1) attn_v_lone<NV, Q8, 1>(srow(0, 0), ws, n_pos0, v, row_bytes, out);
+        if (n_q == 2) attn_v_lone<NV, Q8, 2>(srow(0, 0), ws, n_pos0, v, row_bytes, out);
+        if (n_q == 3) attn_v_lone<NV, Q8, 3>(srow(0, 0), ws, n_pos0, v, row_bytes, out);
+        return;
     }
     // out = weights . V, by blocks of 8 positions as the scores: each block's V rows are converted once for the
     // tile (per (token, head) they cost ~2/3 of a 2048-token prompt read's attention, callgrind), then every

@@ -296,6 +296,7 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
         const int nb = n_last - p0 < 16 ? n_last - p0 : 16;
         for (int p = 0; p < nb; ++p) {
             const uint8_t* kr = k + size_t(p0 + p) * row_bytes;
+            attn_prefetch_row(kr, row_bytes);
             for (int j = 0; j < NV; ++j) _mm512_store_ps(kf + p * HD + j * 16, load_kv16<Q8>(kr, j));
         }
         for (int t = 0; t < n_tok; ++t) {
@@ -371,6 +372,7 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
         }
         for (int p = 0; p < n_pos; ++p) {
             const uint8_t* vr = v + size_t(p) * row_bytes;
+            attn_prefetch_row(vr, row_bytes);
             for (int j = 0; j < NV; ++j) {
                 const __m512 vv = load_kv16<Q8>(vr, j);
                 for (int h = 0; h < HC; ++h) {
@@ -390,6 +392,7 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
         const int nb = n_last - p0 < 16 ? n_last - p0 : 16;
         for (int p = 0; p < nb; ++p) {
             const uint8_t* vr = v + size_t(p0 + p) * row_bytes;
+            attn_prefetch_row(vr, row_bytes);
             for (int j = 0; j < NV; ++j) _mm512_store_ps(kf + p * HD + j * 16, load_kv16<Q8>(vr, j));
         }
         for (int t = 0; t < n_tok; ++t) {

@@ -285,29 +285,33 @@ void test_packed_matmul() {
     for (threadpool* p : pools) threadpool_free(p);
 }
 
-// a tile of queries at consecutive positions gives each query exactly what a tile of one gives it
+// a tile of queries at consecutive positions gives each query exactly what a tile of one gives it (1 to 3 heads:
+// a lone query's own value loop on AVX2 and AVX-512, and 4: the blocked one)
 void test_attention_tiles() {
     for (const kernel_set* ks : kernel_sets()) {
         if (!ks->attn) continue;
         for (int q8 = 0; q8 < 2; ++q8) {
             for (int hd : {64, 128, 256}) {
                 for (int n_pos0 : {1, 13, 33}) {
-                    const int n_q = 3, n_tok = 7, n_last = n_pos0 + n_tok - 1;
-                    const ggml_type t = q8 ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
-                    const size_t row_bytes = quant_row_bytes(t, hd);
-                    const std::vector<uint8_t> k = random_rows(t, hd, n_last), v = random_rows(t, hd, n_last);
-                    const size_t qs = size_t(n_q * hd);
-                    std::vector<float> q(size_t(n_tok) * qs), tiled(size_t(n_tok) * qs), one(qs);
-                    std::vector<float> scores(size_t(n_tok * n_q * n_last));
-                    for (float& x : q) x = frand(-2, 2);
-                    const float scale = 1.0f / std::sqrt(float(hd));
-                    ks->attn(q.data(), qs, n_q, n_tok, k.data(), v.data(), row_bytes, q8 != 0, n_pos0, hd, scale,
-                             scores.data(), tiled.data(), qs, nullptr);
-                    for (int i = 0; i < n_tok; ++i) {
-                        ks->attn(q.data() + size_t(i) * qs, qs, n_q, 1, k.data(), v.data(), row_bytes, q8 != 0, n_pos0 + i, hd,
-                                 scale, scores.data(), one.data(), qs, nullptr);
-                        CHECK(std::memcmp(one.data(), tiled.data() + size_t(i) * qs, qs * 4) == 0,
-                              "%s attn %s hd=%d: query %d of a tile differs from alone", ks->name, q8 ? "q8_0" : "f16", hd, i);
+                    for (int n_q : {1, 2, 3, 4}) {
+                        const int n_tok = 7, n_last = n_pos0 + n_tok - 1;
+                        const ggml_type t = q8 ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
+                        const size_t row_bytes = quant_row_bytes(t, hd);
+                        const std::vector<uint8_t> k = random_rows(t, hd, n_last), v = random_rows(t, hd, n_last);
+                        const size_t qs = size_t(n_q * hd);
+                        std::vector<float> q(size_t(n_tok) * qs), tiled(size_t(n_tok) * qs), one(qs);
+                        std::vector<float> scores(size_t(n_tok * n_q * n_last));
+                        for (float& x : q) x = frand(-2, 2);
+                        const float scale = 1.0f / std::sqrt(float(hd));
+                        ks->attn(q.data(), qs, n_q, n_tok, k.data(), v.data(), row_bytes, q8 != 0, n_pos0, hd, scale,
+                                 scores.data(), tiled.data(), qs, nullptr);
+                        for (int i = 0; i < n_tok; ++i) {
+                            ks->attn(q.data() + size_t(i) * qs, qs, n_q, 1, k.data(), v.data(), row_bytes, q8 != 0, n_pos0 + i, hd,
+                                     scale, scores.data(), one.data(), qs, nullptr);
+                            CHECK(std::memcmp(one.data(), tiled.data() + size_t(i) * qs, qs * 4) == 0,
+                                  "%s attn %s hd=%d n_q=%d: query %d of a tile differs from alone", ks->name, q8 ? "q8_0" : "f16", hd,
+                                  n_q, i);
+                        }
                     }
                 }
             }
