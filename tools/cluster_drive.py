@@ -2,13 +2,17 @@
 balancer's namespace (tools/cluster_ns.py): multi-turn chats through HAProxy at 127.0.0.1:8080.
 
     python3 tools/cluster_drive.py --clients 24 --turns 8 --tag a [--seconds S] [--max-tokens 32] [--echo]
+                                   [--first greet|ask]
 
 Each client keeps one HTTP/1.1 connection (reopened after an error) and chats: a short first message (a few
-words), then short follow-ups, each turn resending the whole conversation with the assistant's replies, in a body
-whose other fields come before `messages` (the affinity key must not depend on either). Odd turns stream
-(with usage), even turns do not. With --seconds, a client starts a new conversation after its last turn (or
-after a failed turn) until the time is up or SIGUSR1 says stop (tools/cluster_figures.py's failover phase stops
-the clients once the host it restarted has answered); without, it chats one conversation of --turns turns.
+words, unique to the conversation: `Hi, I am a7-0.` with --first greet, the default; `I am a7-0. Describe a
+harbour.` with --first ask, a request the model answers at length, its topic from TOPICS by client and
+conversation number), then short follow-ups, each turn resending the whole conversation with the assistant's
+replies, in a body whose other fields come before `messages` (the affinity key must not depend on either). Odd
+turns stream (with usage), even turns do not. With --seconds, a client starts a new conversation after its last
+turn (or after a failed turn) until the time is up or SIGUSR1 says stop (tools/cluster_figures.py's failover
+phase stops the clients once the host it restarted has answered); without, it chats one conversation of --turns
+turns.
 --echo: every user message carries a unique `#N#` marker and the fake hosts answer with it (cluster_host.py
 --echo), so a reply given to the wrong request shows.
 
@@ -35,6 +39,9 @@ import time
 BALANCER = ("127.0.0.1", 8080)
 FOLLOW_UPS = ("Tell me more.", "Why is that?", "Give an example.", "And then?", "Say it in one line.",
               "What else?", "One more fact, please.", "Thanks. Anything to add?", "Go on.", "Summarise.")
+TOPICS = ("Describe a harbour.", "Explain how bread rises.", "Tell me about volcanoes.", "How do tides work?",
+          "Describe a desert at night.", "Explain how a bicycle works.", "Tell me about honeybees.",
+          "How does rain form?")   # --first ask: short first messages that ask for a longer reply than a greeting
 TIMEOUT_S = 120.0    # one request's limit (a reply of a loaded 2-core machine); a cut is seen sooner
 METRICS = ("strata:http_connections_accepted_total", "strata:http_requests_total",
            "strata:http_requests_reused_total", "llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total")
@@ -106,6 +113,15 @@ def ask(conn, messages, stream, max_tokens) -> dict:
             "completion": usage.get("completion_tokens"), **({"error": usage["error"]} if "error" in usage else {})}
 
 
+def first_message(args, c: int, conv: int) -> str:
+    """Conversation `conv` of client `c`'s first user message: a few words, unique to the conversation (its
+    affinity key), a greeting (--first greet) or a request for something (--first ask)."""
+    who = f"{args.tag}{c}-{conv}"
+    if args.first == "ask":
+        return f"I am {who}. {TOPICS[(c + conv) % len(TOPICS)]}"
+    return f"Hi, I am {who}."
+
+
 def client(c: int, args, stop_at: float | None, counter) -> None:
     conn = http.client.HTTPConnection(*BALANCER, timeout=TIMEOUT_S)
     conv = 0
@@ -116,7 +132,7 @@ def client(c: int, args, stop_at: float | None, counter) -> None:
                 conn.close()
                 return
             marker = f"#{counter()}#" if args.echo else ""
-            words = f"Hi, I am {args.tag}{c}-{conv}." if turn == 0 else FOLLOW_UPS[(c + turn) % len(FOLLOW_UPS)]
+            words = first_message(args, c, conv) if turn == 0 else FOLLOW_UPS[(c + turn) % len(FOLLOW_UPS)]
             messages.append({"role": "user", "content": f"{words} {marker}".strip()})
             t0 = time.time()
             try:
@@ -170,7 +186,7 @@ def wait_balancer(timeout_s: float) -> None:
         time.sleep(0.2)
 
 
-def main() -> int:
+def parse(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", type=int, default=24)
     ap.add_argument("--turns", type=int, default=8)
@@ -178,8 +194,14 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, help="keep chatting (new conversations) for this long")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--echo", action="store_true")
+    ap.add_argument("--first", choices=("greet", "ask"), default="greet",
+                    help="first messages: greetings, or short requests the model answers at length")
     ap.add_argument("--hosts", type=int, default=3)
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main() -> int:
+    args = parse()
     signal.signal(signal.SIGUSR1, lambda *_: STOP.set())
     wait_balancer(30.0)
     lock, n = threading.Lock(), [0]   # lock guards n: the next marker

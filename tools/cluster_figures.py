@@ -3,11 +3,12 @@ namespace on this machine (tools/cluster_ns.py), driven by tools/cluster_drive.p
 
     sudo python3 tools/cluster_figures.py                 # the real engine and default model on each host
     sudo python3 tools/cluster_figures.py --fake          # the fake engine (tools/cluster_host.py --echo)
+    sudo python3 tools/cluster_figures.py --first ask     # first messages that ask for something (default: greet)
 
 Phases:
   affinity     the shipped configuration: --clients clients x --turns turns; for turns 2.. the share of prompt
                tokens the host had cached (usage.prompt_tokens_details.cached_tokens), and whether every turn of a
-               conversation was answered by one host (X-Strata-Host)
+               conversation was answered by one host (X-Strata-Host); each turn's mean reply length (tokens)
   round robin  the same file with STRATA_BALANCE=roundrobin (affinity off), new conversations
   failover     affinity again, clients chatting for --failover-s seconds: the busiest host is SIGKILLed
                (server and engine: a host that dies), later the busiest other host's engine alone (the server
@@ -61,12 +62,19 @@ def host_argv_for(args, log_dir):
     return argv
 
 
-def drive(cluster, args, tag, seconds=None) -> subprocess.Popen:
+def drive_argv(args, tag, seconds=None) -> list[str]:
+    """The command of one phase's clients (tools/cluster_drive.py), before it is put in the balancer's namespace."""
     argv = [sys.executable, os.path.join(ROOT, "tools", "cluster_drive.py"), "--clients", str(args.clients),
-            "--turns", str(args.turns), "--tag", tag, "--max-tokens", str(args.max_tokens), "--hosts", "3"]
+            "--turns", str(args.turns), "--tag", tag, "--max-tokens", str(args.max_tokens), "--hosts", "3",
+            "--first", args.first]
     argv += ["--echo"] if args.fake else []
     argv += ["--seconds", str(seconds)] if seconds else []
-    return subprocess.Popen(cluster.lb_argv(argv), stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    return argv
+
+
+def drive(cluster, args, tag, seconds=None) -> subprocess.Popen:
+    return subprocess.Popen(cluster.lb_argv(drive_argv(args, tag, seconds)), stdout=subprocess.PIPE, text=True,
+                            cwd=ROOT)
 
 
 def collect(proc) -> tuple[list[dict], dict]:
@@ -84,6 +92,10 @@ def reuse_figures(rows) -> dict:
     for t in sorted({r["turn"] for r in later}):
         sel = [r for r in later if r["turn"] == t]
         per_turn[t] = round(sum(r["cached"] or 0 for r in sel) / max(1, sum(r["prompt"] for r in sel)), 3)
+    done, reply_per_turn = [r for r in rows if r["outcome"] == "done" and r.get("completion") is not None], {}
+    for t in sorted({r["turn"] for r in done}):   # mean reply length: what the next turn's prompt grows by
+        sel = [r["completion"] for r in done if r["turn"] == t]
+        reply_per_turn[t] = round(sum(sel) / len(sel), 1)
     convs, prev, reusable = {}, {}, 0
     for r in sorted(rows, key=lambda r: (r["c"], r["conv"], r["turn"])):
         convs.setdefault((r["c"], r["conv"]), set()).add(r["host"])
@@ -94,7 +106,8 @@ def reuse_figures(rows) -> dict:
     return {"requests": len(rows), "lost": sum(r["outcome"] != "done" for r in rows),
             "crossed": sum(r["crossed"] for r in rows), "reuse": round(cached / max(1, prompt), 3),
             "reuse_of_reusable": round(cached / max(1, reusable), 3),
-            "reuse_per_turn": per_turn, "conversations_on_one_host": sum(len(h) == 1 for h in convs.values()),
+            "reuse_per_turn": per_turn, "reply_tokens_per_turn": reply_per_turn,
+            "conversations_on_one_host": sum(len(h) == 1 for h in convs.values()),
             "conversations": len(convs), "hosts": sorted({r["host"] for r in rows if r["host"]})}
 
 
@@ -187,6 +200,8 @@ def parse(argv=None):
     ap.add_argument("--clients", type=int, default=24)
     ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--first", choices=("greet", "ask"), default="greet",
+                    help="the chats' first messages (cluster_drive.py --first): greetings, or short requests")
     ap.add_argument("--parked", type=int, default=16, help="engine --conversation-cache-slots per host")
     ap.add_argument("--threads", type=int, default=1, help="engine threads per host")
     ap.add_argument("--ctx", type=int, default=2048)
