@@ -2,8 +2,10 @@
 lookup on the rewrite, >= 0.97x on free chat).
 
 Role: a benchmark, run by hand (`python3 tools/bench_drafting.py [--model M] [--draft-model D] [--threads T]
-[--runs R] [--tokens N]`). One engine per mode (`build/strata-engine --drafting off|lookup|model`, driven
-through its line protocol as tools/bench_engine.py does); the draft model defaults to the model itself (the
+[--runs R] [--tokens N]`). Two engines (`build/strata-engine --drafting lookup` and `--drafting model`, driven
+through their line protocol as tools/bench_engine.py does): drafting off is the lookup engine's requests sent
+with `draft=0`, so off and lookup are measured in one process (on this project's VMs the same binary's decode
+speed moved by up to ~20 % from one process to the next, which made a ratio of two processes noisy); the draft model defaults to the model itself (the
 correctness check: every draft accepted, no speed gained, since it costs a full step per draft). Workloads,
 each one chat prompt with end-of-turn banned so every mode generates the same --tokens tokens (greedy output
 is identical with drafting on and off, which the bench checks):
@@ -31,7 +33,6 @@ from tools.bench_engine import REPO_ROOT, Engine, ban_eos_bias, default_model  #
 from tokenizer.bpe import Tokenizer  # noqa: E402
 
 N_CTX = 8192
-MODES = ("off", "lookup", "model")
 
 
 def _source_file() -> str:
@@ -131,14 +132,15 @@ class DraftingEngine(Engine):
 
 
 def _measure(engines, prompts, n_tokens, bias, runs):
-    """{(workload, mode): (best tok/s, acceptance or None)}, and whether every mode gave the same tokens."""
+    """{(workload, mode): (best tok/s, acceptance or None)}, and whether every mode gave the same tokens.
+    engines: mode -> (engine, extra request keys)."""
     best: dict = {}
     same = True
     for _ in range(runs):
         for name, ids in prompts:
             ref = None
-            for mode, eng in engines.items():
-                w = eng.gen_done(n_tokens, ids, f"logit_bias={bias}")
+            for mode, (eng, keys) in engines.items():
+                w = eng.gen_done(n_tokens, ids, f"logit_bias={bias}{keys}")
                 gen, decode_ms = int(w[1]), float(w[4])
                 tok_s = (gen - 1) / (decode_ms / 1000.0) if gen > 1 and decode_ms > 0 else 0.0
                 acc = int(w[6]) / int(w[7]) if w[7] not in ("-", "0") else None
@@ -165,17 +167,17 @@ def main(argv=None):
     prompts = [(name, tok.encode(template.render([Message(role="user", content=text)]).text + begun,
                                  parse_special=True))
                for name, text, begun in workloads()]
-    engines = {}
+    procs = {}
     try:
-        for mode in MODES:
-            engines[mode] = DraftingEngine(args.engine, args.model, args.threads, mode,
-                                           args.draft_model or args.model)
+        for mode in ("lookup", "model"):
+            procs[mode] = DraftingEngine(args.engine, args.model, args.threads, mode, args.draft_model or args.model)
+        engines = {"off": (procs["lookup"], " draft=0"), "lookup": (procs["lookup"], ""), "model": (procs["model"], "")}
         for name, ids in prompts:  # the prompts read once: later runs reuse them (decode is what is measured)
-            for eng in engines.values():
+            for eng in procs.values():
                 eng.gen_done(1, ids, "")
         best, same = _measure(engines, prompts, args.tokens, ban_eos_bias(args.model), args.runs)
     finally:
-        for eng in engines.values():
+        for eng in procs.values():
             eng.close()
     print(f"decode {args.tokens} tokens, {args.threads} threads, best of {args.runs}; prompts "
           + ", ".join(f"{n} {len(ids)} tokens" for n, ids in prompts)
