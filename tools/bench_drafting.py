@@ -5,8 +5,9 @@ Role: a benchmark, run by hand (`python3 tools/bench_drafting.py [--model M] [--
 [--runs R] [--tokens N]`). Two engines (`build/strata-engine --drafting lookup` and `--drafting model`, driven
 through their line protocol as tools/bench_engine.py does): drafting off is the lookup engine's requests sent
 with `draft=0`, so off and lookup are measured in one process (on this project's VMs the same binary's decode
-speed moved by up to ~20 % from one process to the next, which made a ratio of two processes noisy); the draft model defaults to the model itself (the
-correctness check: every draft accepted, no speed gained, since it costs a full step per draft). Workloads,
+speed moved by up to ~20 % from one process to the next, which made a ratio of two processes noisy); the draft
+model defaults to the model itself (the correctness check: every draft accepted, no speed gained, since it
+costs a full step per draft). Workloads,
 each one chat prompt with end-of-turn banned so every mode generates the same --tokens tokens (greedy output
 is identical with drafting on and off, which the bench checks):
   rewrite    a ~300-line Python file in the prompt, to be rewritten whole with functions renamed (the

@@ -210,7 +210,7 @@ inline __m256 load_kv8(const uint8_t* row, int j) {
 }
 
 // Rows p0 .. p0+nb-1 of a K or V cache (f16, or Q8 blocks; row_bytes apart) as floats: dst (nb, NV * 8).
-// Each row's bytes ATTN_PREFETCH_ROWS rows ahead are prefetched (kernels.h).
+// Each row read prefetches the row about ATTN_PREFETCH_BYTES ahead (attn_prefetch_row, kernels.h).
 template <int NV, bool Q8>
 inline void kv_block_to_f32(const uint8_t* rows, size_t row_bytes, int p0, int nb, float* dst) {
     for (int p = 0; p < nb; ++p) {
