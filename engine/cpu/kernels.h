@@ -114,12 +114,15 @@ struct kernel_set {
 // The fused attention kernels read a head's cache rows in position order, a row every few dozen cycles, and the
 // hardware prefetcher alone left a long context's decode waiting on memory (a lone AVX2 query over 2,400
 // positions: 53 ns a position from memory, 21 ns from cache). Each row read also prefetches the row about
-// ATTN_PREFETCH_BYTES ahead (a hint: it never faults and changes no result).
+// ATTN_PREFETCH_BYTES ahead (a hint: it never faults and changes no result). A kernel call takes the distance
+// once (attn_prefetch_ahead: whole rows, at least 4), then prefetches per row read.
 constexpr size_t ATTN_PREFETCH_BYTES = 4096;
-inline void attn_prefetch_row(const uint8_t* row, size_t row_bytes) {
+inline size_t attn_prefetch_ahead(size_t row_bytes) {
     const size_t rows_ahead = ATTN_PREFETCH_BYTES / row_bytes > 4 ? ATTN_PREFETCH_BYTES / row_bytes : 4;
-    const uint8_t* ahead = row + rows_ahead * row_bytes;
-    for (size_t c = 0; c < row_bytes; c += 64) __builtin_prefetch(ahead + c, 0, 3);
+    return rows_ahead * row_bytes;
+}
+inline void attn_prefetch_row(const uint8_t* row, size_t row_bytes, size_t ahead) {
+    for (size_t c = 0; c < row_bytes; c += 64) __builtin_prefetch(row + ahead + c, 0, 3);
 }
 
 const kernel_set& kernels_get();

@@ -210,12 +210,12 @@ inline __m256 load_kv8(const uint8_t* row, int j) {
 }
 
 // Rows p0 .. p0+nb-1 of a K or V cache (f16, or Q8 blocks; row_bytes apart) as floats: dst (nb, NV * 8).
-// Each row read prefetches the row about ATTN_PREFETCH_BYTES ahead (attn_prefetch_row, kernels.h).
+// Each row read prefetches the row `ahead` bytes on (attn_prefetch_ahead, kernels.h).
 template <int NV, bool Q8>
-inline void kv_block_to_f32(const uint8_t* rows, size_t row_bytes, int p0, int nb, float* dst) {
+inline void kv_block_to_f32(const uint8_t* rows, size_t row_bytes, size_t ahead, int p0, int nb, float* dst) {
     for (int p = 0; p < nb; ++p) {
         const uint8_t* r = rows + size_t(p0 + p) * row_bytes;
-        attn_prefetch_row(r, row_bytes);
+        attn_prefetch_row(r, row_bytes, ahead);
         for (int j = 0; j < NV; ++j) _mm256_store_ps(dst + p * NV * 8 + j * 8, load_kv8<Q8>(r, j));
     }
 }
@@ -224,9 +224,10 @@ inline void kv_block_to_f32(const uint8_t* rows, size_t row_bytes, int p0, int n
 // apart), V converted as it is read: 4 vectors (32 dims) of every head at a time, 4 * NQ accumulators kept in
 // registers, NV / 4 passes over the positions. Each output lane's fma chain runs over the positions in order
 // from zero, as in attn_impl's blocked loop, so the bits are the same; a decode step skips that loop's store
-// and reload of every converted row.
+// and reload of every converted row. Rows are prefetched `ahead` bytes on in the first pass.
 template <int NV, bool Q8, int NQ>
-void attn_v_lone(const float* w, size_t w_stride, int n_pos, const uint8_t* v, size_t row_bytes, float* out) {
+void attn_v_lone(const float* w, size_t w_stride, int n_pos, const uint8_t* v, size_t row_bytes, size_t ahead,
+                 float* out) {
     static_assert(NV % 4 == 0 && NQ >= 1 && NQ <= 3, "4 vectors of up to 3 heads: 12 accumulators");
     for (int j0 = 0; j0 < NV; j0 += 4) {
         __m256 acc[NQ][4];
@@ -235,7 +236,7 @@ void attn_v_lone(const float* w, size_t w_stride, int n_pos, const uint8_t* v, s
         }
         for (int p = 0; p < n_pos; ++p) {
             const uint8_t* vr = v + size_t(p) * row_bytes;
-            if (j0 == 0) attn_prefetch_row(vr, row_bytes);
+            if (j0 == 0) attn_prefetch_row(vr, row_bytes, ahead);
             __m256 wp[NQ];
             for (int h = 0; h < NQ; ++h) wp[h] = _mm256_set1_ps(w[size_t(h) * w_stride + size_t(p)]);
             for (int j = 0; j < 4; ++j) {
@@ -259,10 +260,11 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
     constexpr int HD = NV * 8;
     const int n_last = n_pos0 + n_tok - 1;
     auto srow = [&](int t, int h) { return scores + (size_t(t) * size_t(n_q) + size_t(h)) * size_t(n_last); };
+    const size_t ahead = attn_prefetch_ahead(row_bytes);
     alignas(32) float kf[8 * HD];
     for (int p0 = 0; p0 < n_last; p0 += 8) {
         const int nb = n_last - p0 < 8 ? n_last - p0 : 8;
-        kv_block_to_f32<NV, Q8>(k, row_bytes, p0, nb, kf);
+        kv_block_to_f32<NV, Q8>(k, row_bytes, ahead, p0, nb, kf);
         for (int t = 0; t < n_tok; ++t) {
             const int n_pos = n_pos0 + t;
             if (p0 >= n_pos) continue;
@@ -325,9 +327,9 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
     }
     if (n_tok == 1 && n_q <= 3) {  // a decode step's lone query: attn_v_lone (the same bits)
         const size_t ws = size_t(n_last);
-        if (n_q == 1) attn_v_lone<NV, Q8, 1>(srow(0, 0), ws, n_pos0, v, row_bytes, out);
-        if (n_q == 2) attn_v_lone<NV, Q8, 2>(srow(0, 0), ws, n_pos0, v, row_bytes, out);
-        if (n_q == 3) attn_v_lone<NV, Q8, 3>(srow(0, 0), ws, n_pos0, v, row_bytes, out);
+        if (n_q == 1) attn_v_lone<NV, Q8, 1>(srow(0, 0), ws, n_pos0, v, row_bytes, ahead, out);
+        if (n_q == 2) attn_v_lone<NV, Q8, 2>(srow(0, 0), ws, n_pos0, v, row_bytes, ahead, out);
+        if (n_q == 3) attn_v_lone<NV, Q8, 3>(srow(0, 0), ws, n_pos0, v, row_bytes, ahead, out);
         return;
     }
     // out = weights . V, by blocks of 8 positions as the scores: each block's V rows are converted once for the
@@ -337,7 +339,7 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
     alignas(32) float vf[8 * HD];
     for (int p0 = 0; p0 < n_last; p0 += 8) {
         const int nb = n_last - p0 < 8 ? n_last - p0 : 8;
-        kv_block_to_f32<NV, Q8>(v, row_bytes, p0, nb, vf);
+        kv_block_to_f32<NV, Q8>(v, row_bytes, ahead, p0, nb, vf);
         for (int t = 0; t < n_tok; ++t) {
             const int n_pos = n_pos0 + t;
             if (p0 >= n_pos) continue;

@@ -291,12 +291,13 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
     constexpr int HD = NV * 16;
     const int n_last = n_pos0 + n_tok - 1;  // positions the tile's last query sees
     auto srow = [&](int t, int h) { return scores + (size_t(t) * size_t(n_q) + size_t(h)) * size_t(n_last); };
+    const size_t ahead = attn_prefetch_ahead(row_bytes);  // kernels.h
     alignas(64) float kf[16 * HD];  // 16 positions of K (then of V) in float
     for (int p0 = 0; p0 < n_last; p0 += 16) {
         const int nb = n_last - p0 < 16 ? n_last - p0 : 16;
         for (int p = 0; p < nb; ++p) {
             const uint8_t* kr = k + size_t(p0 + p) * row_bytes;
-            attn_prefetch_row(kr, row_bytes);
+            attn_prefetch_row(kr, row_bytes, ahead);
             for (int j = 0; j < NV; ++j) _mm512_store_ps(kf + p * HD + j * 16, load_kv16<Q8>(kr, j));
         }
         for (int t = 0; t < n_tok; ++t) {
@@ -372,7 +373,7 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
         }
         for (int p = 0; p < n_pos; ++p) {
             const uint8_t* vr = v + size_t(p) * row_bytes;
-            attn_prefetch_row(vr, row_bytes);
+            attn_prefetch_row(vr, row_bytes, ahead);
             for (int j = 0; j < NV; ++j) {
                 const __m512 vv = load_kv16<Q8>(vr, j);
                 for (int h = 0; h < HC; ++h) {
@@ -392,7 +393,7 @@ void attn_impl(const float* q, size_t q_stride, int n_q, int n_tok, const uint8_
         const int nb = n_last - p0 < 16 ? n_last - p0 : 16;
         for (int p = 0; p < nb; ++p) {
             const uint8_t* vr = v + size_t(p0 + p) * row_bytes;
-            attn_prefetch_row(vr, row_bytes);
+            attn_prefetch_row(vr, row_bytes, ahead);
             for (int j = 0; j < NV; ++j) _mm512_store_ps(kf + p * HD + j * 16, load_kv16<Q8>(vr, j));
         }
         for (int t = 0; t < n_tok; ++t) {
