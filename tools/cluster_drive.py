@@ -42,6 +42,7 @@ FOLLOW_UPS = ("Tell me more.", "Why is that?", "Give an example.", "And then?", 
 TOPICS = ("Describe a harbour.", "Explain how bread rises.", "Tell me about volcanoes.", "How do tides work?",
           "Describe a desert at night.", "Explain how a bicycle works.", "Tell me about honeybees.",
           "How does rain form?")   # --first ask: short first messages that ask for a longer reply than a greeting
+FIRSTS = ("greet", "ask")   # --first: greetings (the default), or the requests above
 TIMEOUT_S = 120.0    # one request's limit (a reply of a loaded 2-core machine); a cut is seen sooner
 METRICS = ("strata:http_connections_accepted_total", "strata:http_requests_total",
            "strata:http_requests_reused_total", "llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total")
@@ -194,7 +195,7 @@ def parse(argv=None):
     ap.add_argument("--seconds", type=float, help="keep chatting (new conversations) for this long")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--echo", action="store_true")
-    ap.add_argument("--first", choices=("greet", "ask"), default="greet",
+    ap.add_argument("--first", choices=FIRSTS, default=FIRSTS[0],
                     help="first messages: greetings, or short requests the model answers at length")
     ap.add_argument("--hosts", type=int, default=3)
     return ap.parse_args(argv)

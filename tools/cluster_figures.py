@@ -37,7 +37,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tools import cluster_ns  # noqa: E402
+from tools import cluster_drive, cluster_ns  # noqa: E402
 
 HOST_START_S = 180.0    # a real host loads its model (a loaded 2-core machine)
 PHASE_LIMIT_S = 900.0   # one phase's driver, at most
@@ -200,7 +200,7 @@ def parse(argv=None):
     ap.add_argument("--clients", type=int, default=24)
     ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=32)
-    ap.add_argument("--first", choices=("greet", "ask"), default="greet",
+    ap.add_argument("--first", choices=cluster_drive.FIRSTS, default=cluster_drive.FIRSTS[0],
                     help="the chats' first messages (cluster_drive.py --first): greetings, or short requests")
     ap.add_argument("--parked", type=int, default=16, help="engine --conversation-cache-slots per host")
     ap.add_argument("--threads", type=int, default=1, help="engine threads per host")
