@@ -836,10 +836,40 @@ int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string*
         n_ctx_max = size_t(max_pos) < 256 ? 256 : size_t(max_pos);
         s.att_scores.assign(nt * tile_rows * n_ctx_max, 0.0f);
     }
-    // attention tiles: runs of consecutive entries of one sequence, at most MODEL_ATT_TILE each
-    s.att_tiles.clear();
+    // attention tiles: each run of consecutive entries of one sequence cut into parts of about equal length,
+    // at most MODEL_ATT_TILE each (a drafting verify step's 9 entries: 5 + 4, not 8 + 1). When that leaves
+    // fewer (tile, kv head) items than twice the threads, in a count they cannot share evenly, and the query
+    // heads do not split in two (att_split below), each run is cut into up to n_thr / gcd(n_kv, n_thr) parts,
+    // which makes the item count a multiple of the threads (a verify step of one sequence: SmolLM2's 3 kv heads
+    // on 2 threads put two heads' queries on one thread). The kernels' results do not depend on the tile
+    // (each entry's bits are the same in any tile: tests/engine/kernels_test.cpp), so no output changes.
+    std::vector<int32_t>& runs = s.att_runs;
+    runs.clear();
     for (int32_t i = 0; i < n; ++i) {
-        if (i == 0 || b.seq[i] != b.seq[i - 1] || i - s.att_tiles.back() >= MODEL_ATT_TILE) s.att_tiles.push_back(i);
+        if (i == 0 || b.seq[i] != b.seq[i - 1]) runs.push_back(i);
+    }
+    runs.push_back(n);
+    const int64_t n_thr = m->info.n_threads;
+    int64_t n_items = 0;
+    for (size_t r = 0; r + 1 < runs.size(); ++r) n_items += (runs[r + 1] - runs[r] + MODEL_ATT_TILE - 1) / MODEL_ATT_TILE;
+    n_items *= hp.n_head_kv;
+    int64_t parts_min = 1;
+    if (max_pos >= MODEL_ATT_SPLIT_POSITIONS && n_items % n_thr != 0 && n_items < 2 * n_thr &&
+        !(n_items < n_thr && (hp.n_head / hp.n_head_kv) % 2 == 0)) {
+        int64_t g = n_thr, c = hp.n_head_kv;
+        while (c != 0) {
+            const int64_t r = g % c;
+            g = c;
+            c = r;
+        }
+        parts_min = n_thr / g;
+    }
+    s.att_tiles.clear();
+    for (size_t r = 0; r + 1 < runs.size(); ++r) {
+        const int64_t e0 = runs[r], len = runs[r + 1] - e0;
+        int64_t np = (len + MODEL_ATT_TILE - 1) / MODEL_ATT_TILE;
+        np = np > parts_min ? np : (parts_min < len ? parts_min : len);
+        for (int64_t j = 0; j < np; ++j) s.att_tiles.push_back(static_cast<int32_t>(e0 + len * j / np));
     }
     const int64_t n_tiles = static_cast<int64_t>(s.att_tiles.size());
     s.att_tiles.push_back(n);

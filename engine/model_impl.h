@@ -81,6 +81,7 @@ struct model_scratch {
     std::vector<float> x, xn, q, k, v, att, tmp, gate, up;
     std::vector<float> att_scores;            // (n_threads, MODEL_ATT_TILE * group, n_ctx) per-thread scores
     std::vector<int32_t> att_tiles;           // first entry of each attention tile, then n
+    std::vector<int32_t> att_runs;            // model_eval: first entry of each sequence's run, then n
     std::vector<float> kv_rows;               // (n_threads, 2, head_dim) dequantised q8_0 KV rows
     std::vector<uint16_t> kv_f16;             // (n_embd_kv) one K or V row in half
     std::vector<float> rope_cs;               // (n_batch, 2, n_rot) rope_cos_sin of each entry's position:
