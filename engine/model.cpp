@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <unordered_map>
 
 #include "cpu/kernels_act8.h"
@@ -856,13 +857,7 @@ int model_eval(strata_model* m, const eval_batch& b, float* logits, std::string*
     int64_t parts_min = 1;
     if (max_pos >= MODEL_ATT_SPLIT_POSITIONS && n_items % n_thr != 0 && n_items < 2 * n_thr &&
         !(n_items < n_thr && (hp.n_head / hp.n_head_kv) % 2 == 0)) {
-        int64_t g = n_thr, c = hp.n_head_kv;
-        while (c != 0) {
-            const int64_t r = g % c;
-            g = c;
-            c = r;
-        }
-        parts_min = n_thr / g;
+        parts_min = n_thr / std::gcd(n_thr, int64_t{hp.n_head_kv});
     }
     s.att_tiles.clear();
     for (size_t r = 0; r + 1 < runs.size(); ++r) {
