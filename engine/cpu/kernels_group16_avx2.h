@@ -90,8 +90,43 @@ void group_half(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int 
     for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + size_t(t) * y_stride + 8 * half, acc[t]);
 }
 
+// One token (decode) over a Q8_0 group: both 8-row halves in one walk over the blocks. Each 32-byte piece of
+// a block (element pair j: rows 0..7's 16 bytes, then rows 8..15's) is loaded once and the token's pair
+// broadcast once for both halves, where group_half walks the group twice, reading half of every cache line
+// each time. Per half the same integer sums and float steps as group_half<2, 1>: the same bits.
+template <bool VNNI>
+void group_q8_0_pair(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, float* y) {
+    constexpr size_t SB = 32, GB = SB + 512;
+    const int16_t* aq = a.qs + t0 * a.k;
+    const float* ad = a.d + t0 * nb;
+    const float* as = a.dsum + t0 * nb;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* gb = g + size_t(b) * GB;
+        const uint8_t* q = gb + SB;
+        const pair16* ap = reinterpret_cast<const pair16*>(aq + b * QK32);
+        __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+        for (int j = 0; j < 16; ++j) {
+            const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * j));
+            const __m256i av = _mm256_set1_epi32(ap[j]);
+            s0 = dot_pairs<VNNI>(s0, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)), av);
+            s1 = dot_pairs<VNNI>(s1, _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1)), av);
+        }
+        __m256 dw0, off0, dw1, off1;
+        group_avx2::block_scales<2>(gb, 0, dw0, off0);
+        group_avx2::block_scales<2>(gb, 1, dw1, off1);
+        acc0 = group_avx2::block_accumulate<2>(acc0, s0, dw0, off0, ad[b], as[b]);
+        acc1 = group_avx2::block_accumulate<2>(acc1, s1, dw1, off1, ad[b], as[b]);
+    }
+    _mm256_storeu_ps(y, acc0);
+    _mm256_storeu_ps(y + 8, acc1);
+}
+
 template <int KIND, bool VNNI>
 void group_dispatch(const uint8_t* g, int64_t nb, const act_q16& a, int64_t t0, int n_tok, float* y, size_t y_stride) {
+    if constexpr (KIND == 2) {
+        if (n_tok == 1) return group_q8_0_pair<VNNI>(g, nb, a, t0, y);
+    }
     group_avx2::tile_walk(n_tok, [&](auto tile, int done) {
         constexpr int T = decltype(tile)::value;
         float* yt = y + size_t(done) * y_stride;
