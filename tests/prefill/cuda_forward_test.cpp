@@ -13,10 +13,9 @@
 //  - a prefix copied from one device cache to another (kv_cache_copy) continues as the original does;
 //  - SAVE / RESTORE rows (kv_cache_read_rows / write_rows) round-trip through a device cache unchanged;
 //  - embeddings' hidden rows (want_hidden) point where the CPU's do (cosine > 0.999);
-//  The CPU side runs with 16-bit activations (--act-bits 16) on every kernel set: AVX2's default 8-bit blocks
-//  move a hidden row of the default model to cosine 0.97, which would fail the test on AVX2-only hosts.
-
 //  - --kv q8_0 caches are refused on the device.
+// The CPU side runs with 16-bit activations (--act-bits 16) on every kernel set: AVX2's default 8-bit blocks
+// move a hidden row of the default model to cosine 0.97, which would fail the test on AVX2-only hosts.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
