@@ -8,6 +8,7 @@ import pty
 import queue
 import re
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -80,6 +81,10 @@ class _Pty:
         self.pid, self.fd = pty.fork()
         if self.pid == 0:   # the child: the chat, on the terminal
             os.chdir(ROOT)
+            # Ctrl+C's SIGINT at its default, as a shell leaves it for a job in the foreground: a test run started
+            # in the background of a script (`cmd &`, nohup) inherits SIGINT ignored, and Python then never turns
+            # it into KeyboardInterrupt, so the Ctrl+C test below would wait out the whole reply
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.execve(sys.executable, [sys.executable, *argv], env)
         self.seen = ""
 
@@ -129,7 +134,7 @@ def test_ctrl_c_in_a_pseudo_terminal_stops_the_reply_not_the_chat(server, tmp_pa
         t.read_until("1")                     # the reply is streaming
         started = time.monotonic()
         t.send("\x03")                        # Ctrl+C: the reply stops, the chat goes on
-        t.read_until("(stopped)")
+        t.read_until("(stopped)", timeout_s=30.0)  # the whole reply takes 8 s: past that, Ctrl+C was lost
         assert time.monotonic() - started < 5.0, "the reply ran on after Ctrl+C"
         t.read_until("> ")
         t.send("And now?\n")                  # the next turn is answered on the same chat
